@@ -1,0 +1,61 @@
+"""Prompt versions: a system prompt file, identified by its name and the sha256 of its bytes."""
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import InputError
+
+PLACEHOLDER = "{{sources}}"
+
+
+@dataclass(frozen=True)
+class PromptVersion:
+    name: str
+    path: Path
+    source: bytes = field(repr=False)
+    sha256: str = ""
+
+    @property
+    def text(self) -> str:
+        return self.source.decode("utf-8")
+
+
+def load_prompt(path: str | Path) -> PromptVersion:
+    """Read a prompt file as exact bytes; the name is the file stem."""
+    path = Path(path)
+    try:
+        source = path.read_bytes()
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such prompt file") from None
+    except IsADirectoryError:
+        raise InputError(f"{path}: is a directory, not a prompt file") from None
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read ({exc.strerror})") from None
+    try:
+        source.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{path}: prompt is not valid UTF-8 (byte {exc.start})") from None
+    return PromptVersion(path.stem, path, source, hashlib.sha256(source).hexdigest())
+
+
+def format_sources(passages: Sequence[dict[str, Any]]) -> str:
+    """Numbered passages, one block each: `[1] text`."""
+    return "\n\n".join(f"[{i}] {p['text']}" for i, p in enumerate(passages, 1))
+
+
+def render_prompt(prompt: PromptVersion | str, passages: Sequence[dict[str, Any]]) -> str:
+    """Put the passages where `{{sources}}` stands, or after a blank line when it is absent.
+
+    Only the placeholder is replaced; every other byte of the prompt is kept as written.
+    """
+    text = prompt.text if isinstance(prompt, PromptVersion) else prompt
+    sources = format_sources(passages)
+    if PLACEHOLDER in text:
+        return text.replace(PLACEHOLDER, sources)
+    if not passages:
+        return text
+    separator = "" if text.endswith("\n\n") else ("\n" if text.endswith("\n") else "\n\n")
+    return text + separator + sources

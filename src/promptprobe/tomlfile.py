@@ -1,0 +1,39 @@
+"""Reading TOML files users write, with errors that name the file and the line."""
+
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from .errors import InputError
+
+
+def read_toml(path: Path) -> dict[str, Any]:
+    """Parse a TOML file; syntax errors become an InputError naming file and line."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file") from None
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read ({exc.strerror})") from None
+    return parse_toml(data, path)
+
+
+def parse_toml(data: bytes, path: Path) -> dict[str, Any]:
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{path}: not valid UTF-8 (byte {exc.start})") from None
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        # tomllib's message ends with "(at line N, column M)": the user needs that.
+        raise InputError(f"{path}: TOML syntax error: {exc}") from None
+
+
+def check_keys(table: dict[str, Any], allowed: set[str], where: str) -> None:
+    """Refuse unknown keys so that a typo is never silently ignored."""
+    unknown = sorted(set(table) - allowed)
+    if unknown:
+        names = ", ".join(repr(k) for k in unknown)
+        expected = ", ".join(sorted(allowed))
+        raise InputError(f"{where}: unknown key {names} (expected one of: {expected})")
