@@ -29,9 +29,7 @@ def handle_errors(func: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-@click.group(
-    epilog="Example: probe run probes/refusal-header.toml --prompt prompts/always-header.md"
-)
+@click.group(epilog="Example: probe run probes/refusal-header.toml --prompt prompts/always-header.md")
 @click.version_option(__version__, prog_name="probe")
 def main() -> None:
     """Probe prompt versions and models through a RAG system's real retrieval path.
@@ -70,9 +68,7 @@ def header_override(markers: str | None, no_answer: str | None) -> HeaderConfig 
     return HeaderConfig(markers=marker_list, no_answer=no_answer)
 
 
-@main.command(
-    epilog="Example: probe classify output.txt   |   probe classify runs/20261129T120000-x-abc123"
-)
+@main.command(epilog="Example: probe classify output.txt   |   probe classify runs/20261129T120000-x-abc123")
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--markers", help="Comma-separated header markers (default: the config's).")
 @click.option("--no-answer", help="Which marker means no answer.")
@@ -92,3 +88,115 @@ def classify(paths: tuple[Path, ...], markers: str | None, no_answer: str | None
             click.echo(f"error: {exc}", err=True)
     if failed:
         sys.exit(InputError.exit_code)
+
+
+def _models(specs: tuple[str, ...], config: Any) -> list[Any]:
+    from .models import parse_model_spec
+
+    if not specs:
+        return list(config.run.models)
+    # A spec also listed in probe.toml keeps its api_key_env from there.
+    configured = {m.spec: m for m in config.run.models}
+    return [configured.get(spec) or parse_model_spec(spec) for spec in specs]
+
+
+@main.command(
+    epilog="Example: probe run probes/refusal-header.toml --prompt prompts/exception-only.md "
+    "--prompt prompts/always-header.md --model anthropic:claude-sonnet-4-5"
+)
+@click.argument("probeset_path", metavar="PROBESET", type=click.Path(path_type=Path))
+@click.option(
+    "--prompt",
+    "prompt_paths",
+    multiple=True,
+    type=click.Path(path_type=Path),
+    help="A prompt version file; repeat for several.",
+)
+@click.option(
+    "--model",
+    "model_specs",
+    multiple=True,
+    help="anthropic:MODEL, openai:MODEL or openai:MODEL@BASE_URL; repeat for several.",
+)
+@click.option(
+    "-n", "--repeats", type=click.IntRange(min=1), help="Repeats per case (default: config, then probe set)."
+)
+@click.option(
+    "--config", "config_path", type=click.Path(path_type=Path), help="Target config (default ./probe.toml)."
+)
+@click.option("--runs-dir", type=click.Path(path_type=Path), default=Path("runs"), show_default=True)
+@click.option("--temperature", type=click.FloatRange(min=0), help="Sent only when given.")
+@click.option("--max-tokens", type=click.IntRange(min=1), help="Default 1024.")
+@click.option("--seed", type=int, help="Sent where the API has a seed (OpenAI); recorded.")
+@click.option("--concurrency", type=click.IntRange(min=1), help="Calls in flight (default 8).")
+@click.option("--stream/--no-stream", default=None, help="Use the streaming API.")
+@click.option(
+    "--format", "fmt", type=click.Choice(["table", "md", "json"]), default="table", show_default=True
+)
+@handle_errors
+def run(
+    probeset_path: Path,
+    prompt_paths: tuple[Path, ...],
+    model_specs: tuple[str, ...],
+    repeats: int | None,
+    config_path: Path | None,
+    runs_dir: Path,
+    temperature: float | None,
+    max_tokens: int | None,
+    seed: int | None,
+    concurrency: int | None,
+    stream: bool | None,
+    fmt: str,
+) -> None:
+    """Run every case x repeat x prompt x model through the target; print the run and its report."""
+    from .config import load_config
+    from .prompts import load_prompt
+    from .providers import GenerationParams
+    from .report import build_report, render_report
+    from .runner import Runner, RunOptions
+
+    config = load_config(config_path)
+    probeset = load_probeset(probeset_path)
+    prompts = [load_prompt(p) for p in prompt_paths]
+    settings = config.run
+    params = GenerationParams(
+        max_tokens=max_tokens or settings.max_tokens,
+        temperature=temperature if temperature is not None else settings.temperature,
+        seed=seed if seed is not None else settings.seed,
+        stream=stream if stream is not None else settings.stream,
+        timeout=settings.timeout,
+    )
+    options = RunOptions(
+        repeats=repeats or settings.repeats,
+        params=params,
+        concurrency=concurrency or settings.concurrency,
+        max_attempts=settings.max_attempts,
+        runs_dir=runs_dir,
+        seed=params.seed,
+    )
+    runner = Runner(probeset, prompts, _models(model_specs, config), config, options)
+    with click.progressbar(length=runner.counts["planned"], label="samples", file=sys.stderr) as bar:
+        runner.on_sample = lambda record: bar.update(1)
+        outcome = runner.run()
+    click.echo(f"run: {outcome.path}")
+    click.echo(render_report(build_report(outcome.path), fmt))
+    if outcome.errors:
+        click.echo(
+            f"error: {outcome.errors} of {outcome.planned} samples failed after retries "
+            f"(see {outcome.path / 'samples.jsonl'})",
+            err=True,
+        )
+        sys.exit(1)
+
+
+@main.command(epilog="Example: probe report runs/20261129T120000-refusal-header-1a2b3c --format md")
+@click.argument("run_dir", metavar="RUN", type=click.Path(path_type=Path))
+@click.option(
+    "--format", "fmt", type=click.Choice(["table", "md", "json"]), default="table", show_default=True
+)
+@handle_errors
+def report(run_dir: Path, fmt: str) -> None:
+    """Per arm: rates with Wilson intervals and design effects; per case: header counts."""
+    from .report import build_report, render_report
+
+    click.echo(render_report(build_report(run_dir), fmt))

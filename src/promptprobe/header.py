@@ -36,8 +36,7 @@ class HeaderConfig:
             raise InputError("header markers must be a non-empty list of non-empty strings")
         if self.no_answer not in self.markers:
             raise InputError(
-                f"header no_answer {self.no_answer!r} is not one of the markers "
-                f"{list(self.markers)}"
+                f"header no_answer {self.no_answer!r} is not one of the markers {list(self.markers)}"
             )
 
     def to_dict(self) -> dict[str, Any]:
@@ -82,7 +81,7 @@ def _fenced_spans(text: str) -> list[tuple[int, int]]:
             if match:
                 open_at, fence = offset, match.group(1)
         elif match and match.group(1)[0] == fence[0] and len(match.group(1)) >= len(fence):
-            if line[match.end():].strip() == "":
+            if line[match.end() :].strip() == "":
                 spans.append((open_at, offset + len(line)))
                 open_at = None
         offset += len(line) + 1
@@ -103,7 +102,7 @@ def _where(text: str, at: int, marker: str) -> str:
             return "decorated"
     if _blank(text[:at]):
         return "leading_whitespace"
-    if _blank(text[at + len(marker):]):
+    if _blank(text[at + len(marker) :]):
         return "trailing"
     if _blank(before_on_line):
         return "late_line"
@@ -141,7 +140,7 @@ def _near_miss(text: str, markers: Sequence[str]) -> str | None:
     if match is None:
         return None
     raw_end = starts[match.end() - 1] + 1
-    return text[starts[match.start()]:raw_end]
+    return text[starts[match.start()] : raw_end]
 
 
 def classify(text: str, config: HeaderConfig | None = None) -> dict[str, Any]:

@@ -59,7 +59,7 @@ def _history(value: Any, where: str) -> tuple[dict[str, str], ...]:
             raise InputError(f"{turn_where}: must be a table {{ role, content }}")
         check_keys(turn, TURN_KEYS, turn_where)
         if turn.get("role") not in ("user", "assistant"):
-            raise InputError(f"{turn_where}: 'role' must be \"user\" or \"assistant\"")
+            raise InputError(f'{turn_where}: \'role\' must be "user" or "assistant"')
         if not isinstance(turn.get("content"), str):
             raise InputError(f"{turn_where}: 'content' must be a string")
         turns.append({"role": turn["role"], "content": turn["content"]})
@@ -85,7 +85,7 @@ def _case(raw: Any, index: int, path: Path) -> Case:
         raise InputError(f"{label}: 'question' must be a non-empty string")
     expect = raw.get("expect")
     if expect is not None and expect not in EXPECT_VALUES:
-        raise InputError(f"{label}: 'expect' must be \"answer\" or \"no_answer\", got {expect!r}")
+        raise InputError(f'{label}: \'expect\' must be "answer" or "no_answer", got {expect!r}')
     return Case(
         id=case_id,
         question=question,
@@ -101,19 +101,17 @@ def _refuse_duplicates(cases: list[Case], path: Path) -> None:
     questions: dict[str, Case] = {}
     for index, case in enumerate(cases, 1):
         if case.id in ids:
-            raise InputError(
-                f"{path}: duplicate case id '{case.id}' (cases {ids[case.id]} and {index})"
-            )
+            raise InputError(f"{path}: duplicate case id '{case.id}' (cases {ids[case.id]} and {index})")
         ids[case.id] = index
         key = question_key(case.question)
         first = questions.get(key)
         if first is not None:
-            same = "the same question" if first.question == case.question else (
-                "the same question after normalisation"
+            same = (
+                "the same question"
+                if first.question == case.question
+                else ("the same question after normalisation")
             )
-            raise InputError(
-                f"{path}: cases '{first.id}' and '{case.id}' ask {same}: {case.question!r}"
-            )
+            raise InputError(f"{path}: cases '{first.id}' and '{case.id}' ask {same}: {case.question!r}")
         questions[key] = case
 
 

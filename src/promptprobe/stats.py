@@ -85,9 +85,7 @@ def icc_anova(successes: Sequence[float], trials: Sequence[float]) -> float:
     return max(0.0, (msb - msw) / denom)
 
 
-def clustered_rate(
-    successes: Sequence[int], trials: Sequence[int], confidence: float = 0.95
-) -> Clustered:
+def clustered_rate(successes: Sequence[int], trials: Sequence[int], confidence: float = 0.95) -> Clustered:
     """Rate, Wilson interval, design effect and cluster-adjusted interval from per-case counts."""
     groups = [(k, m) for k, m in zip(successes, trials, strict=True) if m > 0]
     k = sum(s for s, _ in groups)

@@ -1,0 +1,79 @@
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from servers import LocalServer, Reply, Request  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+
+PASSAGES = {
+    "default": [
+        {"doc": "plans-and-pricing", "body": "Starter is free. Team is $20 per user per month.", "rel": 0.91},
+        {"doc": "billing-changes", "body": "Downgrades take effect at the next invoice.", "rel": 0.55},
+    ],
+}
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch):
+    """No real keys or base URLs leak into a test; each test sets what it needs."""
+    for name in ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "ANTHROPIC_BASE_URL", "OPENAI_BASE_URL",
+                 "ANTHROPIC_AUTH_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def search_reply(request: Request) -> Reply:
+    """A production-like search endpoint: {"data": {"hits": [{doc, body, rel}]}}."""
+    payload = request.json
+    hits = PASSAGES["default"]
+    if "history" in payload:
+        hits = hits + [{"doc": "history-seen", "body": json.dumps(payload["history"]), "rel": 0.1}]
+    return Reply(body=json.dumps({"data": {"hits": hits}, "query": payload["q"]}).encode())
+
+
+@pytest.fixture
+def retrieval_server():
+    with LocalServer(search_reply) as server:
+        yield server
+
+
+@pytest.fixture
+def model_server():
+    with LocalServer() as server:
+        yield server
+
+
+def write_config(path: Path, retrieval_url: str, extra: str = "") -> Path:
+    path.write_text(
+        f"""
+[retrieval]
+kind = "http"
+url = "{retrieval_url}/search"
+body = {{ q = "{{question}}", k = 2 }}
+results = "data.hits"
+id = "doc"
+text = "body"
+score = "rel"
+
+{extra}
+""",
+        encoding="utf-8",
+    )
+    return path
+
+
+def write_probeset(path: Path, cases: list[tuple[str, str, str | None]], repeats: int = 1,
+                   extra: str = "") -> Path:
+    lines = [f"repeats = {repeats}"]
+    for case_id, question, expect in cases:
+        lines.append("[[case]]")
+        lines.append(f"id = {json.dumps(case_id)}")
+        lines.append(f"question = {json.dumps(question, ensure_ascii=False)}")
+        if expect:
+            lines.append(f'expect = "{expect}"')
+    path.write_text("\n".join(lines) + "\n" + extra, encoding="utf-8")
+    return path

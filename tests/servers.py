@@ -1,0 +1,194 @@
+"""Local HTTP servers for the tests: the Anthropic Messages API, OpenAI Chat Completions and a
+retrieval endpoint, speaking the real wire formats over real sockets.
+
+A test scripts replies with a `responder(request) -> Reply`; every request is recorded.
+"""
+
+import json
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+@dataclass
+class Request:
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: bytes
+
+    @property
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+@dataclass
+class Reply:
+    text: str | None = None  # the model's output; None with a raw status reply
+    status: int = 200
+    body: bytes | None = None  # a raw body, sent as is
+    headers: dict[str, str] = field(default_factory=dict)
+    stop: str | None = None
+    delay: float = 0.0
+
+
+Responder = Callable[[Request], Reply]
+
+
+def anthropic_body(text: str, model: str, stop: str | None) -> bytes:
+    message = {
+        "id": "msg_test01",
+        "type": "message",
+        "role": "assistant",
+        "model": f"{model}-20990101",
+        "content": [{"type": "text", "text": text}],
+        "stop_reason": stop or "end_turn",
+        "stop_sequence": None,
+        "usage": {"input_tokens": 120, "output_tokens": 17},
+    }
+    return json.dumps(message, ensure_ascii=False).encode()
+
+
+def openai_body(text: str, model: str, stop: str | None) -> bytes:
+    completion = {
+        "id": "chatcmpl-test01",
+        "object": "chat.completion",
+        "created": 1_764_000_000,
+        "model": f"{model}-2099-01-01",
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": text, "refusal": None},
+                "logprobs": None,
+                "finish_reason": stop or "stop",
+            }
+        ],
+        "usage": {"prompt_tokens": 120, "completion_tokens": 17, "total_tokens": 137},
+    }
+    return json.dumps(completion, ensure_ascii=False).encode()
+
+
+def sse(events: list[tuple[str | None, Any]]) -> bytes:
+    out = []
+    for name, data in events:
+        payload = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False)
+        out.append((f"event: {name}\n" if name else "") + f"data: {payload}\n\n")
+    return "".join(out).encode()
+
+
+def pieces(text: str, size: int = 3) -> list[str]:
+    return [text[i : i + size] for i in range(0, len(text), size)] or [""]
+
+
+def anthropic_stream(text: str, model: str, stop: str | None) -> bytes:
+    events: list[tuple[str | None, Any]] = [
+        ("message_start", {"type": "message_start", "message": {
+            "id": "msg_test01", "type": "message", "role": "assistant",
+            "model": f"{model}-20990101", "content": [], "stop_reason": None,
+            "stop_sequence": None, "usage": {"input_tokens": 120, "output_tokens": 1}}}),
+        ("content_block_start", {"type": "content_block_start", "index": 0,
+                                 "content_block": {"type": "text", "text": ""}}),
+    ]
+    for piece in pieces(text):
+        events.append(("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                               "delta": {"type": "text_delta", "text": piece}}))
+    events += [
+        ("content_block_stop", {"type": "content_block_stop", "index": 0}),
+        ("message_delta", {"type": "message_delta",
+                           "delta": {"stop_reason": stop or "end_turn", "stop_sequence": None},
+                           "usage": {"output_tokens": 17}}),
+        ("message_stop", {"type": "message_stop"}),
+    ]
+    return sse(events)
+
+
+def openai_stream(text: str, model: str, stop: str | None) -> bytes:
+    def chunk(delta: dict, finish: str | None, usage: dict | None = None) -> dict:
+        return {"id": "chatcmpl-test01", "object": "chat.completion.chunk",
+                "created": 1_764_000_000, "model": f"{model}-2099-01-01",
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]
+                if usage is None else [], "usage": usage}
+
+    events: list[tuple[str | None, Any]] = [(None, chunk({"role": "assistant", "content": ""}, None))]
+    events += [(None, chunk({"content": piece}, None)) for piece in pieces(text)]
+    events.append((None, chunk({}, stop or "stop")))
+    events.append((None, chunk({}, None, {"prompt_tokens": 120, "completion_tokens": 17,
+                                          "total_tokens": 137})))
+    events.append((None, "[DONE]"))
+    return sse(events)
+
+
+class LocalServer:
+    """A threaded HTTP server on 127.0.0.1 with a scripted responder per API."""
+
+    def __init__(self, responder: Responder | None = None) -> None:
+        self.responder: Responder = responder or (lambda request: Reply("[[ANSWER]]\nok"))
+        self.requests: list[Request] = []
+        self.lock = threading.Lock()
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:
+                """Keep test output quiet."""
+
+            def _handle(self) -> None:
+                length = int(self.headers.get("content-length") or 0)
+                request = Request(self.command, self.path, {k.lower(): v for k, v in self.headers.items()},
+                                  self.rfile.read(length))
+                with server.lock:
+                    server.requests.append(request)
+                reply = server.responder(request)
+                if reply.delay:
+                    time.sleep(reply.delay)
+                body, content_type = server.render(request, reply)
+                self.send_response(reply.status)
+                self.send_header("content-type", content_type)
+                self.send_header("content-length", str(len(body)))
+                for name, value in reply.headers.items():
+                    self.send_header(name, value)
+                # One request per connection, so a stopped server is really gone.
+                self.send_header("connection", "close")
+                self.close_connection = True
+                self.end_headers()
+                self.wfile.write(body)
+
+            do_POST = _handle
+            do_GET = _handle
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def render(self, request: Request, reply: Reply) -> tuple[bytes, str]:
+        if reply.body is not None or reply.text is None:
+            return reply.body or b"", reply.headers.pop("content-type", "application/json")
+        payload = request.json
+        model = payload.get("model", "test-model")
+        stream = payload.get("stream", False)
+        if request.path.endswith("/messages"):
+            reply.headers.setdefault("request-id", "req_test_anthropic")
+            if stream:
+                return anthropic_stream(reply.text, model, reply.stop), "text/event-stream"
+            return anthropic_body(reply.text, model, reply.stop), "application/json"
+        reply.headers.setdefault("x-request-id", "req_test_openai")
+        if stream:
+            return openai_stream(reply.text, model, reply.stop), "text/event-stream"
+        return openai_body(reply.text, model, reply.stop), "application/json"
+
+    @property
+    def url(self) -> str:
+        host, port = self.httpd.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def __enter__(self) -> "LocalServer":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()

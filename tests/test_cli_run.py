@@ -1,0 +1,148 @@
+"""Exit codes and one-sentence errors of `probe run` and `probe report` (DESIGN.md)."""
+
+import json
+import socket
+from pathlib import Path
+
+from click.testing import CliRunner
+from conftest import ROOT, write_config, write_probeset
+from servers import LocalServer, Reply
+
+from promptprobe.cli import main
+
+PROBESET = str(ROOT / "probes" / "refusal-header.toml")
+PROMPT = str(ROOT / "prompts" / "always-header.md")
+
+
+def invoke(tmp_path, monkeypatch, *args):
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(main, ["run", *args, "--runs-dir", str(tmp_path / "runs")])
+    assert "Traceback" not in result.output
+    return result
+
+
+def no_runs(tmp_path) -> bool:
+    return not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_missing_key_is_exit_3_before_any_call(tmp_path, monkeypatch, retrieval_server):
+    write_config(tmp_path / "probe.toml", retrieval_server.url)
+    result = invoke(tmp_path, monkeypatch, PROBESET, "--prompt", PROMPT, "--model", "anthropic:claude-sonnet-4-5")
+    assert result.exit_code == 3
+    assert result.stderr.strip() == (
+        "error: model anthropic:claude-sonnet-4-5: environment variable ANTHROPIC_API_KEY is not set "
+        "(it holds the API key)")
+    assert retrieval_server.requests == [] and no_runs(tmp_path)
+
+
+def test_named_key_env_is_required_for_a_compatible_server(tmp_path, monkeypatch):
+    (tmp_path / "probe.toml").write_text(
+        '[run]\nmodels = [{ spec = "openai:m@http://127.0.0.1:9/v1", api_key_env = "MY_VLLM_KEY" }]\n')
+    result = invoke(tmp_path, monkeypatch, PROBESET, "--prompt", PROMPT)
+    assert result.exit_code == 3
+    assert "environment variable MY_VLLM_KEY is not set" in result.stderr
+
+
+def test_unreachable_retrieval_is_exit_3(tmp_path, monkeypatch):
+    url = f"http://127.0.0.1:{free_port()}"
+    write_config(tmp_path / "probe.toml", url)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-placeholder-000000000000000000")
+    result = invoke(tmp_path, monkeypatch, PROBESET, "--prompt", PROMPT, "--model", "openai:gpt-x")
+    assert result.exit_code == 3
+    message = result.stderr.strip().splitlines()[-1]
+    assert message.startswith(f"error: retrieval {url}/search: cannot connect")
+    assert message.endswith("nothing was run")
+    assert no_runs(tmp_path)
+
+
+def test_bad_config_is_exit_2(tmp_path, monkeypatch):
+    (tmp_path / "probe.toml").write_text('[retrieval]\nkind = "http"\nurl = "http://x/search"\nresult = "hits"\n')
+    result = invoke(tmp_path, monkeypatch, PROBESET, "--prompt", PROMPT, "--model", "openai:m@http://x/v1")
+    assert result.exit_code == 2
+    assert "probe.toml [retrieval] (kind = \"http\"): unknown key 'result'" in result.stderr
+
+
+def test_config_syntax_error_names_line(tmp_path, monkeypatch):
+    (tmp_path / "probe.toml").write_text('[run]\nrepeats = = 3\n')
+    result = invoke(tmp_path, monkeypatch, PROBESET, "--prompt", PROMPT)
+    assert result.exit_code == 2
+    assert "probe.toml: TOML syntax error" in result.stderr and "line 2" in result.stderr
+
+
+def test_bad_probe_set_is_exit_2(tmp_path, monkeypatch):
+    bad = write_probeset(tmp_path / "bad.toml", [("a", "Same?", None), ("b", "same?", None)])
+    result = invoke(tmp_path, monkeypatch, str(bad), "--prompt", PROMPT, "--model", "openai:m@http://x/v1")
+    assert result.exit_code == 2
+    assert "cases 'a' and 'b' ask the same question" in result.stderr
+
+
+def test_unknown_prompt_file_is_exit_2(tmp_path, monkeypatch):
+    result = invoke(tmp_path, monkeypatch, PROBESET, "--prompt", "prompts/nope.md", "--model", "openai:m@http://x/v1")
+    assert result.exit_code == 2
+    assert result.stderr.strip() == "error: prompts/nope.md: no such prompt file"
+
+
+def test_unknown_provider_prefix_is_exit_2(tmp_path, monkeypatch):
+    result = invoke(tmp_path, monkeypatch, PROBESET, "--prompt", PROMPT, "--model", "gemini:pro")
+    assert result.exit_code == 2
+    assert "model 'gemini:pro': unknown provider 'gemini'" in result.stderr
+
+
+def test_no_model_is_exit_2(tmp_path, monkeypatch):
+    result = invoke(tmp_path, monkeypatch, PROBESET, "--prompt", PROMPT)
+    assert result.exit_code == 2
+    assert "no model" in result.stderr
+
+
+def test_failed_samples_exit_1_and_report_says_so(tmp_path, monkeypatch):
+    probeset = write_probeset(tmp_path / "p.toml", [("a", "good", None), ("b", "bad", None)])
+
+    def reply(request):
+        if request.json["messages"][-1]["content"] == "bad":
+            return Reply(status=404, body=b'{"error": {"message": "model not found"}}')
+        return Reply("[[ANSWER]]\nok")
+
+    with LocalServer(reply) as server:
+        result = invoke(tmp_path, monkeypatch, str(probeset), "--prompt", PROMPT, "--model", f"openai:m@{server.url}/v1")
+    assert result.exit_code == 1
+    assert "1 of 2 samples failed after retries (1 http_status); they stay in every denominator" in result.stdout
+    assert "error: 1 of 2 samples failed after retries" in result.stderr
+    run_dir = Path(result.stdout.splitlines()[0].removeprefix("run: "))
+    report = CliRunner().invoke(main, ["report", str(run_dir), "--format", "json"])
+    assert report.exit_code == 0
+    (arm,) = json.loads(report.stdout)["arms"]
+    assert arm["errors"] == 1 and arm["metrics"]["header_present"]["n"] == 2
+    assert arm["cases"] == [
+        {"case_id": "a", "n": 1, "present": 1, "absent": 0, "misplaced": 0, "errors": 0},
+        {"case_id": "b", "n": 1, "present": 0, "absent": 0, "misplaced": 0, "errors": 1},
+    ]
+    md = CliRunner().invoke(main, ["report", str(run_dir), "--format", "md"])
+    assert any(line.startswith("| always-header ") and "| header_present " in line
+               for line in md.stdout.splitlines())
+
+
+def test_report_of_a_non_run_is_exit_2(tmp_path):
+    result = CliRunner().invoke(main, ["report", str(tmp_path)])
+    assert result.exit_code == 2
+    assert result.stderr.strip() == f"error: {tmp_path}: not a run directory (no manifest.json)"
+
+
+def test_model_down_from_the_start_is_exit_3_with_samples_kept(tmp_path, monkeypatch):
+    url = f"http://127.0.0.1:{free_port()}/v1"
+    probeset = write_probeset(tmp_path / "p.toml", [(f"c{i}", f"q{i}", None) for i in range(6)])
+    (tmp_path / "probe.toml").write_text("[run]\nmax_attempts = 1\nconcurrency = 1\n")
+    result = invoke(tmp_path, monkeypatch, str(probeset), "--prompt", PROMPT, "--model", f"openai:m@{url}")
+    assert result.exit_code == 3
+    assert f"error: model openai:m@{url} is unreachable" in result.stderr
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["status"] == "failed"
+    assert manifest["counts"] == {"planned": 6, "recorded": 3, "errors": 3}
+    lines = (run_dir / "samples.jsonl").read_text().splitlines()
+    assert len(lines) == 3 and all(json.loads(line)["error"]["kind"] == "connection" for line in lines)
