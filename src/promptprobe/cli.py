@@ -200,3 +200,85 @@ def report(run_dir: Path, fmt: str) -> None:
     from .report import build_report, render_report
 
     click.echo(render_report(build_report(run_dir), fmt))
+
+
+@main.command(
+    epilog="Examples: probe compare 'RUN#prompt=exception-only' 'RUN#prompt=always-header'   |   "
+    "probe compare runs/OLD runs/NEW --metric refusal_recall --fail-if-worse"
+)
+@click.argument("a")
+@click.argument("b")
+@click.option("--metric", default="header_present", show_default=True, help="Any metric of the report.")
+@click.option("--all", "all_metrics", is_flag=True, help="Compare every metric in one table.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option("--fail-if-worse", is_flag=True, help="Exit 4 when B is reliably worse than A (CI gates).")
+@handle_errors
+def compare(a: str, b: str, metric: str, all_metrics: bool, as_json: bool, fail_if_worse: bool) -> None:
+    """Are two arms different? A and B are RUN, RUN#prompt=NAME, RUN#model=SPEC or both."""
+    from .compare import compare_runs, render_comparison, worse
+    from .report import METRIC_NAMES
+
+    results = compare_runs(a, b, list(METRIC_NAMES) if all_metrics else [metric])
+    if as_json:
+        payload = results if all_metrics else results[0]
+        click.echo(json.dumps(payload, ensure_ascii=False, indent=2))
+    else:
+        click.echo(render_comparison(results))
+    if fail_if_worse and any(worse(r) for r in results):
+        sys.exit(4)
+
+
+@main.command(
+    epilog="Examples: probe plan --p1 0.85 --p2 1.0   |   probe plan --n 30 --p1 0.85   |   "
+    "probe plan --gate-any-of 5 --p 0.87"
+)
+@click.option("--p1", type=click.FloatRange(0, 1), help="Rate of one version.")
+@click.option("--p2", type=click.FloatRange(0, 1), help="Rate of the other version.")
+@click.option("--n", "n", type=click.IntRange(min=1), help="Samples per arm you can afford (with --p1).")
+@click.option(
+    "--alpha", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.05, show_default=True
+)
+@click.option(
+    "--power", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.8, show_default=True
+)
+@click.option("--cases", type=click.IntRange(min=1), help="Cases in the probe set (to turn n into repeats).")
+@click.option("--icc", type=click.FloatRange(0, 1), help="Expected intra-case correlation (with --cases).")
+@click.option(
+    "--gate-any-of",
+    "gate_k",
+    type=click.IntRange(min=1),
+    help="Gate failing a case when any of K runs fails.",
+)
+@click.option("--p", "p", type=click.FloatRange(0, 1), help="Per-run success rate (with --gate-any-of).")
+@click.option("--json", "as_json", is_flag=True)
+@handle_errors
+def plan(
+    p1: float | None,
+    p2: float | None,
+    n: int | None,
+    alpha: float,
+    power: float,
+    cases: int | None,
+    icc: float | None,
+    gate_k: int | None,
+    p: float | None,
+    as_json: bool,
+) -> None:
+    """Sample size to tell p1 from p2; smallest difference an n detects; any-of-k gate blocking."""
+    from .planning import plan_gate, plan_mdd, plan_sample_size, render_plan
+
+    if gate_k is not None:
+        if p is None:
+            raise InputError("--gate-any-of needs --p (the per-run success rate)")
+        result = plan_gate(p, gate_k)
+    elif n is not None:
+        if p1 is None:
+            raise InputError("--n needs --p1 (the rate you have now)")
+        result = plan_mdd(n, p1, alpha, power)
+    elif p1 is not None and p2 is not None:
+        if (cases is None) != (icc is None):
+            raise InputError("--cases and --icc go together")
+        result = plan_sample_size(p1, p2, alpha, power, cases, icc)
+    else:
+        raise InputError("give --p1 and --p2, or --n and --p1, or --gate-any-of K and --p")
+    click.echo(json.dumps(result) if as_json else render_plan(result))

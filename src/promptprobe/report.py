@@ -124,6 +124,8 @@ def build_report(run_dir: str | Path) -> dict[str, Any]:
     return {
         "run": str(run_dir),
         "probeset": manifest["probeset"]["name"],
+        "probeset_sha256": manifest["probeset"]["sha256"],
+        "questions": {c.id: c.question for c in probeset.cases},
         "status": manifest["status"],
         "planned": planned,
         "recorded": len(samples),
@@ -212,6 +214,7 @@ def render_report(report: dict[str, Any], fmt: str = "table") -> str:
 def public_report(report: dict[str, Any]) -> dict[str, Any]:
     """The JSON form: DESIGN.md's keys (per-case metric counts kept out for brevity)."""
     copy = json.loads(json.dumps(report))
+    copy.pop("questions", None)
     for arm in copy["arms"]:
         for metric in arm["metrics"].values():
             metric.pop("per_case", None)
