@@ -19,5 +19,10 @@ lint: $(STAMP)
 test: $(STAMP) lint
 	$(BIN)/python -m pytest
 
+# Offline end to end: starts the SIMULATED demo model in-process, runs the example probe set
+# under both example prompts, prints the report and the comparison, and stops the server.
+demo: $(STAMP)
+	$(BIN)/probe demo
+
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

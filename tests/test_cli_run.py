@@ -123,8 +123,9 @@ def test_failed_samples_exit_1_and_report_says_so(tmp_path, monkeypatch):
         {"case_id": "b", "n": 1, "present": 0, "absent": 0, "misplaced": 0, "errors": 1},
     ]
     md = CliRunner().invoke(main, ["report", str(run_dir), "--format", "md"])
-    assert any(line.startswith("| always-header ") and "| header_present " in line
-               for line in md.stdout.splitlines())
+    lines = md.stdout.splitlines()
+    assert "prompt: always-header" in lines  # one arm: its prompt and model are said above the table
+    assert any(line.startswith("| header_present ") and "| 1/2 " in line for line in lines)
 
 
 def test_report_of_a_non_run_is_exit_2(tmp_path):

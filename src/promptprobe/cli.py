@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from . import __version__
-from .errors import InputError, ProbeError
+from .errors import InputError, ProbeError, StartError
 from .header import HeaderConfig
 from .probeset import load_probeset
 
@@ -175,7 +175,7 @@ def run(
         seed=params.seed,
     )
     runner = Runner(probeset, prompts, _models(model_specs, config), config, options)
-    with click.progressbar(length=runner.counts["planned"], label="samples", file=sys.stderr) as bar:
+    with _progress(runner.counts["planned"]) as bar:
         runner.on_sample = lambda record: bar.update(1)
         outcome = runner.run()
     click.echo(f"run: {outcome.path}")
@@ -282,3 +282,88 @@ def plan(
     else:
         raise InputError("give --p1 and --p2, or --n and --p1, or --gate-any-of K and --p")
     click.echo(json.dumps(result) if as_json else render_plan(result))
+
+
+@main.command("demo-server", epilog="Example: probe demo-server --port 8765")
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", type=click.IntRange(0, 65535), default=8765, show_default=True)
+@click.option(
+    "--behaviour", type=click.Path(path_type=Path), help="A behaviour file (default: the packaged one)."
+)
+@handle_errors
+def demo_server(host: str, port: int, behaviour: Path | None) -> None:
+    """Serve the SIMULATED help-desk model over the OpenAI Chat Completions wire format."""
+    from .demo import DemoServer, load_behaviour
+
+    try:
+        server = DemoServer(host, port, load_behaviour(behaviour))
+    except OSError as exc:
+        raise StartError(f"cannot listen on {host}:{port} ({exc.strerror})") from None
+    click.echo(
+        f"SIMULATED model (not a real LLM) serving Chat Completions at {server.url}; Ctrl-C stops it",
+        err=True,
+    )
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        click.echo("stopped", err=True)
+    finally:
+        server.httpd.server_close()
+
+
+@main.command(epilog="Example: probe demo")
+@click.option("--runs-dir", type=click.Path(path_type=Path), default=Path("runs"), show_default=True)
+@click.option(
+    "--port", type=click.IntRange(0, 65535), default=0, help="Demo server port (default: any free)."
+)
+@click.option("--stream", is_flag=True, help="Use the streaming API.")
+@handle_errors
+def demo(runs_dir: Path, port: int, stream: bool) -> None:
+    """Offline end to end: refusal-header.toml x 3 repeats x 2 prompts on the SIMULATED model."""
+    from .demo import run_demo
+
+    result = run_demo(Path.cwd(), runs_dir, port, stream, progress=_progress)
+    click.echo(result.text)
+    if result.errors:
+        sys.exit(1)
+
+
+def _progress(length: int) -> Any:
+    """click's progress bar on stderr; shows only on a terminal."""
+    return click.progressbar(length=length, label="samples" if sys.stderr.isatty() else "", file=sys.stderr)
+
+
+def _sample_filters(func: Callable[..., Any]) -> Callable[..., Any]:
+    func = click.option(
+        "--header",
+        type=click.Choice(["present", "absent", "misplaced", "error"]),
+        help="Only samples whose header is this (or that failed).",
+    )(func)
+    func = click.option("--case", help="Only this case.")(func)
+    func = click.option("--sample", help="Only this sample id.")(func)
+    return func
+
+
+@main.command(epilog="Example: probe show runs/20261129T120000-refusal-header-1a2b3c --header misplaced")
+@click.argument("run_dir", metavar="RUN", type=click.Path(path_type=Path))
+@_sample_filters
+@handle_errors
+def show(run_dir: Path, sample: str | None, case: str | None, header: str | None) -> None:
+    """Raw outputs with invisible characters made visible (CR, BOM, zero-width, trailing spaces)."""
+    from .export import show as show_samples
+
+    click.echo(show_samples(run_dir, sample, case, header))
+
+
+@main.command(
+    epilog="Example: probe export runs/20261129T120000-refusal-header-1a2b3c --case price-enterprise"
+)
+@click.argument("run_dir", metavar="RUN", type=click.Path(path_type=Path))
+@_sample_filters
+@click.option("--format", "fmt", type=click.Choice(["md", "json"]), default="md", show_default=True)
+@handle_errors
+def export(run_dir: Path, sample: str | None, case: str | None, header: str | None, fmt: str) -> None:
+    """An incident attachment: question, retrieval, classification and the exact raw output."""
+    from .export import export as export_samples
+
+    click.echo(export_samples(run_dir, sample, case, header, fmt), nl=False)

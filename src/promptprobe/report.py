@@ -129,7 +129,8 @@ def build_report(run_dir: str | Path) -> dict[str, Any]:
         "status": manifest["status"],
         "planned": planned,
         "recorded": len(samples),
-        "simulated": bool(manifest.get("simulated")),
+        # Said by the server itself: the demo's model names itself SIMULATED in every reply.
+        "simulated": any("SIMULATED" in ((s.get("response") or {}).get("model") or "") for s in samples),
         "arms": arms,
     }
 
@@ -153,13 +154,20 @@ def render_report(report: dict[str, Any], fmt: str = "table") -> str:
     ]
     if report.get("simulated"):
         out.append("NOTE: the model in this run is SIMULATED (the built-in demo server), not a real model.")
+    # A column that is the same for every arm is said once above the table instead.
+    prompts = {arm["prompt"] for arm in report["arms"]}
+    models = {arm["model"] for arm in report["arms"]}
+    arm_columns = [(key, values) for key, values in (("prompt", prompts), ("model", models))]
+    for key, values in arm_columns:
+        if len(values) == 1:
+            out.append(f"{key}: {next(iter(values))}")
+    varying = [key for key, values in arm_columns if len(values) > 1]
     rows = []
     for arm in report["arms"]:
         for name, m in arm["metrics"].items():
             rows.append(
                 [
-                    arm["prompt"],
-                    arm["model"],
+                    *(arm[key] for key in varying),
                     name,
                     f"{m['k']}/{m['n']}",
                     _pct(m["rate"]),
@@ -175,8 +183,7 @@ def render_report(report: dict[str, Any], fmt: str = "table") -> str:
         tabulate(
             rows,
             headers=[
-                "prompt",
-                "model",
+                *varying,
                 "metric",
                 "k/n",
                 "rate",
@@ -187,11 +194,13 @@ def render_report(report: dict[str, Any], fmt: str = "table") -> str:
                 "errors",
             ],
             tablefmt=tablefmt,
+            disable_numparse=True,
         )
     )
     for arm in report["arms"]:
         out.append("")
-        out.append(f"per case: prompt {arm['prompt']}, model {arm['model']}")
+        label = ", ".join(f"{key} {arm[key]}" for key in varying) or f"prompt {arm['prompt']}"
+        out.append(f"per case ({label}):")
         out.append(
             tabulate(
                 [

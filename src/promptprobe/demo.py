@@ -1,0 +1,355 @@
+"""The demo target: a SIMULATED help-desk model behind the OpenAI Chat Completions wire format.
+
+Provider APIs cannot be reached offline and no small packaged model follows a header
+protocol, so the demo serves a documented, seeded behaviour model (demo_behaviour.toml). The
+real `openai` provider calls it over HTTP, so a demo run takes the same code path as a real one.
+Every reply names itself SIMULATED in its `model` field and an `x-promptprobe-simulated` header.
+"""
+
+import hashlib
+import json
+import random
+import re
+import threading
+import time
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from .errors import InputError
+from .localindex import tokenize
+from .tomlfile import parse_toml
+
+SIMULATED = "SIMULATED by promptprobe demo"
+PASSAGE = re.compile(r"^\[(\d+)\] (.*?)(?=^\[\d+\] |\Z)", re.DOTALL | re.MULTILINE)
+CJK = re.compile(r"[\u4e00-\u9fff]")
+ALWAYS = re.compile(r"first line of every reply", re.IGNORECASE)
+# Words that shape a question without naming what it is about.
+QUESTION_WORDS = frozenset("how much many long often get got work works done tell know need".split())
+
+
+@dataclass(frozen=True)
+class Behaviour:
+    seed: int
+    answer_threshold: float
+    wrong_decision: float
+    always: dict[str, float]
+    exception: dict[str, float]
+
+
+def load_behaviour(path: str | Path | None = None) -> Behaviour:
+    """The behaviour file: the packaged one, or the user's."""
+    if path is None:
+        data = resources.files("promptprobe").joinpath("demo_behaviour.toml").read_bytes()
+        source = Path("demo_behaviour.toml")
+    else:
+        source = Path(path)
+        try:
+            data = source.read_bytes()
+        except OSError as exc:
+            raise InputError(f"{source}: cannot read ({exc.strerror})") from None
+    table = parse_toml(data, source)
+    try:
+        behaviour = Behaviour(
+            seed=int(table["seed"]),
+            answer_threshold=float(table["decide"]["answer_threshold"]),
+            wrong_decision=float(table["decide"]["wrong_decision"]),
+            always={k: float(v) for k, v in table["always_header"].items()},
+            exception={k: float(v) for k, v in table["exception_only"].items()},
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise InputError(f"{source}: missing or bad behaviour setting ({exc})") from None
+    for name, table_ in (("always_header", behaviour.always), ("exception_only", behaviour.exception)):
+        if sum(table_.values()) > 1 + 1e-9:
+            raise InputError(f"{source}: the [{name}] probabilities add up to more than 1")
+    return behaviour
+
+
+def _pick(rng: random.Random, table: dict[str, float], rest: str) -> str:
+    roll = rng.random()
+    for name, probability in table.items():
+        if roll < probability:
+            return name
+        roll -= probability
+    return rest
+
+
+def _best_passage(question: str, system: str) -> tuple[int | None, str, float]:
+    """The numbered passage that covers most of the question's words, and that share."""
+    wanted = set(tokenize(question))
+    best: tuple[int | None, str, float] = (None, "", 0.0)
+    for match in PASSAGE.finditer(system):
+        words = set(tokenize(match.group(2)))
+        share = len(wanted & words) / len(wanted) if wanted else 0.0
+        if share > best[2]:
+            best = (int(match.group(1)), match.group(2).strip(), share)
+    return best
+
+
+def _unknown_terms(question: str, system: str) -> list[str]:
+    """Latin words of the question that no passage contains: the docs do not cover them."""
+    known = set(tokenize(" ".join(m.group(2) for m in PASSAGE.finditer(system))))
+    return [
+        w
+        for w in tokenize(question)
+        if w.isascii() and len(w) >= 3 and w not in QUESTION_WORDS and w not in known
+    ]
+
+
+def _answer_sentence(question: str, passage: str) -> str:
+    body = passage.split("\n", 1)[-1] if passage.startswith("#") else passage
+    sentences = [s.strip() for s in re.split(r'(?<=[.!?。！？])(?![”"’])\s*', body) if s.strip()]
+    wanted = set(tokenize(question))
+    return max(sentences, key=lambda s: len(wanted & set(tokenize(s))), default=body.strip())
+
+
+def generate(messages: list[dict[str, Any]], behaviour: Behaviour, occurrence: int) -> str:
+    """One simulated reply; deterministic given the messages, the seed and the occurrence."""
+    digest = hashlib.sha256(json.dumps(messages, sort_keys=True).encode()).hexdigest()
+    rng = random.Random(f"{behaviour.seed}:{digest}:{occurrence}")
+    system = "\n".join(str(m.get("content", "")) for m in messages if m.get("role") == "system")
+    question = str(next((m["content"] for m in reversed(messages) if m.get("role") == "user"), ""))
+    chinese = bool(CJK.search(question))
+    number, passage, share = _best_passage(question, system)
+    answer = (
+        number is not None and share >= behaviour.answer_threshold and not _unknown_terms(question, system)
+    )
+    if rng.random() < behaviour.wrong_decision:
+        answer = not answer and number is not None
+    if answer:
+        body = f"{_answer_sentence(question, passage)} [{number}]"
+    elif chinese:
+        body = "抱歉，帮助中心没有相关信息。"
+    else:
+        body = "I'm sorry, our help center doesn't cover that."
+    pointer = (
+        "您可以发送邮件至 support@acme.example 联系人工客服。"
+        if chinese
+        else "You can reach a person at support@acme.example."
+    )
+    if ALWAYS.search(system):
+        header = "[[ANSWER]]" if answer else "[[NO_ANSWER]]"
+        text = body if answer else f"{body} {pointer}"
+        style = _pick(rng, behaviour.always, "omitted")
+        return {
+            "present": f"{header}\n{text}",
+            "decorated": f"**{header}**\n{text}",
+            "leading_blank_line": f"\n{header}\n{text}",
+            "omitted": text,
+        }[style]
+    if "[[NO_ANSWER]]" in system and not answer:
+        style = _pick(rng, behaviour.exception, "omitted")
+        return {
+            "first_line": f"[[NO_ANSWER]]\n{body} {pointer}",
+            "after_pointer": f"{body} {pointer}\n[[NO_ANSWER]]\n",
+            "at_end": f"{body} {pointer} [[NO_ANSWER]]",
+            "fenced": f"{body}\n```\n[[NO_ANSWER]]\n```\n{pointer}",
+            "near_miss": f"[[NO ANSWER]]\n{body} {pointer}",
+            "omitted": f"{body} {pointer}",
+        }[style]
+    return body if answer else f"{body} {pointer}"
+
+
+class DemoServer:
+    """Serves `POST /v1/chat/completions` (plain and `stream: true`) and `GET /v1/models`."""
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 8765, behaviour: Behaviour | None = None) -> None:
+        self.behaviour = behaviour or load_behaviour()
+        self.seen: dict[str, int] = {}
+        self.lock = threading.Lock()
+        self.requests = 0
+        demo = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:
+                """Requests are recorded by the client; the console stays readable."""
+
+            def _send(self, status: int, body: bytes, content_type: str = "application/json") -> None:
+                self.send_response(status)
+                self.send_header("content-type", content_type)
+                self.send_header("content-length", str(len(body)))
+                self.send_header("x-promptprobe-simulated", "true")
+                self.send_header("x-request-id", f"req_demo_{demo.requests:06d}")
+                self.end_headers()
+                self.wfile.write(body)
+
+            def _error(self, status: int, message: str) -> None:
+                error = {"error": {"message": message, "type": "invalid_request_error"}}
+                self._send(status, json.dumps(error).encode())
+
+            def do_GET(self) -> None:
+                if self.path.rstrip("/") == "/v1/models":
+                    models = {
+                        "object": "list",
+                        "data": [{"id": "acme-helpdesk", "object": "model", "owned_by": SIMULATED}],
+                    }
+                    self._send(200, json.dumps(models).encode())
+                else:
+                    self._error(404, f"no route {self.path}")
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("content-length") or 0)
+                try:
+                    request = json.loads(self.rfile.read(length))
+                    messages = request["messages"]
+                except (ValueError, KeyError, TypeError):
+                    self._error(400, "body must be JSON with 'messages'")
+                    return
+                if self.path.rstrip("/") != "/v1/chat/completions":
+                    self._error(404, f"no route {self.path}")
+                    return
+                body, content_type = demo.reply(request, messages)
+                self._send(200, body, content_type)
+
+        self.httpd = ThreadingHTTPServer((host, port), Handler)
+        self.httpd.daemon_threads = True
+        self.thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        host, port = self.httpd.server_address[:2]
+        return f"http://{host}:{port}/v1"
+
+    def reply(self, request: dict[str, Any], messages: list[dict[str, Any]]) -> tuple[bytes, str]:
+        key = hashlib.sha256(json.dumps(messages, sort_keys=True).encode()).hexdigest()
+        with self.lock:
+            self.seen[key] = self.seen.get(key, 0) + 1
+            occurrence = self.seen[key]
+            self.requests += 1
+        text = generate(messages, self.behaviour, occurrence)
+        model = f"{request.get('model', 'acme-helpdesk')} ({SIMULATED})"
+        created = int(time.time())
+        ident = f"chatcmpl-demo{self.requests:06d}"
+        words = len(text.split())
+        usage = {
+            "prompt_tokens": sum(len(str(m.get("content", "")).split()) for m in messages),
+            "completion_tokens": words,
+        }
+        usage["total_tokens"] = usage["prompt_tokens"] + words
+        if request.get("stream"):
+            return _stream(ident, created, model, text, usage, request), "text/event-stream"
+        completion = {
+            "id": ident,
+            "object": "chat.completion",
+            "created": created,
+            "model": model,
+            "system_fingerprint": "promptprobe-demo-simulated",
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": text},
+                    "finish_reason": "stop",
+                    "logprobs": None,
+                }
+            ],
+            "usage": usage,
+        }
+        return json.dumps(completion, ensure_ascii=False).encode("utf-8"), "application/json"
+
+    def start(self) -> "DemoServer":
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+        return self
+
+    def serve_forever(self) -> None:
+        self.httpd.serve_forever()
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def _stream(
+    ident: str, created: int, model: str, text: str, usage: dict[str, int], request: dict[str, Any]
+) -> bytes:
+    def event(choices: list[dict[str, Any]], extra: dict[str, Any] | None = None) -> str:
+        chunk = {
+            "id": ident,
+            "object": "chat.completion.chunk",
+            "created": created,
+            "model": model,
+            "system_fingerprint": "promptprobe-demo-simulated",
+            "choices": choices,
+            **(extra or {}),
+        }
+        return f"data: {json.dumps(chunk, ensure_ascii=False)}\n\n"
+
+    parts = [event([{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}])]
+    for start in range(0, len(text), 8):  # several small deltas, as real servers send
+        parts.append(
+            event([{"index": 0, "delta": {"content": text[start : start + 8]}, "finish_reason": None}])
+        )
+    parts.append(event([{"index": 0, "delta": {}, "finish_reason": "stop"}]))
+    if (request.get("stream_options") or {}).get("include_usage"):
+        parts.append(event([], {"usage": usage}))
+    parts.append("data: [DONE]\n\n")
+    return "".join(parts).encode("utf-8")
+
+
+@dataclass
+class DemoResult:
+    run_dir: Path
+    text: str
+    errors: int
+
+
+def run_demo(
+    root: Path, runs_dir: Path, port: int = 0, stream: bool = False, progress: Any = None
+) -> DemoResult:
+    """Start the demo server, probe both example prompts through the local retriever, report
+    and compare them, and stop the server (also on failure or Ctrl-C)."""
+    from .compare import compare_runs, render_comparison
+    from .config import load_config
+    from .models import parse_model_spec
+    from .probeset import load_probeset
+    from .prompts import load_prompt
+    from .providers import GenerationParams
+    from .report import build_report, render_report
+    from .runner import Runner, RunOptions
+
+    config = load_config(root / "examples" / "demo" / "probe.toml")
+    probeset = load_probeset(root / "probes" / "refusal-header.toml")
+    prompts = [load_prompt(root / "prompts" / f"{name}.md") for name in ("exception-only", "always-header")]
+    try:
+        server = DemoServer("127.0.0.1", port).start()
+    except OSError as exc:
+        raise InputError(f"cannot start the demo server on port {port} ({exc.strerror})") from None
+    try:
+        model = parse_model_spec(f"openai:acme-helpdesk@{server.url}")
+        options = RunOptions(
+            repeats=config.run.repeats,
+            concurrency=config.run.concurrency,
+            params=GenerationParams(stream=stream),
+            runs_dir=runs_dir,
+        )
+        runner = Runner(probeset, prompts, [model], config, options)
+        if progress is not None:
+            with progress(runner.counts["planned"]) as bar:
+                runner.on_sample = lambda record: bar.update(1)
+                outcome = runner.run()
+        else:
+            outcome = runner.run()
+    finally:
+        server.stop()
+    report = render_report(build_report(outcome.path))
+    comparison = render_comparison(
+        compare_runs(
+            f"{outcome.path}#prompt=exception-only",
+            f"{outcome.path}#prompt=always-header",
+            ["header_present"],
+        )
+    )
+    text = "\n".join(
+        [
+            f"run: {outcome.path}",
+            report,
+            "",
+            f"$ probe compare '{outcome.path}#prompt=exception-only' '{outcome.path}#prompt=always-header'",
+            comparison,
+        ]
+    )
+    return DemoResult(outcome.path, text, outcome.errors)

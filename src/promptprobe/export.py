@@ -1,0 +1,226 @@
+"""Showing and exporting recorded samples: for reading raw outputs and for incident write-ups."""
+
+import base64
+import json
+import unicodedata
+from pathlib import Path
+from typing import Any
+
+from .errors import InputError
+from .probeset import parse_probeset
+from .store import load_run, read_jsonl
+
+HEADER_CLASSES = ("present", "absent", "misplaced", "error")
+NAMED = {
+    "\ufeff": "BOM",
+    "\u200b": "ZWSP",
+    "\u200c": "ZWNJ",
+    "\u200d": "ZWJ",
+    "\u2060": "WJ",
+    "\u00a0": "NBSP",
+    "\u2028": "LSEP",
+    "\u2029": "PSEP",
+    "\u3000": "IDEOGRAPHIC SPACE",
+}
+
+
+def visible(text: str) -> str:
+    """The text with invisible characters spelled out: ␍ for CR, · for trailing spaces,
+    ⟨U+FEFF BOM⟩ for format characters; ␄ marks an end of text without a final newline."""
+    lines = []
+    for line in text.split("\n"):
+        carriage = line.endswith("\r")
+        core = line[:-1] if carriage else line
+        body = core.rstrip(" ")
+        out = []
+        for char in body:
+            if char == "\r":
+                out.append("␍")
+            elif char == "\t":
+                out.append("→")
+            elif char in NAMED or unicodedata.category(char) in ("Cf", "Cc", "Zl", "Zp", "Co", "Cn"):
+                name = NAMED.get(char) or unicodedata.name(char, "")
+                out.append(f"⟨U+{ord(char):04X}{' ' + name if name else ''}⟩")
+            else:
+                out.append(char)
+        lines.append("".join(out) + "·" * (len(core) - len(body)) + ("␍" if carriage else ""))
+    shown = "\n".join(lines)
+    return shown if text.endswith("\n") else shown + "␄"
+
+
+def select_samples(
+    run_dir: Path, sample: str | None = None, case: str | None = None, header: str | None = None
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    manifest, samples = load_run(run_dir)
+    if header is not None and header not in HEADER_CLASSES:
+        raise InputError(f"--header must be one of {', '.join(HEADER_CLASSES)}, got {header!r}")
+    chosen = []
+    for record in samples:
+        state = "error" if record.get("error") else record["header"]["header"]
+        if sample and record["sample_id"] != sample:
+            continue
+        if case and record["case_id"] != case:
+            continue
+        if header and state != header:
+            continue
+        chosen.append(record)
+    # Plan order (case, repeat, arm), not the order the samples happened to finish in.
+    case_order = {c: i for i, c in enumerate(manifest["probeset"].get("cases", []))}
+    arm_order = {(a["prompt"], a["model"]): a["arm"] for a in manifest.get("arms", [])}
+    chosen.sort(
+        key=lambda r: (
+            case_order.get(r["case_id"], 0),
+            r["repeat"],
+            arm_order.get((r["prompt"], r["model"]), 0),
+        )
+    )
+    if (sample or case) and not chosen and not header:
+        what = f"sample {sample!r}" if sample else f"case {case!r}"
+        raise InputError(f"{run_dir}: no {what} in this run")
+    return manifest, chosen
+
+
+def _raw(run_dir: Path, record: dict[str, Any]) -> bytes | None:
+    return (run_dir / record["raw"]["path"]).read_bytes() if record.get("raw") else None
+
+
+def _title(record: dict[str, Any]) -> str:
+    if record.get("error"):
+        state = f"error ({record['error']['kind']})"
+    else:
+        h = record["header"]
+        state = h["header"] + (f", {h['where']} on line {h['line']}" if h["where"] else "")
+    return (
+        f"{record['sample_id']}  case {record['case_id']}  prompt {record['prompt']}  "
+        f"model {record['model']}  header {state}"
+    )
+
+
+def show(run_dir: Path, sample: str | None = None, case: str | None = None, header: str | None = None) -> str:
+    """Raw outputs with invisible characters made visible, one block per sample."""
+    _, chosen = select_samples(run_dir, sample, case, header)
+    blocks = []
+    for record in chosen:
+        lines = [f"== {_title(record)}"]
+        raw = _raw(run_dir, record)
+        if raw is None:
+            lines.append(
+                f"error: {record['error']['message']} (after {record['error']['attempts']} attempts)"
+            )
+        else:
+            lines.append(visible(raw.decode("utf-8", "surrogateescape")))
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks) if blocks else "no sample matches"
+
+
+def _cell(value: Any) -> str:
+    return str(value).replace("|", "\\|").replace("\n", " ")
+
+
+def _fence(text: str) -> str:
+    longest = run = 0
+    for char in text:
+        run = run + 1 if char == "`" else 0
+        longest = max(longest, run)
+    return "`" * max(3, longest + 1)
+
+
+def export(
+    run_dir: Path,
+    sample: str | None = None,
+    case: str | None = None,
+    header: str | None = None,
+    fmt: str = "md",
+) -> str:
+    """An incident attachment: each sample's question, retrieval, classification and exact output."""
+    manifest, chosen = select_samples(run_dir, sample, case, header)
+    probeset = parse_probeset(
+        manifest["probeset"]["source"].encode("utf-8"), Path(manifest["probeset"]["path"])
+    )
+    questions = {c.id: c.question for c in probeset.cases}
+    retrievals = {(r["case_id"], r["repeat"]): r for r in read_jsonl(run_dir / "retrievals.jsonl")}
+    prompts = {p["name"]: p["sha256"] for p in manifest["prompts"]}
+    items = []
+    for record in chosen:
+        raw = _raw(run_dir, record)
+        items.append(
+            {
+                "sample": record,
+                "question": questions.get(record["case_id"]),
+                "prompt_sha256": prompts.get(record["prompt"]),
+                "retrieval": retrievals.get((record["case_id"], record["repeat"])),
+                "raw_text": raw.decode("utf-8", "surrogateescape") if raw is not None else None,
+                "raw_base64": base64.b64encode(raw).decode("ascii") if raw is not None else None,
+            }
+        )
+    if fmt == "json":
+        return json.dumps(
+            {
+                "run": str(run_dir),
+                "probeset": manifest["probeset"]["name"],
+                "tool_version": manifest.get("tool_version"),
+                "samples": items,
+            },
+            ensure_ascii=False,
+            indent=2,
+        )
+    out = [
+        f"# promptprobe export: {manifest['probeset']['name']}",
+        "",
+        f"Run `{run_dir.name}`, created {manifest['created']}, status {manifest['status']}, "
+        f"promptprobe {manifest.get('tool_version')}. {len(items)} sample(s).",
+    ]
+    for item in items:
+        record = item["sample"]
+        out += ["", f"## {record['sample_id']}", ""]
+        response = record.get("response") or {}
+        rows = [
+            ("case", record["case_id"]),
+            ("question", item["question"]),
+            ("prompt", f"{record['prompt']} (sha256 {item['prompt_sha256']})"),
+            ("model", record["model"]),
+            ("provider-reported model", response.get("model")),
+            ("request id", response.get("request_id")),
+            ("stop reason", response.get("stop_reason")),
+            ("started", record["started_at"]),
+            ("latency", f"{record['latency_ms']} ms"),
+            ("attempts", record["attempts"]),
+        ]
+        if record.get("raw"):
+            rows.append(("raw output", f"{record['raw']['bytes']} bytes, sha256 {record['raw']['sha256']}"))
+        if record.get("error"):
+            rows.append(("error", f"{record['error']['kind']}: {record['error']['message']}"))
+        out += ["| field | value |", "|---|---|"]
+        out += [f"| {k} | {_cell(v)} |" for k, v in rows]
+        if record.get("header"):
+            out += [
+                "",
+                "Header classification:",
+                "",
+                "```json",
+                json.dumps(record["header"], ensure_ascii=False),
+                "```",
+            ]
+        retrieval = item["retrieval"]
+        if retrieval:
+            out += ["", "Retrieved passages:", ""]
+            out += [f"{i}. `{p['id']}` (score {p['score']})" for i, p in enumerate(retrieval["passages"], 1)]
+            if retrieval.get("error"):
+                out.append(f"Retrieval failed: {retrieval['error']}")
+        if item["raw_text"] is not None:
+            fence = _fence(item["raw_text"])
+            out += [
+                "",
+                "Raw output with invisible characters shown:",
+                "",
+                fence + "text",
+                visible(item["raw_text"]),
+                fence,
+                "",
+                f"Exact bytes: `raw/{record['sample_id']}.txt` in the run directory, or base64:",
+                "",
+                "```",
+                item["raw_base64"],
+                "```",
+            ]
+    return "\n".join(out) + "\n"

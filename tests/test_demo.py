@@ -1,0 +1,127 @@
+"""The demo target: local BM25 retriever, the SIMULATED model over the real OpenAI SDK, `probe demo`."""
+
+import json
+import threading
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from conftest import ROOT
+
+from promptprobe.cli import main
+from promptprobe.demo import DemoServer, generate, load_behaviour
+from promptprobe.errors import InputError
+from promptprobe.localindex import LocalRetriever, tokenize
+from promptprobe.models import parse_model_spec
+from promptprobe.providers import GenerationParams, make_provider
+from promptprobe.store import read_jsonl
+
+ACME = ROOT / "examples" / "acme"
+
+
+def test_tokenizer_handles_chinese_and_english():
+    assert tokenize("Reset the PASSWORD, ｐｌｅａｓｅ") == ["reset", "password", "please"]
+    assert tokenize("重置密码") == ["重", "置", "密", "码", "重置", "置密", "密码"]
+
+
+def test_local_retriever_ranks_with_bm25():
+    retriever = LocalRetriever({"path": str(ACME), "k": 3})
+    assert len(retriever.passages) >= 12
+    hits = retriever.retrieve("How long are database backups kept on the Team plan?", [])
+    assert len(hits) == 3 and hits[0].id == "backups"
+    assert hits[0].score > hits[1].score >= hits[2].score > 0
+    chinese = retriever.retrieve("我忘记了密码，怎么重置？", [])
+    assert chinese[0].id == "password-reset-zh"
+    assert retriever.retrieve("zzzz qqqq", []) == []
+
+
+def test_local_retriever_bad_folder(tmp_path):
+    with pytest.raises(InputError, match="no such folder"):
+        LocalRetriever({"path": "missing"}, tmp_path)
+    with pytest.raises(InputError, match="no .md or .txt"):
+        LocalRetriever({"path": str(tmp_path)})
+
+
+def messages(prompt_name: str, question: str, passages: list[str]) -> list[dict]:
+    prompt = (ROOT / "prompts" / f"{prompt_name}.md").read_text()
+    sources = "\n\n".join(f"[{i}] {p}" for i, p in enumerate(passages, 1))
+    return [{"role": "system", "content": prompt.replace("{{sources}}", sources)},
+            {"role": "user", "content": question}]
+
+
+def test_behaviour_is_seeded_and_follows_the_prompt():
+    behaviour = load_behaviour()
+    backups = (ACME / "backups.md").read_text()
+    answerable = messages("always-header", "How long are backups kept?", [backups])
+    unknown = messages("always-header", "Can I pay with Bitcoin?", [backups])
+    replies = [generate(answerable, behaviour, i) for i in range(1, 201)]
+    assert replies == [generate(answerable, behaviour, i) for i in range(1, 201)]  # deterministic
+    present = sum(r.startswith(("[[ANSWER]]\n", "[[NO_ANSWER]]\n")) for r in replies)
+    assert 176 <= present <= 199  # 95% configured; not all: the model is imperfect on purpose
+    assert sum(r.startswith("[[ANSWER]]") for r in replies) > 150  # it mostly answers from the passage
+    assert "Backups are kept for 7 days on Starter" in replies[0]
+    refusals = [generate(unknown, behaviour, i) for i in range(1, 201)]
+    assert sum("[[NO_ANSWER]]" in r for r in refusals) >= 170
+    exception = [generate(messages("exception-only", "Can I pay with Bitcoin?", [backups]), behaviour, i)
+                 for i in range(1, 201)]
+    first_line = sum(r.startswith("[[NO_ANSWER]]") for r in exception)
+    assert 40 <= first_line <= 110  # 35% configured: the exception-only rule is unstable
+    assert any(r.endswith("[[NO_ANSWER]]") for r in exception)
+    assert any("```\n[[NO_ANSWER]]\n```" in r for r in exception)
+
+
+def test_bad_behaviour_file(tmp_path):
+    path = tmp_path / "b.toml"
+    path.write_text("seed = 1\n[decide]\nanswer_threshold = 0.5\nwrong_decision = 0\n"
+                    "[always_header]\npresent = 0.9\ndecorated = 0.2\n[exception_only]\n")
+    with pytest.raises(InputError, match="add up to more than 1"):
+        load_behaviour(path)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+def test_demo_server_speaks_chat_completions_to_the_real_sdk(stream):
+    server = DemoServer("127.0.0.1", 0).start()
+    try:
+        provider = make_provider(parse_model_spec(f"openai:acme-helpdesk@{server.url}"),
+                                 GenerationParams(stream=stream))
+        completion = provider.complete(messages("always-header", "How long are backups kept?",
+                                                [(ACME / "backups.md").read_text()]))
+        provider.close()
+    finally:
+        server.stop()
+    assert "SIMULATED" in completion.model
+    assert "Backups are kept" in completion.text
+    assert completion.stop_reason == "stop" and completion.usage["completion_tokens"] > 0
+    if stream:
+        assert completion.body.startswith(b"data: {") and completion.body.endswith(b"data: [DONE]\n\n")
+    else:
+        assert json.loads(completion.body)["choices"][0]["message"]["content"] == completion.text
+
+
+def test_probe_demo_end_to_end(tmp_path, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    threads_before = threading.active_count()
+    result = CliRunner().invoke(main, ["demo", "--runs-dir", str(tmp_path / "runs")])
+    assert result.exit_code == 0, result.output
+    run_dir = Path(result.stdout.splitlines()[0].removeprefix("run: "))
+    assert "samples 60/60" in result.stdout
+    assert "NOTE: the model in this run is SIMULATED" in result.stdout
+    assert "probe compare" in result.stdout and "header_present" in result.stdout
+    verdict_line = next(line for line in result.stdout.splitlines() if line.startswith(("B>A", "A>B", "indist")))
+    assert verdict_line.startswith("B>A")  # always-header beats exception-only on header_present
+    samples = read_jsonl(run_dir / "samples.jsonl")
+    assert len(samples) == 60 and all(s["error"] is None for s in samples)
+    for sample in samples[:5]:
+        raw = (run_dir / sample["raw"]["path"]).read_bytes()
+        assert sample["raw"]["bytes"] == len(raw)
+        body = json.loads((run_dir / sample["response"]["body"]).read_bytes())
+        assert body["choices"][0]["message"]["content"].encode() == raw
+    retrievals = read_jsonl(run_dir / "retrievals.jsonl")
+    assert len(retrievals) == 30 and retrievals[0]["retriever"].startswith("local bm25")
+    # `probe report` and `probe compare` work on the recorded demo run.
+    report = CliRunner().invoke(main, ["report", str(run_dir), "--format", "json"])
+    assert json.loads(report.stdout)["simulated"] is True
+    compare = CliRunner().invoke(main, ["compare", f"{run_dir}#prompt=exception-only",
+                                        f"{run_dir}#prompt=always-header", "--json"])
+    assert json.loads(compare.stdout)["design"] == "paired"
+    assert threading.active_count() <= threads_before  # the server stopped

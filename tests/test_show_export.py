@@ -1,0 +1,89 @@
+"""`probe show`, `probe export` and `probe classify RUN` on a run recorded through a real socket."""
+
+import base64
+import json
+
+import pytest
+from click.testing import CliRunner
+from conftest import ROOT, write_probeset
+from servers import LocalServer, Reply
+
+from promptprobe.cli import main
+from promptprobe.config import load_config
+from promptprobe.export import visible
+from promptprobe.models import parse_model_spec
+from promptprobe.probeset import load_probeset
+from promptprobe.prompts import load_prompt
+from promptprobe.runner import RunOptions, run_probe
+
+OUTPUTS = {
+    "bom": "\ufeff[[NO_ANSWER]]\r\nNot covered.  \r\n",
+    "fence": "Sorry.\n```\n[[NO_ANSWER]]\n```",
+    "plain": "[[ANSWER]]\nYes — 是的 🎉",
+}
+
+
+@pytest.fixture
+def run_dir(tmp_path):
+    probeset = load_probeset(write_probeset(tmp_path / "p.toml", [(k, f"q {k}", None) for k in OUTPUTS] +
+                                            [("broken", "q broken", None)]))
+
+    def reply(request):
+        key = request.json["messages"][-1]["content"].split()[-1]
+        if key == "broken":
+            return Reply(status=400, body=b'{"error": {"message": "context too long"}}')
+        return Reply(OUTPUTS[key])
+
+    with LocalServer(reply) as server:
+        outcome = run_probe(probeset, [load_prompt(ROOT / "prompts" / "always-header.md")],
+                            [parse_model_spec(f"openai:m@{server.url}/v1")], load_config(None),
+                            RunOptions(runs_dir=tmp_path / "runs"))
+    return outcome.path
+
+
+def test_visible():
+    assert visible("\ufeffa\u200b b \r\n") == "⟨U+FEFF BOM⟩a⟨U+200B ZWSP⟩ b·␍\n"
+    assert visible("x  \ny") == "x··\ny␄"
+    assert visible("tab\there\u2028") == "tab→here⟨U+2028 LSEP⟩␄"
+
+
+def test_show_filters_and_makes_invisible_characters_visible(run_dir):
+    result = CliRunner().invoke(main, ["show", str(run_dir), "--header", "misplaced"])
+    assert result.exit_code == 0, result.output
+    blocks = result.output.strip().split("\n\n== ")
+    assert [b.removeprefix("== ").split()[0] for b in blocks] == ["bom.r1.a1", "fence.r1.a1"]
+    assert "header misplaced, leading_whitespace on line 1" in blocks[0]
+    assert blocks[0].splitlines()[1:] == ["⟨U+FEFF BOM⟩[[NO_ANSWER]]␍", "Not covered.··␍"]  # no ␄: ends with a newline
+    errors = CliRunner().invoke(main, ["show", str(run_dir), "--header", "error"])
+    assert "error: openai:m@" in errors.output and "HTTP 400" in errors.output
+    missing = CliRunner().invoke(main, ["show", str(run_dir), "--case", "nope"])
+    assert missing.exit_code == 2 and "no case 'nope'" in missing.stderr
+
+
+def test_export_md_and_json_keep_exact_bytes(run_dir):
+    md = CliRunner().invoke(main, ["export", str(run_dir), "--case", "fence"])
+    assert md.exit_code == 0, md.output
+    assert "## fence.r1.a1" in md.output and "| question | q fence |" in md.output
+    assert '"where": "fenced"' in md.output
+    assert "````text\nSorry.\n```\n[[NO_ANSWER]]\n```␄\n````" in md.output  # fence longer than the output's
+    data = json.loads(CliRunner().invoke(main, ["export", str(run_dir), "--format", "json"]).output)
+    by_id = {item["sample"]["sample_id"]: item for item in data["samples"]}
+    assert set(by_id) == {"bom.r1.a1", "fence.r1.a1", "plain.r1.a1", "broken.r1.a1"}
+    for key, text in OUTPUTS.items():
+        assert base64.b64decode(by_id[f"{key}.r1.a1"]["raw_base64"]) == text.encode()
+        assert by_id[f"{key}.r1.a1"]["raw_text"] == text
+    assert by_id["broken.r1.a1"]["raw_text"] is None
+    assert by_id["broken.r1.a1"]["sample"]["error"]["kind"] == "http_status"
+    assert by_id["bom.r1.a1"]["retrieval"]["passages"] == []
+
+
+def test_classify_run_offline_with_other_markers(run_dir):
+    result = CliRunner().invoke(main, ["classify", str(run_dir)])
+    assert result.exit_code == 0, result.output
+    lines = {line["sample_id"]: line for line in map(json.loads, result.output.splitlines())}
+    assert lines["plain.r1.a1"]["header"] == "present"
+    assert lines["fence.r1.a1"]["where"] == "fenced"
+    assert lines["broken.r1.a1"]["error"]["kind"] == "http_status"
+    other = CliRunner().invoke(main, ["classify", str(run_dir), "--markers", "Sorry.,Yes", "--no-answer", "Sorry."])
+    lines = {line["sample_id"]: line for line in map(json.loads, other.output.splitlines())}
+    assert lines["fence.r1.a1"]["header"] == "present" and lines["fence.r1.a1"]["declared"] == "Sorry."
