@@ -140,7 +140,8 @@ def test_model_down_from_the_start_is_exit_3_with_samples_kept(tmp_path, monkeyp
     (tmp_path / "probe.toml").write_text("[run]\nmax_attempts = 1\nconcurrency = 1\n")
     result = invoke(tmp_path, monkeypatch, str(probeset), "--prompt", PROMPT, "--model", f"openai:m@{url}")
     assert result.exit_code == 3
-    assert f"error: model openai:m@{url} is unreachable" in result.stderr
+    assert result.stderr.startswith(f"error: openai:m@{url}: cannot connect")
+    assert "the model looks down (its first 3 samples could not connect after retries)" in result.stderr
     (run_dir,) = (tmp_path / "runs").iterdir()
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["status"] == "failed"

@@ -326,3 +326,22 @@ def test_provider_down_mid_run_keeps_recorded_samples(tmp_path):
     assert [s["error"] is None for s in samples] == [True, True, False, False]
     assert all(s["error"]["kind"] == "connection" for s in samples[2:])
     assert (outcome.path / samples[0]["raw"]["path"]).read_bytes() == b"[[ANSWER]]\nok"
+
+
+def test_interrupt_marks_the_run_and_keeps_samples(tmp_path):
+    probeset = load_probeset(write_probeset(tmp_path / "p.toml", [(f"c{i}", f"q{i}", None) for i in range(6)]))
+
+    def interrupt_after_two(record):
+        if record["case_id"] == "c1":
+            raise KeyboardInterrupt
+
+    with LocalServer() as server, pytest.raises(KeyboardInterrupt):
+        run_probe(probeset, [load_prompt(ROOT / "prompts" / "always-header.md")],
+                  [parse_model_spec(f"openai:m@{server.url}/v1")], load_config(None),
+                  options(tmp_path, concurrency=1), on_sample=interrupt_after_two)
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["status"] == "interrupted" and manifest["finished"]
+    samples = read_jsonl(run_dir / "samples.jsonl")
+    assert [s["case_id"] for s in samples[:2]] == ["c0", "c1"]
+    assert all((run_dir / s["raw"]["path"]).read_bytes() == b"[[ANSWER]]\nok" for s in samples)

@@ -7,16 +7,12 @@ from typing import Any
 
 from .errors import InputError
 from .header import HeaderConfig, classify
+from .tomlfile import read_input
 
 
 def classify_file(path: Path, config: HeaderConfig | None = None) -> dict[str, Any]:
     """Classify one file's exact bytes; invalid UTF-8 is an InputError naming the byte."""
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such file") from None
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read ({exc.strerror})") from None
+    data = read_input(path)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -328,9 +328,24 @@ def demo(runs_dir: Path, port: int, stream: bool) -> None:
         sys.exit(1)
 
 
+class _NoProgress:
+    """Stands in for the progress bar when stderr is not a terminal (CI logs, pipes)."""
+
+    def __enter__(self) -> "_NoProgress":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def update(self, steps: int) -> None:
+        return None
+
+
 def _progress(length: int) -> Any:
-    """click's progress bar on stderr; shows only on a terminal."""
-    return click.progressbar(length=length, label="samples" if sys.stderr.isatty() else "", file=sys.stderr)
+    """click's progress bar on stderr, only on a terminal."""
+    if not sys.stderr.isatty():
+        return _NoProgress()
+    return click.progressbar(length=length, label="samples", file=sys.stderr)
 
 
 def _sample_filters(func: Callable[..., Any]) -> Callable[..., Any]:

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from .errors import InputError
-from .report import METRIC_NAMES, build_report
-from .stats import boschloo_p, clustered_rate, n_per_arm, newcombe, newcombe_from_limits, t_interval
+from .report import METRIC_NAMES, build_report, metric_from_cases
+from .stats import boschloo_p, n_per_arm, newcombe, newcombe_from_limits, t_interval
 
 # Whether a higher rate is the better outcome, for `--fail-if-worse`.
 HIGHER_IS_BETTER = {
@@ -38,17 +38,9 @@ class Side:
 
 
 def _metric_summary(side: Side) -> dict[str, Any]:
-    result = clustered_rate([k for k, _ in side.per_case.values()], [n for _, n in side.per_case.values()])
-    return {
-        "label": side.label,
-        "k": result.k,
-        "n": result.n,
-        "rate": result.rate,
-        "wilson": list(result.wilson),
-        "deff": result.deff,
-        "n_eff": result.n_eff,
-        "wilson_eff": list(result.wilson_eff),
-    }
+    summary = metric_from_cases(side.per_case)
+    summary.pop("per_case")
+    return {"label": side.label, **summary}
 
 
 def is_paired(a: Side, b: Side) -> bool:

@@ -110,15 +110,18 @@ def _models(value: Any, where: str) -> tuple[ModelSpec, ...]:
         raise InputError(f"{where}: 'models' must be a list of model specs")
     specs = []
     for item in value:
-        if isinstance(item, str):
-            specs.append(parse_model_spec(item))
-        elif isinstance(item, dict):
-            check_keys(item, MODEL_KEYS, f"{where} model {item.get('spec', '?')!r}")
-            if not isinstance(item.get("spec"), str):
-                raise InputError(f"{where}: a model table needs 'spec'")
-            specs.append(parse_model_spec(item["spec"], _typed(item, "api_key_env", str, where)))
-        else:
-            raise InputError(f"{where}: each model is a spec string or {{ spec, api_key_env }}")
+        try:
+            if isinstance(item, str):
+                specs.append(parse_model_spec(item))
+            elif isinstance(item, dict):
+                check_keys(item, MODEL_KEYS, f"model {item.get('spec', '?')!r}")
+                if not isinstance(item.get("spec"), str):
+                    raise InputError("a model table needs 'spec'")
+                specs.append(parse_model_spec(item["spec"], _typed(item, "api_key_env", str, "model")))
+            else:
+                raise InputError("each model is a spec string or { spec, api_key_env }")
+        except InputError as exc:
+            raise InputError(f"{where}: {exc}") from None
     return tuple(specs)
 
 

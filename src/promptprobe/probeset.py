@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import InputError
-from .tomlfile import check_keys, parse_toml
+from .tomlfile import check_keys, parse_toml, read_input
 
 CASE_ID = re.compile(r"[A-Za-z0-9._-]+")
 EXPECT_VALUES = ("answer", "no_answer")
@@ -149,12 +149,5 @@ def parse_probeset(source: bytes, path: Path) -> ProbeSet:
 def load_probeset(path: str | Path) -> ProbeSet:
     """Load and validate a probe set file; every problem is an InputError naming the file."""
     path = Path(path)
-    try:
-        source = path.read_bytes()
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such probe set file") from None
-    except IsADirectoryError:
-        raise InputError(f"{path}: is a directory, not a probe set file") from None
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read ({exc.strerror})") from None
+    source = read_input(path, "probe set file")
     return parse_probeset(source, path)

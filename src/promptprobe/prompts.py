@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import InputError
+from .tomlfile import read_input
 
 PLACEHOLDER = "{{sources}}"
 
@@ -26,14 +27,7 @@ class PromptVersion:
 def load_prompt(path: str | Path) -> PromptVersion:
     """Read a prompt file as exact bytes; the name is the file stem."""
     path = Path(path)
-    try:
-        source = path.read_bytes()
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such prompt file") from None
-    except IsADirectoryError:
-        raise InputError(f"{path}: is a directory, not a prompt file") from None
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read ({exc.strerror})") from None
+    source = read_input(path, "prompt file")
     try:
         source.decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -74,6 +74,8 @@ def _passages(items: Any, id_field: str, text_field: str, score_field: str, wher
         if not isinstance(text, str):
             raise RetrievalError(f"{where}: passage {number} '{text_field}' is not a string")
         score = item.get(score_field)
+        if score is not None and (isinstance(score, bool) or not isinstance(score, int | float)):
+            raise RetrievalError(f"{where}: passage {number} '{score_field}' is not a number: {score!r}")
         passages.append(Passage(str(item[id_field]), text, float(score) if score is not None else None))
     return passages
 

@@ -285,10 +285,10 @@ class Runner:
         elif error["kind"] == "connection":
             seen["unreachable"] += 1
         if seen["ok"] == 0 and seen["unreachable"] >= UNREACHABLE_LIMIT and self.abort is None:
+            where = self.store.path if self.store else "the run directory"
             self.abort = StartError(
-                f"model {model.spec} is unreachable: {error['message']} "
-                f"(stopped after {seen['unreachable']} samples could not connect; "
-                f"the samples recorded so far are in {self.store.path if self.store else '?'})"
+                f"{error['message']}: the model looks down (its first {seen['unreachable']} samples "
+                f"could not connect after retries); the samples recorded so far are in {where}"
             )
 
     # -- the run ---------------------------------------------------------------------------

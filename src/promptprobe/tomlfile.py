@@ -7,15 +7,21 @@ from typing import Any
 from .errors import InputError
 
 
-def read_toml(path: Path) -> dict[str, Any]:
-    """Parse a TOML file; syntax errors become an InputError naming file and line."""
+def read_input(path: Path, what: str = "file") -> bytes:
+    """The bytes of a file the user named; a missing or unreadable one is an InputError."""
     try:
-        data = path.read_bytes()
+        return path.read_bytes()
     except FileNotFoundError:
-        raise InputError(f"{path}: no such file") from None
+        raise InputError(f"{path}: no such {what}") from None
+    except IsADirectoryError:
+        raise InputError(f"{path}: is a directory, not a {what}") from None
     except OSError as exc:
         raise InputError(f"{path}: cannot read ({exc.strerror})") from None
-    return parse_toml(data, path)
+
+
+def read_toml(path: Path) -> dict[str, Any]:
+    """Parse a TOML file; syntax errors become an InputError naming file and line."""
+    return parse_toml(read_input(path), path)
 
 
 def parse_toml(data: bytes, path: Path) -> dict[str, Any]:

@@ -10,14 +10,9 @@ from .base import (
     Completion,
     GenerationParams,
     Provider,
-    ProviderError,
-    parse_retry_after,
-    status_retryable,
+    sdk_error,
+    usage_dict,
 )
-
-
-def _usage(usage: Any) -> dict[str, Any]:
-    return {k: v for k, v in usage.model_dump().items() if v is not None} if usage else {}
 
 
 class AnthropicProvider(Provider):
@@ -61,26 +56,12 @@ class AnthropicProvider(Provider):
                 text="".join(b.text for b in message.content if b.type == "text"),
                 body=self.recorder.take() or raw.http_response.content,
                 stop_reason=message.stop_reason,
-                usage=_usage(message.usage),
+                usage=usage_dict(message.usage),
                 request_id=raw.headers.get("request-id"),
                 model=message.model,
             )
-        except anthropic.APIStatusError as exc:
-            raise ProviderError(
-                "http_status",
-                f"{self.spec.spec}: HTTP {exc.status_code}: {exc.message}",
-                status=exc.status_code,
-                retryable=status_retryable(exc.status_code),
-                retry_after=parse_retry_after(exc.response.headers),
-            ) from None
-        except anthropic.APITimeoutError:
-            raise ProviderError("timeout", f"{self.spec.spec}: request timed out", retryable=True) from None
-        except anthropic.APIConnectionError as exc:
-            raise ProviderError(
-                "connection", f"{self.spec.spec}: cannot connect ({exc})", retryable=True
-            ) from None
         except anthropic.APIError as exc:
-            raise ProviderError("api", f"{self.spec.spec}: {exc}") from None
+            raise sdk_error(exc, anthropic, self.spec) from None
 
     def _stream(self, request: dict[str, Any]) -> Completion:
         texts: list[str] = []
@@ -91,12 +72,12 @@ class AnthropicProvider(Provider):
         for event in stream:
             if event.type == "message_start":
                 model = event.message.model
-                usage.update(_usage(event.message.usage))
+                usage.update(usage_dict(event.message.usage))
             elif event.type == "content_block_delta" and event.delta.type == "text_delta":
                 texts.append(event.delta.text)
             elif event.type == "message_delta":
                 stop = event.delta.stop_reason
-                usage.update(_usage(event.usage))
+                usage.update(usage_dict(event.usage))
         return Completion("".join(texts), self.recorder.take(), stop, usage, request_id, model)
 
     def close(self) -> None:

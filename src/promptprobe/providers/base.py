@@ -102,6 +102,28 @@ class BodyRecorder:
         response.iter_bytes = iter_bytes
 
 
+def usage_dict(usage: Any) -> dict[str, Any]:
+    """An SDK usage object as a plain dict without the fields the API left out."""
+    return {k: v for k, v in usage.model_dump().items() if v is not None} if usage else {}
+
+
+def sdk_error(exc: Exception, sdk: Any, spec: ModelSpec) -> ProviderError:
+    """Classify an exception of the anthropic or openai SDK (they share one error hierarchy)."""
+    if isinstance(exc, sdk.APIStatusError):
+        return ProviderError(
+            "http_status",
+            f"{spec.spec}: HTTP {exc.status_code}: {exc.message}",
+            status=exc.status_code,
+            retryable=status_retryable(exc.status_code),
+            retry_after=parse_retry_after(exc.response.headers),
+        )
+    if isinstance(exc, sdk.APITimeoutError):
+        return ProviderError("timeout", f"{spec.spec}: request timed out", retryable=True)
+    if isinstance(exc, sdk.APIConnectionError):
+        return ProviderError("connection", f"{spec.spec}: cannot connect ({exc})", retryable=True)
+    return ProviderError("api", f"{spec.spec}: {exc}")
+
+
 def api_key(spec: ModelSpec) -> str | None:
     """The key from the environment; a missing required key is a StartError naming the variable."""
     env = spec.key_env

@@ -11,17 +11,13 @@ from .base import (
     GenerationParams,
     Provider,
     ProviderError,
-    parse_retry_after,
-    status_retryable,
+    sdk_error,
+    usage_dict,
 )
 
 # The SDK refuses an empty key; local servers ignore it. Never the user's OPENAI_API_KEY,
 # which must not be sent to a server it was not meant for.
 NO_KEY = "no-key-needed"
-
-
-def _usage(usage: Any) -> dict[str, Any]:
-    return {k: v for k, v in usage.model_dump().items() if v is not None} if usage else {}
 
 
 class OpenAIProvider(Provider):
@@ -63,26 +59,12 @@ class OpenAIProvider(Provider):
                 text=choice.message.content or "",
                 body=self.recorder.take() or raw.http_response.content,
                 stop_reason=choice.finish_reason,
-                usage=_usage(completion.usage),
+                usage=usage_dict(completion.usage),
                 request_id=raw.headers.get("x-request-id"),
                 model=completion.model,
             )
-        except openai.APIStatusError as exc:
-            raise ProviderError(
-                "http_status",
-                f"{self.spec.spec}: HTTP {exc.status_code}: {exc.message}",
-                status=exc.status_code,
-                retryable=status_retryable(exc.status_code),
-                retry_after=parse_retry_after(exc.response.headers),
-            ) from None
-        except openai.APITimeoutError:
-            raise ProviderError("timeout", f"{self.spec.spec}: request timed out", retryable=True) from None
-        except openai.APIConnectionError as exc:
-            raise ProviderError(
-                "connection", f"{self.spec.spec}: cannot connect ({exc})", retryable=True
-            ) from None
         except openai.APIError as exc:
-            raise ProviderError("api", f"{self.spec.spec}: {exc}") from None
+            raise sdk_error(exc, openai, self.spec) from None
 
     def _stream(self, request: dict[str, Any]) -> Completion:
         texts: list[str] = []
@@ -95,7 +77,7 @@ class OpenAIProvider(Provider):
         for chunk in stream:
             model = chunk.model or model
             if chunk.usage:
-                usage = _usage(chunk.usage)
+                usage = usage_dict(chunk.usage)
             for choice in chunk.choices:
                 if choice.delta.content:
                     texts.append(choice.delta.content)

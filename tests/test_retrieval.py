@@ -1,0 +1,135 @@
+"""The retrieval adapters against a real local HTTP server, and the config that describes them."""
+
+import json
+import socket
+
+import pytest
+from servers import LocalServer, Reply
+
+from promptprobe.config import parse_config
+from promptprobe.errors import InputError
+from promptprobe.retrieval import HttpRetriever, RetrievalError, redact
+
+HITS = b'{"data": {"hits": [{"doc": "a", "body": "Alpha", "rel": 2.5}, {"doc": 7, "body": "Beta"}]}}'
+
+
+def http(url: str, **extra) -> HttpRetriever:
+    return HttpRetriever({"kind": "http", "url": url, "body": {"q": "{question}", "k": 2},
+                          "results": "data.hits", "id": "doc", "text": "body", "score": "rel", **extra})
+
+
+def test_post_reads_the_configured_path_and_fields():
+    with LocalServer(lambda r: Reply(body=HITS)) as server:
+        passages = http(f"{server.url}/search").retrieve("Wie geht's? 你好", [])
+        assert server.requests[0].method == "POST"
+        assert server.requests[0].json == {"q": "Wie geht's? 你好", "k": 2}
+    assert [(p.id, p.text, p.score) for p in passages] == [("a", "Alpha", 2.5), ("7", "Beta", None)]
+
+
+def test_get_sends_query_parameters():
+    with LocalServer(lambda r: Reply(body=HITS)) as server:
+        http(f"{server.url}/search", method="GET").retrieve("a b&c", [])
+        assert server.requests[0].method == "GET"
+        assert server.requests[0].path == "/search?q=a+b%26c&k=2"
+
+
+def test_non_2xx_names_url_and_status():
+    with LocalServer(lambda r: Reply(status=503, body=b"overloaded")) as server:
+        with pytest.raises(RetrievalError) as info:
+            http(f"{server.url}/search").retrieve("q", [])
+    assert str(info.value) == f"retrieval {server.url}/search: HTTP 503 Service Unavailable: 'overloaded'"
+    assert info.value.retryable
+    with LocalServer(lambda r: Reply(status=404, body=b"no")) as server:
+        with pytest.raises(RetrievalError) as info:
+            http(f"{server.url}/search").retrieve("q", [])
+    assert not info.value.retryable
+
+
+def test_timeout_names_url():
+    with LocalServer(lambda r: Reply(body=HITS, delay=1.0)) as server:
+        with pytest.raises(RetrievalError, match=rf"retrieval {server.url}/search: timed out") as info:
+            http(f"{server.url}/search", timeout=0.2).retrieve("q", [])
+    assert info.value.retryable
+
+
+def test_connection_error_is_unreachable():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    with pytest.raises(RetrievalError, match="cannot connect") as info:
+        http(f"http://127.0.0.1:{port}/search").retrieve("q", [])
+    assert info.value.unreachable and info.value.retryable
+
+
+@pytest.mark.parametrize("body,message", [
+    (b'{"results": []}', "reply has no 'data.hits' (it has: results)"),
+    (b'not json', "reply is not JSON"),
+    (b'{"data": {"hits": [{"doc": "a"}]}}', "passage 1 lacks the 'doc' or 'body' field"),
+    (b'{"data": {"hits": {"doc": "a"}}}', "expected a list of passages"),
+])
+def test_malformed_replies(body, message):
+    with LocalServer(lambda r: Reply(body=body)) as server:
+        with pytest.raises(RetrievalError) as info:
+            http(f"{server.url}/search").retrieve("q", [])
+    assert str(info.value).startswith(f"retrieval {server.url}/search") and message in str(info.value)
+
+
+def test_history_is_sent_when_present():
+    with LocalServer(lambda r: Reply(body=HITS)) as server:
+        http(f"{server.url}/s").retrieve("and then?", [{"role": "user", "content": "hi"}])
+        assert server.requests[0].json["history"] == [{"role": "user", "content": "hi"}]
+
+
+def test_redact_removes_secret_looking_keys():
+    config = {"url": "u", "headers": {"Authorization": "Bearer x", "X-Api-Key": "k", "Accept": "json"},
+              "body": {"token": "t", "q": "{question}"}}
+    assert redact(config) == {"url": "u", "headers": {"Authorization": "[removed]", "X-Api-Key": "[removed]",
+                                                      "Accept": "json"},
+                              "body": {"token": "[removed]", "q": "{question}"}}
+
+
+@pytest.mark.parametrize("config,message", [
+    ({"retrieval": {"kind": "elastic"}}, "'kind' must be one of http, python, none, local"),
+    ({"retrieval": {"kind": "http"}}, "'url' must be an http(s) URL"),
+    ({"retrieval": {"kind": "http", "url": "http://x", "method": "PUT"}}, "'method' must be"),
+    ({"retrieval": {"kind": "python", "function": "nocolon"}}, "'function' must be \"module:function\""),
+    ({"retrieval": {"kind": "none", "url": "http://x"}}, "unknown key 'url'"),
+    ({"run": {"concurrency": 0}}, "'concurrency' must be at least 1"),
+    ({"run": {"max_tokens": "many"}}, "'max_tokens' must be int"),
+    ({"run": {"models": ["claude"]}}, "expected PROVIDER:MODEL"),
+    ({"run": {"models": [{"spec": "openai:m", "key": "x"}]}}, "unknown key 'key'"),
+    ({"header": {"markers": ["A"], "no_answer": "B"}}, "not one of the markers"),
+    ({"assemble": {"function": "x:y", "extra": 1}}, "unknown key 'extra'"),
+    ({"retreival": {}}, "unknown key 'retreival'"),
+])
+def test_config_errors(config, message, tmp_path):
+    with pytest.raises(InputError) as info:
+        parse_config(config, tmp_path / "probe.toml")
+    assert str(info.value).startswith(str(tmp_path / "probe.toml")) and message in str(info.value)
+
+
+def test_python_retriever_import_errors(tmp_path, monkeypatch):
+    from promptprobe.retrieval import PythonRetriever
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "prod.py").write_text("def boom(q, h):\n    raise RuntimeError('index offline')\n")
+    with pytest.raises(InputError, match="cannot import 'nosuchmodule'"):
+        PythonRetriever({"function": "nosuchmodule:f"})
+    with pytest.raises(InputError, match="'prod' has no 'missing'"):
+        PythonRetriever({"function": "prod:missing"})
+    with pytest.raises(RetrievalError, match="retrieval prod:boom: RuntimeError: index offline"):
+        PythonRetriever({"function": "prod:boom"}).retrieve("q", [])
+
+
+def test_seed_and_temperature_reach_openai_only_when_set(tmp_path):
+    from promptprobe.models import parse_model_spec
+    from promptprobe.providers import GenerationParams, make_provider
+
+    with LocalServer() as server:
+        spec = parse_model_spec(f"openai:m@{server.url}/v1")
+        make_provider(spec, GenerationParams(seed=42, temperature=0.0)).complete([{"role": "user", "content": "x"}])
+        make_provider(spec, GenerationParams()).complete([{"role": "user", "content": "x"}])
+        first, second = (json.loads(r.body) for r in server.requests)
+    assert first["seed"] == 42 and first["temperature"] == 0.0
+    assert "seed" not in second and "temperature" not in second
+    assert server.requests[1].headers["authorization"] == "Bearer no-key-needed"
