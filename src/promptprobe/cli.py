@@ -175,9 +175,14 @@ def run(
         seed=params.seed,
     )
     runner = Runner(probeset, prompts, _models(model_specs, config), config, options)
-    with _progress(runner.counts["planned"]) as bar:
-        runner.on_sample = lambda record: bar.update(1)
-        outcome = runner.run()
+    try:
+        with _progress(runner.counts["planned"]) as bar:
+            runner.on_sample = lambda record: bar.update(1)
+            outcome = runner.run()
+    except KeyboardInterrupt:
+        where = runner.store.path if runner.store else "nowhere (nothing was recorded)"
+        click.echo(f"interrupted: {runner.counts['recorded']} samples recorded in {where}", err=True)
+        sys.exit(130)
     click.echo(f"run: {outcome.path}")
     click.echo(render_report(build_report(outcome.path), fmt))
     if outcome.errors:
