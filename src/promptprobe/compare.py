@@ -40,7 +40,7 @@ class Side:
 def _metric_summary(side: Side) -> dict[str, Any]:
     summary = metric_from_cases(side.per_case)
     summary.pop("per_case")
-    return {"label": side.label, **summary}
+    return {"label": side.label, **summary, "cases": len(side.per_case)}
 
 
 def is_paired(a: Side, b: Side) -> bool:
@@ -274,7 +274,7 @@ def render_comparison(results: list[dict[str, Any]]) -> str:
         )
     )
     out.append("")
-    cases = len(first["paired"]["cases"]) if first.get("paired") else None
+    cases = first["a"]["cases"]  # "N repeats of this C-case probe set" uses side A's cases
     for r in results:
         prefix = f"{r['metric']}: " if len(results) > 1 else ""
         out.append(prefix + sentence(r, cases))
