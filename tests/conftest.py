@@ -77,3 +77,11 @@ def write_probeset(path: Path, cases: list[tuple[str, str, str | None]], repeats
             lines.append(f'expect = "{expect}"')
     path.write_text("\n".join(lines) + "\n" + extra, encoding="utf-8")
     return path
+
+
+def run_dir_of(result) -> Path:
+    """The run directory `probe run` named on stderr (`run: PATH`) or in its JSON."""
+    for line in result.stderr.splitlines() + result.stdout.splitlines():
+        if line.startswith("run: "):
+            return Path(line.removeprefix("run: "))
+    return Path(json.loads(result.stdout)["run"])

@@ -5,7 +5,7 @@ import socket
 from pathlib import Path
 
 from click.testing import CliRunner
-from conftest import ROOT, write_config, write_probeset
+from conftest import ROOT, run_dir_of, write_config, write_probeset
 from servers import LocalServer, Reply
 
 from promptprobe.cli import main
@@ -113,14 +113,14 @@ def test_failed_samples_exit_1_and_report_says_so(tmp_path, monkeypatch):
     assert result.exit_code == 1
     assert "1 of 2 samples failed after retries (1 http_status); they stay in every denominator" in result.stdout
     assert "error: 1 of 2 samples failed after retries" in result.stderr
-    run_dir = Path(result.stdout.splitlines()[0].removeprefix("run: "))
+    run_dir = run_dir_of(result)
     report = CliRunner().invoke(main, ["report", str(run_dir), "--format", "json"])
     assert report.exit_code == 0
     (arm,) = json.loads(report.stdout)["arms"]
     assert arm["errors"] == 1 and arm["metrics"]["header_present"]["n"] == 2
     assert arm["cases"] == [
-        {"case_id": "a", "n": 1, "present": 1, "absent": 0, "misplaced": 0, "errors": 0},
-        {"case_id": "b", "n": 1, "present": 0, "absent": 0, "misplaced": 0, "errors": 1},
+        {"case_id": "a", "n": 1, "present": 1, "absent": 0, "misplaced": 0, "empty": 0, "errors": 0},
+        {"case_id": "b", "n": 1, "present": 0, "absent": 0, "misplaced": 0, "empty": 0, "errors": 1},
     ]
     md = CliRunner().invoke(main, ["report", str(run_dir), "--format", "md"])
     lines = md.stdout.splitlines()

@@ -1,4 +1,5 @@
-"""`probe compare` and `probe plan` against published values, on real recorded runs."""
+"""`probe compare` and `probe plan` on real recorded runs: B - A, the designs, errors that
+never flatter an arm, the CI gate, and every flag validated."""
 
 import json
 from pathlib import Path
@@ -9,14 +10,13 @@ from conftest import write_probeset
 from servers import LocalServer, Reply
 
 from promptprobe.cli import main
-from promptprobe.compare import Side, compare_sides, parse_selector
 from promptprobe.config import load_config
+from promptprobe.engine.run import RunOptions, run_probe
 from promptprobe.models import parse_model_spec
 from promptprobe.probeset import load_probeset
 from promptprobe.prompts import load_prompt
-from promptprobe.runner import RunOptions, run_probe
-from promptprobe.simulation import simulate
-from promptprobe.stats import boschloo_p, newcombe
+from promptprobe.stats.intervals import newcombe
+from promptprobe.views.compare import Side, compare_sides, parse_selector
 
 # Newcombe (1998) Table II, method 10.
 NEWCOMBE_TABLE_II = [
@@ -27,14 +27,14 @@ NEWCOMBE_TABLE_II = [
     ((0, 10), (0, 20), (-0.1611, 0.2775)),
     ((10, 10), (0, 20), (0.6791, 1.0000)),
 ]
-# statsmodels / scipy reference values (../shared/reference/statistics.md).
+# statsmodels reference intervals for p1 - p2 (../shared/reference/statistics.md).
 REFERENCE = [
-    ((13, 15), (11, 15), (-0.158438, 0.403773), 0.421339, "indistinguishable"),
-    ((17, 18), (9, 18), (0.153273, 0.659052), 0.003987, "A>B"),
-    ((30, 30), (26, 30), (-0.005675, 0.296813), 0.069791, "indistinguishable"),
-    ((60, 60), (45, 60), (0.139873, 0.372321), 1.39228e-05, "A>B"),
-    ((5, 5), (4, 5), (-0.264325, 0.624465), 0.753906, "indistinguishable"),
-    ((28, 30), (20, 30), (0.063268, 0.451911), 0.013502, "A>B"),
+    ((13, 15), (11, 15), (-0.158438, 0.403773)),
+    ((17, 18), (9, 18), (0.153273, 0.659052)),
+    ((30, 30), (26, 30), (-0.005675, 0.296813)),
+    ((60, 60), (45, 60), (0.139873, 0.372321)),
+    ((5, 5), (4, 5), (-0.264325, 0.624465)),
+    ((28, 30), (20, 30), (0.063268, 0.451911)),
 ]
 
 
@@ -43,125 +43,54 @@ def test_newcombe_table_ii(a, b, expected):
     assert newcombe(*a, *b) == pytest.approx(expected, abs=1e-4)
 
 
-@pytest.mark.parametrize("a,b,interval,p,verdict", REFERENCE)
-def test_reference_intervals_p_values_and_verdicts(a, b, interval, p, verdict):
-    assert newcombe(*a, *b) == pytest.approx(interval, abs=1e-4)
-    assert boschloo_p(*a, *b) == pytest.approx(p, rel=1e-3, abs=1e-6)
-
-    def side(label, k, n, prefix):  # one repeat per case: no clustering
-        return Side(label, {f"{prefix}{i}": (int(i < k), 1) for i in range(n)})
-
-    for prefix_b, design in (("q", "paired"), ("other", "unpaired")):
-        if design == "paired" and a[1] != b[1]:
-            continue
-        result = compare_sides(side("A", *a, "q"), side("B", *b, prefix_b))
-        assert result["design"] == design
-        assert result["verdict"] == verdict
-        assert result["newcombe"] == pytest.approx(interval, abs=1e-4)
-        assert result["p_boschloo"] == pytest.approx(p, rel=1e-3, abs=1e-6)
-        assert result["diff"] == pytest.approx(a[0] / a[1] - b[0] / b[1])
-
-
-def test_sentence_matches_the_issue_example():
-    from promptprobe.compare import sentence
-
-    a = Side("A", {f"q{i}": (int(i < 13), 1) for i in range(15)})
-    b = Side("B", {f"q{i}": (int(i < 11), 1) for i in range(15)})
+@pytest.mark.parametrize("p1,p2,interval", REFERENCE)
+def test_compare_reports_b_minus_a(p1, p2, interval):
+    # A is p2 and B is p1, so B - A is p1 - p2 and its interval is the reference one.
+    a = Side("A", {f"q{i}": [int(i < p2[0]), 1, 0] for i in range(p2[1])})
+    b = Side("B", {f"q{i}": [int(i < p1[0]), 1, 0] for i in range(p1[1])})
     result = compare_sides(a, b)
-    assert result["n_needed_per_arm"] == 141  # exact rates 13/15 vs 11/15, classic pooled formula
-    assert sentence(result, cases=10) == (
-        "indistinguishable: 13/15 vs 11/15 (difference +13 points, 95% CI -16 to +40); to detect a "
-        "13-point difference you need about 141 samples per arm (15 repeats of this 10-case probe "
-        "set, more if its cases are clustered)")
+    assert result["diff"] == pytest.approx(p1[0] / p1[1] - p2[0] / p2[1])
+    assert result["newcombe"] == pytest.approx(interval, abs=1e-4)
+    if result["verdict"] != "indistinguishable":
+        assert result["verdict"] == "B>A" and result["diff"] > 0  # B>A sits beside a positive difference
 
 
-def test_unpaired_clustered_uses_adjusted_interval():
-    # 24/30 clustered as in the reference example vs 15/30 from other questions.
-    a = Side("A", {f"a{i}": (k, 3) for i, k in enumerate([3, 3, 3, 3, 3, 3, 0, 3, 2, 1])})
-    b = Side("B", {f"b{i}": (k, 3) for i, k in enumerate([2, 1, 2, 1, 2, 1, 2, 1, 2, 1])})
+def test_pairing_ignores_order_and_repeats():
+    a = Side("A", {"x": [3, 3, 0], "y": [0, 3, 0], "z": [2, 3, 0]}, {"x": "X?", "y": "Y?", "z": "Z?"})
+    reversed_b = Side("B", {"z": [5, 5, 0], "y": [1, 5, 0], "x": [4, 5, 0]}, {"x": "X?", "y": "Y?", "z": "Z?"})
+    result = compare_sides(a, reversed_b)
+    assert result["design"] == "paired" and result["test"].startswith("stratified exact")
+    assert [c["case_id"] for c in result["paired"]["cases"]] == ["x", "y", "z"]
+    assert result["paired"]["cases"][1] == {"case_id": "y", "a": [0, 3], "b": [1, 5], "diff": pytest.approx(0.2)}
+    other_question = Side("B", {"z": [5, 5, 0], "y": [1, 5, 0], "x": [4, 5, 0]}, {"x": "X?", "y": "Y!", "z": "Z?"})
+    assert compare_sides(a, other_question)["design"] == "unpaired"
+
+
+def test_indistinguishable_comes_with_the_repeats_the_paired_test_needs():
+    a = Side("A", {f"q{i}": [3, 3, 0] if i < 8 else [2, 3, 0] for i in range(10)})
+    b = Side("B", {f"q{i}": [3, 3, 0] if i < 6 else [2, 3, 0] for i in range(10)})
     result = compare_sides(a, b)
-    assert result["design"] == "unpaired" and result["paired"] is None
-    assert result["a"]["wilson_eff"] == pytest.approx((0.491762, 0.942975), abs=1e-6)
-    assert result["newcombe"][0] > 0  # the naive interval would call it
-    lo, hi = result["newcombe_eff"]
-    assert lo < 0 < hi and result["verdict"] == "indistinguishable"
-
-
-def test_paired_view_and_generalisation():
-    a = Side("A", {f"q{i}": (3, 3) for i in range(10)})
-    b = Side("B", {f"q{i}": (1, 3) for i in range(10)})
-    result = compare_sides(a, b)
-    assert result["design"] == "paired" and result["verdict"] == "A>B"
-    assert result["paired"]["mean_diff"] == pytest.approx(2 / 3)
-    assert result["paired"]["t_interval"] == pytest.approx((2 / 3, 2 / 3))  # zero spread
-    assert [c["diff"] for c in result["paired"]["cases"]] == pytest.approx([2 / 3] * 10)
-
-
-@pytest.mark.parametrize("paired", [True, False], ids=["paired", "unpaired"])
-@pytest.mark.parametrize("rate", [0.8, 0.6])
-def test_simulated_false_claims_stay_near_alpha(paired, rate):
-    result = simulate(rate, rate, paired=paired, trials=400)
-    assert result.rate <= 0.075
-    if not paired:
-        assert result.naive_rate > result.rate  # what the cluster adjustment is for
-
-
-@pytest.mark.parametrize("paired", [True, False], ids=["paired", "unpaired"])
-def test_simulated_clear_differences_are_found(paired):
-    assert simulate(0.95, 0.5, paired=paired, trials=200).rate >= 0.75
-
-
-# -- plan --------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("p1,p2,n", [(0.85, 1.0, 48), (0.87, 0.73, 127), (0.9, 0.7, 62), (0.95, 0.8, 76), (0.5, 0.6, 388)])
-def test_plan_sample_size(p1, p2, n):
-    result = CliRunner().invoke(main, ["plan", "--p1", str(p1), "--p2", str(p2), "--json"])
-    assert result.exit_code == 0, result.output
-    assert json.loads(result.output) == {"p1": p1, "p2": p2, "n_per_arm": n, "alpha": 0.05, "power": 0.8}
-
-
-def test_plan_gate():
-    result = CliRunner().invoke(main, ["plan", "--gate-any-of", "5", "--p", "0.87", "--json"])
-    values = json.loads(result.output)
-    assert values["p"] == 0.87
-    assert values["block_probability"] == pytest.approx(
-        {"1": 0.13, "2": 0.2431, "3": 0.341497, "4": 0.427102, "5": 0.501579}, abs=1e-6)
-    text = CliRunner().invoke(main, ["plan", "--gate-any-of", "3", "--p", "0.87"]).output
-    assert "k=3: 34.1%" in text and "redder" in text and "rate with an interval" in text
-
-
-def test_plan_repeats_with_clustering():
-    result = CliRunner().invoke(main, ["plan", "--p1", "0.85", "--p2", "1.0", "--cases", "30", "--icc", "0.2", "--json"])
-    values = json.loads(result.output)
-    # n_eff(m) = 30 m / (1 + 0.2 (m - 1)) >= 48  ->  m >= 48 * 0.8 / (30 - 9.6) = 1.88  ->  2 repeats
-    assert values["repeats"] == 2
-    impossible = CliRunner().invoke(main, ["plan", "--p1", "0.85", "--p2", "1.0", "--cases", "10", "--icc", "0.5"])
-    assert "cannot get there at any number of repeats" in impossible.output
-
-
-def test_plan_detectable_difference():
-    result = CliRunner().invoke(main, ["plan", "--n", "48", "--p1", "0.85", "--json"])
-    values = json.loads(result.output)
-    # 48 per arm is exactly what 0.85 vs 1.0 needs, so the detectable rise is about 15 points.
-    assert values["detectable_difference"]["up"] == pytest.approx(0.15, abs=0.005)
-
-
-def test_plan_bad_flags_are_exit_2():
-    result = CliRunner().invoke(main, ["plan", "--p1", "0.5"])
-    assert result.exit_code == 2 and "give --p1 and --p2" in result.stderr
-    assert CliRunner().invoke(main, ["plan", "--p1", "1.5", "--p2", "0.5"]).exit_code == 2
+    assert result["verdict"] == "indistinguishable"
+    hint = result["repeats_needed"]
+    assert hint["cases"] == 10 and hint["paired"] is not None and hint["paired"] > 3
+    assert hint["paired_power"] >= 0.8
+    assert "unpaired" in hint
 
 
 # -- on recorded runs --------------------------------------------------------------------
 
 
-def record_run(tmp_path: Path, present: dict[str, list[int]], cases: int = 5, repeats: int = 3,
-               probeset_name: str = "p.toml") -> Path:
-    """A real run through a scripted server: per prompt name, present headers per case."""
+def record_run(tmp_path: Path, present: dict[str, list[int | None]], cases: int = 5, repeats: int = 3,
+               probeset_name: str = "p.toml", order: list[int] | None = None, expects: bool = False) -> Path:
+    """A real run through a scripted server. Per prompt name, per case: how many replies have the
+    header (the rest put it last); None: every call for that prompt fails with HTTP 500."""
     tmp_path.mkdir(parents=True, exist_ok=True)
-    probeset = write_probeset(tmp_path / probeset_name, [(f"c{i}", f"question {i}", None) for i in range(cases)],
-                              repeats=repeats)
+    order = order or list(range(cases))
+    probeset = write_probeset(
+        tmp_path / probeset_name,
+        [(f"c{i}", f"question {i}", ("no_answer" if i % 2 else "answer") if expects else None) for i in order],
+        repeats=repeats,
+    )
     prompts = []
     for name in present:
         path = tmp_path / f"{name}.md"
@@ -172,13 +101,18 @@ def record_run(tmp_path: Path, present: dict[str, list[int]], cases: int = 5, re
     def reply(request):
         system = request.json["messages"][0]["content"]
         name = system.split("=")[1].strip()
+        if present[name] is None:
+            return Reply(status=500, body=b'{"error": {"message": "upstream down"}}')
         case = int(request.json["messages"][-1]["content"].split()[-1])
         seen[(name, case)] = seen.get((name, case), 0) + 1
-        return Reply("[[ANSWER]]\nok" if seen[(name, case)] <= present[name][case] else "ok\n[[ANSWER]]")
+        marker = "[[NO_ANSWER]]" if case % 2 else "[[ANSWER]]"
+        ok = seen[(name, case)] <= present[name][case]
+        return Reply(f"{marker}\nok" if ok else f"ok\n{marker}")
 
     with LocalServer(reply) as server:
         outcome = run_probe(load_probeset(probeset), prompts, [parse_model_spec(f"openai:m@{server.url}/v1")],
-                            load_config(None), RunOptions(runs_dir=tmp_path / "runs", concurrency=1))
+                            load_config(None), RunOptions(runs_dir=tmp_path / "runs", concurrency=2,
+                                                          max_attempts=1, seed=5))
     return outcome.path
 
 
@@ -190,43 +124,70 @@ def compare_cli(*args):
 
 def test_compare_inside_one_run(tmp_path):
     run = record_run(tmp_path, {"old": [3, 3, 3, 3, 3], "new": [0, 1, 0, 0, 1]})
-    result = compare_cli(f"{run}#prompt=old", f"{run}#prompt=new", "--json")
+    result = compare_cli(f"{run}#prompt=old", f"{run}#prompt=new", "--format", "json")
     assert result.exit_code == 0, result.output
-    data = json.loads(result.output)
+    data = json.loads(result.stdout)
     assert (data["a"]["k"], data["a"]["n"], data["b"]["k"], data["b"]["n"]) == (15, 15, 2, 15)
-    assert data["design"] == "paired" and data["verdict"] == "A>B"
+    assert data["diff"] == pytest.approx(2 / 15 - 1)
+    assert data["design"] == "paired" and data["verdict"] == "A>B" and data["worse"] is True
+    assert data["higher_is_better"] is True and data["test"].startswith("stratified exact")
+    assert data["p_value"] < 0.001
     assert [c["case_id"] for c in data["paired"]["cases"]] == ["c0", "c1", "c2", "c3", "c4"]
-    assert set(data) >= {"metric", "design", "a", "b", "diff", "newcombe", "newcombe_eff", "p_boschloo",
-                         "paired", "verdict", "n_needed_per_arm"}
-    assert compare_cli(f"{run}#prompt=old", f"{run}#prompt=new", "--fail-if-worse").exit_code == 4
+    assert set(data) >= {"metric", "design", "a", "b", "diff", "newcombe", "p_boschloo", "test", "p_value",
+                         "paired", "verdict", "worse", "higher_is_better", "n_needed_per_arm", "repeats_needed",
+                         "notes"}
+    gate = compare_cli(f"{run}#prompt=old", f"{run}#prompt=new", "--fail-if-worse")
+    assert gate.exit_code == 4
+    assert gate.stderr.startswith("FAIL: header_present got worse: A 100.0% -> B 13.3% (-87 points")
     assert compare_cli(f"{run}#prompt=new", f"{run}#prompt=old", "--fail-if-worse").exit_code == 0
-    table = compare_cli(f"{run}#prompt=old", f"{run}#prompt=new").output
-    assert "A>B: 15/15 vs 2/15" in table and "cases that moved (5 of 5)" in table
-    assert "would it generalise" in table
+    table = compare_cli(f"{run}#prompt=old", f"{run}#prompt=new").stdout
+    assert "A>B: A 15/15 vs B 2/15 (B - A = -87 points" in table and "cases that moved (5 of 5)" in table
+    assert "would it generalise: not shown; 5 of 5 cases moved" in table  # sign test: 5 is not enough
 
 
-def test_compare_across_runs_and_all_metrics(tmp_path):
+def test_a_failed_arm_is_worse_on_every_metric(tmp_path):
+    run = record_run(tmp_path, {"good": [2, 3, 1, 3, 2, 3], "broken": None}, cases=6, repeats=5, expects=True)
+    result = compare_cli(f"{run}#prompt=good", f"{run}#prompt=broken", "--all", "--format", "json")
+    data = json.loads(result.stdout)
+    by_metric = {r["metric"]: r for r in data["results"]}
+    assert {"header_present", "header_absent", "header_misplaced", "false_refusal", "refusal_recall",
+            "declared_correct"} <= set(by_metric)
+    for name, r in by_metric.items():
+        assert r["b"]["errors"] == r["b"]["n"], name  # every sample of B failed and stays in n
+        assert r["b"]["rate"] == (0.0 if r["higher_is_better"] else 1.0), name
+        assert r["worse"] is True and r["verdict"] == ("A>B" if r["higher_is_better"] else "B>A"), name
+    assert by_metric["false_refusal"]["b"]["k"] == 15  # 15 of 15 answerable samples: all unfavourable
+    assert by_metric["header_absent"]["b"]["k"] == 30
+    gate = compare_cli(f"{run}#prompt=good", f"{run}#prompt=broken", "--metric", "false_refusal", "--fail-if-worse")
+    assert gate.exit_code == 4 and "FAIL: false_refusal got worse" in gate.stderr
+    assert "lower is better" in gate.stderr
+    assert "failed samples count against their arm (A 0, B 15)" in gate.stderr  # the warning line
+    report = json.loads(CliRunner().invoke(main, ["report", str(run), "--json"]).stdout)
+    broken = next(a for a in report["arms"] if a["prompt"] == "broken")
+    assert broken["metrics"]["header_misplaced"]["k"] == 30 and broken["metrics"]["header_misplaced"]["errors"] == 30
+
+
+def test_reversed_case_order_across_runs_is_paired(tmp_path):
     first = record_run(tmp_path / "one", {"v1": [3, 3, 2, 3, 3]})
-    second = record_run(tmp_path / "two", {"v2": [3, 2, 3, 3, 2]})
-    result = compare_cli(str(first), str(second), "--json")
-    data = json.loads(result.output)
+    second = record_run(tmp_path / "two", {"v2": [5, 4, 5, 5, 5]}, order=[4, 3, 2, 1, 0], repeats=5)
+    data = json.loads(compare_cli(str(first), str(second), "--json").stdout)
     assert data["design"] == "paired" and data["verdict"] == "indistinguishable"
-    assert data["n_needed_per_arm"] is not None
-    everything = compare_cli(str(first), str(second), "--all", "--json")
-    metrics = [r["metric"] for r in json.loads(everything.output)]
-    assert metrics[:3] == ["header_present", "header_absent", "header_misplaced"]
-    text = compare_cli(str(first), str(second), "--all").output
-    assert "header_misplaced" in text and "indistinguishable" in text
+    assert data["b"]["n"] == 25 and data["a"]["n"] == 15
+    assert data["n_needed_per_arm"] == 1114 and set(data["repeats_needed"]) >= {"paired", "unpaired"}
+    everything = json.loads(compare_cli(str(first), str(second), "--all", "--format", "json").stdout)
+    assert list(everything) == ["results", "retrieval_drift", "warnings"]
+    assert [r["metric"] for r in everything["results"]][:3] == ["header_present", "header_absent", "header_misplaced"]
+    assert all(set(r) >= {"metric", "verdict", "worse", "higher_is_better"} for r in everything["results"])
 
 
-def test_compare_mismatched_probe_sets_is_said(tmp_path):
+def test_compare_mismatched_probe_sets_is_unpaired_and_said(tmp_path):
     first = record_run(tmp_path / "one", {"v1": [3, 3, 3, 3, 3]}, cases=5)
     second = record_run(tmp_path / "two", {"v1": [3, 3, 3, 3, 3, 3]}, cases=6)
     result = compare_cli(str(first), str(second))
     assert result.exit_code == 0
-    assert "note: the two sides ran different probe sets: no paired view" in result.output
-    data = json.loads(compare_cli(str(first), str(second), "--json").output)
-    assert data["design"] == "unpaired" and data["paired"] is None
+    assert "note: the two sides ran different probe sets: no paired view" in result.stdout
+    data = json.loads(compare_cli(str(first), str(second), "--json").stdout)
+    assert data["design"] == "unpaired" and data["paired"] is None and data["test"] == "permutation over cases"
 
 
 def test_ambiguous_and_unknown_selectors_are_exit_2(tmp_path):
@@ -236,10 +197,88 @@ def test_ambiguous_and_unknown_selectors_are_exit_2(tmp_path):
     assert "matches 2 arms; the run has: prompt=old,model=openai:m@" in result.stderr
     result = compare_cli(f"{run}#prompt=nope", f"{run}#prompt=new")
     assert result.exit_code == 2 and "matches no arm" in result.stderr
-    assert compare_cli(f"{run}#prompt=old", f"{run}#prompt=new", "--metric", "vibes").exit_code == 2
+    vibes = compare_cli(f"{run}#prompt=old", f"{run}#prompt=new", "--metric", "vibes")
+    assert vibes.exit_code == 2 and "header_present" in vibes.stderr  # the choices are listed
     assert compare_cli(f"{run}#colour=old", f"{run}#prompt=new").exit_code == 2
+
+
+def test_metric_choices_are_listed_in_help():
+    text = CliRunner().invoke(main, ["compare", "--help"]).output
+    for name in ("header_present", "false_refusal", "status_correct", "citation_invalid", "assertions_pass"):
+        assert name in text
 
 
 def test_selector_parsing_keeps_urls():
     path, filters = parse_selector("runs/x#prompt=a,model=openai:m@http://h:1/v1")
     assert path == Path("runs/x") and filters == {"prompt": "a", "model": "openai:m@http://h:1/v1"}
+
+
+# -- plan --------------------------------------------------------------------------------
+
+
+def plan(*args):
+    result = CliRunner().invoke(main, ["plan", *args])
+    assert "Traceback" not in result.output
+    return result
+
+
+@pytest.mark.parametrize("p1,p2,n", [(0.85, 1.0, 48), (0.87, 0.73, 127), (0.9, 0.7, 62), (0.95, 0.8, 76),
+                                     (0.5, 0.6, 388)])
+def test_plan_sample_size(p1, p2, n):
+    result = plan("--p1", str(p1), "--p2", str(p2), "--format", "json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout) == {"p1": p1, "p2": p2, "n_per_arm": n, "alpha": 0.05, "power": 0.8}
+
+
+def test_plan_gate():
+    values = json.loads(plan("--gate-any-of", "5", "--p", "0.87", "--json").stdout)
+    assert values["p"] == 0.87
+    assert values["block_probability"] == pytest.approx(
+        {"1": 0.13, "2": 0.2431, "3": 0.341497, "4": 0.427102, "5": 0.501579}, abs=1e-6)
+    text = plan("--gate-any-of", "3", "--p", "0.87").output
+    assert "k=3: 34.1%" in text and "redder" in text and "rate with an interval" in text
+
+
+def test_plan_repeats_for_the_paired_design():
+    values = json.loads(plan("--p1", "0.85", "--p2", "1.0", "--cases", "10", "--icc", "0.5", "--json").stdout)
+    # The unpaired rule says no number of repeats reaches 80% with 10 cases at ICC 0.5; paired does.
+    assert values["repeats"] is not None and 4 <= values["repeats"] <= 10
+    assert values["paired_power"] >= 0.8
+    assert values["repeats_unpaired"] is None and values["unpaired_cases_needed"] > 10
+    text = plan("--p1", "0.85", "--p2", "1.0", "--cases", "10", "--icc", "0.5").output
+    assert f"{values['repeats']} repeats per case" in text and "needs at least" in text
+
+
+def test_plan_detectable_difference():
+    values = json.loads(plan("--n", "48", "--p1", "0.85", "--json").stdout)
+    # 48 per arm is exactly what 0.85 vs 1.0 needs, so the detectable rise is about 15 points.
+    assert values["detectable_difference"]["up"] == pytest.approx(0.15, abs=0.005)
+
+
+@pytest.mark.parametrize("args,word", [
+    (["--p1", "nan", "--p2", "0.5"], "--p1"),
+    (["--p1", "0.5", "--p2", "nan"], "--p2"),
+    (["--p1", "0.5", "--p2", "0.7", "--alpha", "nan"], "--alpha"),
+    (["--p1", "0.5", "--p2", "0.7", "--power", "nan"], "--power"),
+    (["--p1", "0.5", "--p2", "0.7", "--cases", "5", "--icc", "nan"], "--icc"),
+    (["--gate-any-of", "3", "--p", "nan"], "--p"),
+    (["--p1", "inf", "--p2", "0.5"], "--p1"),
+    (["--p1", "1.5", "--p2", "0.5"], "--p1"),
+    (["--p1", "0.5", "--p2", "0.7", "--alpha", "0.6"], "--alpha"),
+    (["--p1", "0.5", "--p2", "0.7", "--alpha", "0"], "--alpha"),
+    (["--p1", "0.5", "--p2", "0.7", "--power", "0.3"], "--power"),
+    (["--p1", "0.5", "--p2", "0.7", "--power", "1"], "--power"),
+    (["--p1", "0.5", "--p2", "0.7", "--cases", "5", "--icc", "1.2"], "--icc"),
+    (["--p1", "0.5"], "give --p1 and --p2"),
+])
+def test_plan_bad_flags_are_exit_2_with_a_sentence(args, word):
+    result = plan(*args)
+    assert result.exit_code == 2
+    assert word in result.stderr
+    assert "NaN" not in result.stdout
+
+
+def test_plan_tiny_alpha_does_not_overflow():
+    result = plan("--p1", "0.5", "--p2", "0.7", "--alpha", "1e-300", "--format", "json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["n_per_arm"] > 1000

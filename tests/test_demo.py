@@ -6,15 +6,16 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from conftest import ROOT
+from conftest import ROOT, run_dir_of
 
 from promptprobe.cli import main
 from promptprobe.demo import DemoServer, generate, load_behaviour
 from promptprobe.errors import InputError
-from promptprobe.localindex import LocalRetriever, tokenize
+from promptprobe.retrievers.local import LocalRetriever
+from promptprobe.tokens import tokenize
 from promptprobe.models import parse_model_spec
 from promptprobe.providers import GenerationParams, make_provider
-from promptprobe.store import read_jsonl
+from promptprobe.jsonio import read_jsonl
 
 ACME = ROOT / "examples" / "acme"
 
@@ -73,7 +74,8 @@ def test_behaviour_is_seeded_and_follows_the_prompt():
 def test_bad_behaviour_file(tmp_path):
     path = tmp_path / "b.toml"
     path.write_text("seed = 1\n[decide]\nanswer_threshold = 0.5\nwrong_decision = 0\n"
-                    "[always_header]\npresent = 0.9\ndecorated = 0.2\n[exception_only]\n")
+                    "[always_header]\npresent = 0.9\ndecorated = 0.2\n[exception_only]\n"
+                    "[pointer]\nmarker_first = 0.1\notherwise = 0.9\n")
     with pytest.raises(InputError, match="add up to more than 1"):
         load_behaviour(path)
 
@@ -98,29 +100,36 @@ def test_demo_server_speaks_chat_completions_to_the_real_sdk(stream):
         assert json.loads(completion.body)["choices"][0]["message"]["content"] == completion.text
 
 
-def test_probe_demo_end_to_end(tmp_path, monkeypatch):
-    monkeypatch.chdir(ROOT)
+def test_probe_demo_end_to_end_from_any_directory(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the demo's data ships in the package
     threads_before = threading.active_count()
     result = CliRunner().invoke(main, ["demo", "--runs-dir", str(tmp_path / "runs")])
     assert result.exit_code == 0, result.output
-    run_dir = Path(result.stdout.splitlines()[0].removeprefix("run: "))
-    assert "samples 60/60" in result.stdout
+    run_dir = run_dir_of(result)
+    assert "samples 72/72" in result.stdout
     assert "NOTE: the model in this run is SIMULATED" in result.stdout
     assert "probe compare" in result.stdout and "header_present" in result.stdout
     verdict_line = next(line for line in result.stdout.splitlines() if line.startswith(("B>A", "A>B", "indist")))
     assert verdict_line.startswith("B>A")  # always-header beats exception-only on header_present
+    sequential = next(line for line in result.stdout.splitlines() if line.startswith("sequential: B>A after"))
+    taken = int(sequential.split(" after ")[1].split()[0])
+    assert taken < 72 and "against 72 for the fixed plan" in sequential
     samples = read_jsonl(run_dir / "samples.jsonl")
-    assert len(samples) == 60 and all(s["error"] is None for s in samples)
+    assert len(samples) == 72 and all(s["error"] is None for s in samples)
     for sample in samples[:5]:
         raw = (run_dir / sample["raw"]["path"]).read_bytes()
         assert sample["raw"]["bytes"] == len(raw)
         body = json.loads((run_dir / sample["response"]["body"]).read_bytes())
         assert body["choices"][0]["message"]["content"].encode() == raw
+        assert sample["checks"]["filter"]["status"] in ("answered", "no_answer")  # production's filter ran
     retrievals = read_jsonl(run_dir / "retrievals.jsonl")
-    assert len(retrievals) == 30 and retrievals[0]["retriever"].startswith("local bm25")
-    # `probe report` and `probe compare` work on the recorded demo run.
-    report = CliRunner().invoke(main, ["report", str(run_dir), "--format", "json"])
-    assert json.loads(report.stdout)["simulated"] is True
+    assert len(retrievals) == 36 and retrievals[0]["retriever"].startswith("local bm25")
+    # `probe report` and `probe compare` work on the recorded demo run, with every check's metrics.
+    report = json.loads(CliRunner().invoke(main, ["report", str(run_dir), "--format", "json"]).stdout)
+    assert report["simulated"] is True
+    metrics = report["arms"][0]["metrics"]
+    for name in ("status_correct", "marker_leaked", "citation_valid_only", "retrieval_hit", "assertions_pass"):
+        assert metrics[name]["n"] > 0, name
     compare = CliRunner().invoke(main, ["compare", f"{run_dir}#prompt=exception-only",
                                         f"{run_dir}#prompt=always-header", "--json"])
     assert json.loads(compare.stdout)["design"] == "paired"

@@ -7,7 +7,8 @@ from click.testing import CliRunner
 
 from promptprobe.cli import main
 from promptprobe.errors import InputError
-from promptprobe.header import HeaderConfig, classify
+from promptprobe.checks.header import classify
+from promptprobe.checks.settings import HeaderConfig
 
 NA = "[[NO_ANSWER]]"
 ANS = "[[ANSWER]]"
@@ -28,14 +29,14 @@ def expect(header, where=None, line=None, declared="answer", marker=None, extra=
 CASES = [
     # present
     ("plain no-answer", "[[NO_ANSWER]]\nSorry, the docs do not say.",
-     expect("present", line=1, declared=NA, marker=NA)),
-    ("plain answer", "[[ANSWER]]\nThe Team plan is $20.", expect("present", line=1, declared=ANS, marker=ANS)),
-    ("crlf present", "[[ANSWER]]\r\nYes.\r\n", expect("present", line=1, declared=ANS, marker=ANS)),
-    ("marker only", "[[NO_ANSWER]]", expect("present", line=1, declared=NA, marker=NA)),
+     expect("present", line=1, declared="no_answer", marker=NA)),
+    ("plain answer", "[[ANSWER]]\nThe Team plan is $20.", expect("present", line=1, declared="answer", marker=ANS)),
+    ("crlf present", "[[ANSWER]]\r\nYes.\r\n", expect("present", line=1, declared="answer", marker=ANS)),
+    ("marker only", "[[NO_ANSWER]]", expect("present", line=1, declared="no_answer", marker=NA)),
     ("first marker wins, extras counted", "[[ANSWER]]\nSee [[NO_ANSWER]] and [[ANSWER]].",
-     expect("present", line=1, declared=ANS, marker=ANS, extra=2)),
+     expect("present", line=1, declared="answer", marker=ANS, extra=2)),
     ("chinese after header", "[[NO_ANSWER]]\n抱歉，文档中没有提到企业版价格。",
-     expect("present", line=1, declared=NA, marker=NA)),
+     expect("present", line=1, declared="no_answer", marker=NA)),
     # misplaced: fenced
     ("backtick fence", "```\n[[NO_ANSWER]]\n```\nNo info.",
      expect("misplaced", "fenced", 2, marker=NA)),
@@ -77,7 +78,8 @@ CASES = [
     ("decorated only counts on first line", "Intro\n**[[NO_ANSWER]]** x",
      expect("misplaced", "inline", 2, marker=NA)),
     # absent with near misses
-    ("empty", "", expect("absent")),
+    # no text at all is its own state, not absent
+    ("empty", "", expect("empty")),
     ("no header at all", "The Team plan costs $20 per user.", expect("absent")),
     ("space instead of underscore", "[[NO ANSWER]]\nSorry.", expect("absent", near="[[NO ANSWER]]")),
     ("single brackets", "[NO_ANSWER] Sorry.", expect("absent", near="[NO_ANSWER]")),
@@ -97,16 +99,18 @@ def test_classification(text, expected):
 
 def test_allow_leading_whitespace_makes_leading_spaces_present():
     config = HeaderConfig(allow_leading_whitespace=True)
-    assert classify("\n  [[NO_ANSWER]]\nNo.", config) == expect("present", line=2, declared=NA, marker=NA)
+    assert classify("\n  [[NO_ANSWER]]\nNo.", config) == expect("present", line=2, declared="no_answer", marker=NA)
     # A BOM is not whitespace: still misplaced even when whitespace is allowed.
     assert classify("\ufeff[[NO_ANSWER]]", config)["where"] == "leading_whitespace"
 
 
 def test_custom_markers():
     config = HeaderConfig(markers=("<ok>", "<refuse>", "<escalate>"), no_answer="<refuse>")
+    # `declared` is what production would log: only the no_answer marker means "no_answer".
     assert classify("<escalate>\nhuman please", config) == expect(
-        "present", line=1, declared="<escalate>", marker="<escalate>"
+        "present", line=1, declared="answer", marker="<escalate>"
     )
+    assert classify("<refuse>\nsorry", config) == expect("present", line=1, declared="no_answer", marker="<refuse>")
     assert classify("fine\n<refuse>", config) == expect("misplaced", "trailing", 2, marker="<refuse>")
     # The default markers mean nothing under a custom config.
     assert classify("[[NO_ANSWER]]", config) == expect("absent")
@@ -121,6 +125,12 @@ def test_megabyte_output():
     text = "x" * 1_000_000 + "\n[[NO_ANSWER]]"
     result = classify(text)
     assert result == expect("misplaced", "trailing", 2, marker=NA)
+
+
+def test_no_text_is_empty_not_absent():
+    assert classify(None)["header"] == "empty"
+    assert classify("")["header"] == "empty"
+    assert classify(" ")["header"] == "absent"  # whitespace is text: the marker is missing
 
 
 def test_no_answer_must_be_a_marker():
@@ -162,7 +172,7 @@ def test_classify_cli_marker_override(tmp_path):
     )
     assert result.exit_code == 0, result.output
     assert json.loads(result.output) == {
-        "path": str(path), **expect("present", line=1, declared="OK:", marker="OK:")
+        "path": str(path), **expect("present", line=1, declared="answer", marker="OK:")
     }
 
 

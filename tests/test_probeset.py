@@ -30,10 +30,11 @@ def refuse(tmp_path, text):
 def test_example_probe_set_loads():
     probeset = load_probeset(ROOT / "probes" / "refusal-header.toml")
     assert probeset.name == "refusal-header"
-    assert len(probeset.cases) == 10
+    assert len(probeset.cases) == 12
     assert probeset.repeats == 3
     expects = [c.expect for c in probeset.cases]
-    assert expects.count("no_answer") == 6 and expects.count("answer") == 4
+    assert expects.count("no_answer") == 6 and expects.count("answer") == 6
+    assert any(c.contains or c.regex for c in probeset.cases)  # the demo pins answers with assertions
     assert all(c.tags for c in probeset.cases)
     followup = next(c for c in probeset.cases if c.history)
     assert [t["role"] for t in followup.history] == ["user", "assistant"]
@@ -146,4 +147,4 @@ def test_check_cli_reports_each_file(tmp_path):
 def test_check_cli_ok():
     result = CliRunner().invoke(main, ["check", str(ROOT / "probes" / "refusal-header.toml")])
     assert result.exit_code == 0
-    assert result.output == "ok: refusal-header (10 cases, 3 repeats)\n"
+    assert result.output == "ok: refusal-header (12 cases, 3 repeats)\n"

@@ -8,7 +8,8 @@ from servers import LocalServer, Reply
 
 from promptprobe.config import parse_config
 from promptprobe.errors import InputError
-from promptprobe.retrieval import HttpRetriever, RetrievalError, redact
+from promptprobe.retrievers import RetrievalError, redact
+from promptprobe.retrievers.http import HttpRetriever
 
 HITS = b'{"data": {"hits": [{"doc": "a", "body": "Alpha", "rel": 2.5}, {"doc": 7, "body": "Beta"}]}}'
 
@@ -109,7 +110,7 @@ def test_config_errors(config, message, tmp_path):
 
 
 def test_python_retriever_import_errors(tmp_path, monkeypatch):
-    from promptprobe.retrieval import PythonRetriever
+    from promptprobe.retrievers.python import PythonRetriever
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "prod.py").write_text("def boom(q, h):\n    raise RuntimeError('index offline')\n")

@@ -1,11 +1,13 @@
 """`probe run` end to end: real SDKs over real sockets to local servers speaking the wire formats."""
 
+import _thread
 import json
+import threading
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from conftest import ROOT, write_config, write_probeset
+from conftest import ROOT, run_dir_of, write_config, write_probeset
 from servers import LocalServer, Reply
 
 from promptprobe.cli import main
@@ -13,10 +15,10 @@ from promptprobe.config import load_config
 from promptprobe.models import parse_model_spec
 from promptprobe.probeset import load_probeset
 from promptprobe.prompts import load_prompt
-from promptprobe.providers import GenerationParams
-from promptprobe.report import build_report
-from promptprobe.runner import RunOptions, run_probe
-from promptprobe.store import read_jsonl
+from promptprobe.providers import GenerationParams, make_provider
+from promptprobe.views.report import build_report
+from promptprobe.engine.run import ProbeRun, RunOptions, run_probe
+from promptprobe.jsonio import read_jsonl
 
 TRICKY = {
     "crlf": "[[ANSWER]]\r\nLine one.\r\nLine two.\r\n",
@@ -40,7 +42,7 @@ def tricky_reply(request) -> Reply:
 
 def options(tmp_path, waits=None, **kwargs) -> RunOptions:
     waits = [] if waits is None else waits
-    return RunOptions(runs_dir=tmp_path / "runs", backoff_initial=0.5, backoff_max=30,
+    return RunOptions(runs_dir=tmp_path / "runs", backoff_initial=0.5, max_retry_wait=30,
                       sleep=waits.append, **kwargs)
 
 
@@ -136,10 +138,12 @@ def test_retrieval_failure_is_an_error_and_never_answers_without_context(tmp_pat
     assert len(bad) == 2
     for sample in bad:
         assert sample["error"]["kind"] == "retrieval"
-        assert sample["error"]["attempts"] == 4  # 5xx is retried, then recorded
+        assert sample["error"]["attempts"] == 6  # 5xx is retried (6 attempts by default), then recorded
+        assert sample["attempts"] == 6 and len(sample["attempts_log"]) == 6
+        assert all(a["status"] == 500 and "index shard down" in a["body"] for a in sample["attempts_log"])
         assert f"{retrieval.url}/s" in sample["error"]["message"] and "HTTP 500" in sample["error"]["message"]
         assert sample["raw"] is None and sample["header"] is None
-    assert len(waits) == 6  # three waits per failed retrieval
+    assert len(waits) == 10  # five waits per failed retrieval
     retrievals = read_jsonl(outcome.path / "retrievals.jsonl")
     assert sorted((r["case_id"], r["repeat"]) for r in retrievals) == [("bad", 1), ("bad", 2), ("ok", 1), ("ok", 2)]
     report = build_report(outcome.path)
@@ -178,7 +182,7 @@ def test_retries_honour_retry_after_and_do_not_retry_400(tmp_path, monkeypatch):
     assert "HTTP 429" in samples["r"]["error"]["message"]
     assert samples["b"]["error"]["attempts"] == 1 and "HTTP 400" in samples["b"]["error"]["message"]
     assert calls == {"overloaded": 2, "rate": 3, "bad": 1}
-    assert 7.0 in waits  # retry-after was honoured
+    assert any(7.0 <= w <= 7.7 for w in waits)  # retry-after was honoured (plus up to 10% jitter)
     assert len(waits) == 3
 
 
@@ -221,8 +225,10 @@ concurrency = 4
             "--prompt", str(ROOT / "prompts" / "exception-only.md"), "--config", str(config),
             "--format", "json"])
     assert result.exit_code == 0, result.output
-    run_dir = Path(result.stdout.splitlines()[0].removeprefix("run: "))
-    report = json.loads(result.stdout.split("\n", 1)[1])
+    output = json.loads(result.stdout)  # --format json: JSON only on stdout
+    run_dir = Path(output["run"])
+    assert output["status"] == "complete" and output["counts"] == {"planned": 120, "recorded": 120, "errors": 0}
+    report = output["report"]
     samples = read_jsonl(run_dir / "samples.jsonl")
     assert len(samples) == 120 and len({s["sample_id"] for s in samples}) == 120
     assert len(read_jsonl(run_dir / "retrievals.jsonl")) == 30  # once per (case, repeat)
@@ -248,7 +254,8 @@ concurrency = 4
     metric = clustered["metrics"]["header_present"]
     assert metric["deff"] == pytest.approx(2.228571, abs=1e-6)
     assert metric["n_eff"] == pytest.approx(13.461538, abs=1e-6)
-    assert metric["wilson_eff"] == pytest.approx((0.491762, 0.942975), abs=1e-6)
+    # Wilson at n / DEFF_U (the ICC's 99% upper limit) with t(9), computed with scipy's F and t.
+    assert metric["wilson_eff"] == pytest.approx((0.455888, 0.950240), abs=1e-6)
     assert [c["present"] for c in clustered["cases"]] == plan[("exception-only", "anthropic")]
     assert [c["misplaced"] for c in clustered["cases"]] == [3 - k for k in plan[("exception-only", "anthropic")]]
 
@@ -315,33 +322,62 @@ def test_provider_down_mid_run_keeps_recorded_samples(tmp_path):
     server = LocalServer(lambda r: Reply("[[ANSWER]]\nok"))
     server.__enter__()
 
+    recorded = []
+
     def stop_after_two(record):
-        if record["case_id"] == "c1":
+        recorded.append(record)
+        if len(recorded) == 2:
             server.__exit__()
 
     outcome = run_probe(probeset, [load_prompt(ROOT / "prompts" / "always-header.md")],
                         [parse_model_spec(f"openai:m@{server.url}/v1")], load_config(None),
-                        options(tmp_path, concurrency=1), on_sample=stop_after_two)
+                        options(tmp_path, concurrency=1), on_record=stop_after_two)
     samples = read_jsonl(outcome.path / "samples.jsonl")
     assert [s["error"] is None for s in samples] == [True, True, False, False]
     assert all(s["error"]["kind"] == "connection" for s in samples[2:])
     assert (outcome.path / samples[0]["raw"]["path"]).read_bytes() == b"[[ANSWER]]\nok"
 
 
-def test_interrupt_marks_the_run_and_keeps_samples(tmp_path):
+def test_cancel_marks_the_run_interrupted_and_keeps_samples(tmp_path):
     probeset = load_probeset(write_probeset(tmp_path / "p.toml", [(f"c{i}", f"q{i}", None) for i in range(6)]))
+    runner = ProbeRun(probeset, [load_prompt(ROOT / "prompts" / "always-header.md")],
+                      [parse_model_spec("openai:m@http://127.0.0.1:9/v1")], load_config(None),
+                      options(tmp_path, concurrency=1))
 
-    def interrupt_after_two(record):
-        if record["case_id"] == "c1":
-            raise KeyboardInterrupt
+    def cancel_after_two(record):
+        if runner.tally.recorded == 2:
+            runner.cancel()
 
-    with LocalServer() as server, pytest.raises(KeyboardInterrupt):
-        run_probe(probeset, [load_prompt(ROOT / "prompts" / "always-header.md")],
-                  [parse_model_spec(f"openai:m@{server.url}/v1")], load_config(None),
-                  options(tmp_path, concurrency=1), on_sample=interrupt_after_two)
+    runner.on_record = cancel_after_two
+    with LocalServer() as server:
+        runner.providers = {"openai:m@http://127.0.0.1:9/v1": make_provider(
+            parse_model_spec(f"openai:m@{server.url}/v1"), GenerationParams())}
+        outcome = runner.execute()
+    assert outcome.status == "interrupted"
+    manifest = json.loads((outcome.path / "manifest.json").read_text())
+    assert manifest["status"] == "interrupted" and manifest["finished"]
+    assert manifest["counts"]["recorded"] == 2
+    samples = read_jsonl(outcome.path / "samples.jsonl")
+    assert len(samples) == 2
+    assert all((outcome.path / s["raw"]["path"]).read_bytes() == b"[[ANSWER]]\nok" for s in samples)
+
+
+def test_keyboard_interrupt_in_the_main_thread_finishes_the_manifest(tmp_path):
+    probeset = load_probeset(write_probeset(tmp_path / "p.toml", [(f"c{i}", f"q{i}", None) for i in range(20)]))
+
+    def slow(request):
+        return Reply("[[ANSWER]]\nok", delay=0.3)
+
+    with LocalServer(slow) as server:
+        timer = threading.Timer(0.8, _thread.interrupt_main)
+        timer.start()
+        with pytest.raises(KeyboardInterrupt):
+            run_probe(probeset, [load_prompt(ROOT / "prompts" / "always-header.md")],
+                      [parse_model_spec(f"openai:m@{server.url}/v1")], load_config(None),
+                      options(tmp_path, concurrency=2))
     (run_dir,) = (tmp_path / "runs").iterdir()
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["status"] == "interrupted" and manifest["finished"]
     samples = read_jsonl(run_dir / "samples.jsonl")
-    assert [s["case_id"] for s in samples[:2]] == ["c0", "c1"]
-    assert all((run_dir / s["raw"]["path"]).read_bytes() == b"[[ANSWER]]\nok" for s in samples)
+    assert 0 < len(samples) < 20
+    assert manifest["counts"]["recorded"] == len(samples)

@@ -9,12 +9,13 @@ from conftest import ROOT, write_probeset
 from servers import LocalServer, Reply
 
 from promptprobe.cli import main
+from promptprobe.jsonio import read_jsonl
 from promptprobe.config import load_config
-from promptprobe.export import visible
+from promptprobe.views.show import visible
 from promptprobe.models import parse_model_spec
 from promptprobe.probeset import load_probeset
 from promptprobe.prompts import load_prompt
-from promptprobe.runner import RunOptions, run_probe
+from promptprobe.engine.run import RunOptions, run_probe
 
 OUTPUTS = {
     "bom": "\ufeff[[NO_ANSWER]]\r\nNot covered.  \r\n",
@@ -80,10 +81,15 @@ def test_export_md_and_json_keep_exact_bytes(run_dir):
 def test_classify_run_offline_with_other_markers(run_dir):
     result = CliRunner().invoke(main, ["classify", str(run_dir)])
     assert result.exit_code == 0, result.output
-    lines = {line["sample_id"]: line for line in map(json.loads, result.output.splitlines())}
-    assert lines["plain.r1.a1"]["header"] == "present"
-    assert lines["fence.r1.a1"]["where"] == "fenced"
-    assert lines["broken.r1.a1"]["error"]["kind"] == "http_status"
+    summary = json.loads(result.stdout)
+    assert summary["classification"] == 1 and summary["moved"] == []  # same settings: nothing moves
+    lines = {line["sample_id"]: line for line in read_jsonl(run_dir / "classifications" / "1.jsonl")[1:]}
+    assert lines["plain.r1.a1"]["header"]["header"] == "present"
+    assert lines["fence.r1.a1"]["header"]["where"] == "fenced"
+    assert "broken.r1.a1" not in lines  # a failed sample has no output to classify
     other = CliRunner().invoke(main, ["classify", str(run_dir), "--markers", "Sorry.,Yes", "--no-answer", "Sorry."])
-    lines = {line["sample_id"]: line for line in map(json.loads, other.output.splitlines())}
-    assert lines["fence.r1.a1"]["header"] == "present" and lines["fence.r1.a1"]["declared"] == "Sorry."
+    summary = json.loads(other.stdout)
+    assert summary["classification"] == 2 and summary["based_on"] == 1
+    lines = {line["sample_id"]: line for line in read_jsonl(run_dir / "classifications" / "2.jsonl")[1:]}
+    assert lines["fence.r1.a1"]["header"]["header"] == "present"
+    assert lines["fence.r1.a1"]["header"]["declared"] == "no_answer"

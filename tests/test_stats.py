@@ -1,10 +1,16 @@
-"""Statistics against published values (../shared/reference/statistics.md), never self-computed."""
+"""Intervals and distributions against published values (Wilson 1927, the clustering example)
+and against scipy, never against values computed by the code under test."""
+
+import math
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from scipy import special
+from scipy import stats as sp
 
-from promptprobe import stats
+from promptprobe.stats import distributions, intervals
+from promptprobe.stats.planning import repeats_needed
 
 TOL = 1e-6
 
@@ -21,72 +27,100 @@ WILSON_95 = [
 
 @pytest.mark.parametrize("k,n,lo,hi", WILSON_95)
 def test_wilson_95(k, n, lo, hi):
-    got = stats.wilson(k, n)
+    got = intervals.wilson(k, n)
     assert got[0] == pytest.approx(lo, abs=TOL) and got[1] == pytest.approx(hi, abs=TOL)
 
 
 @pytest.mark.parametrize("confidence,lo,hi", [(0.90, 0.666425, 0.954849), (0.99, 0.534942, 0.973496)])
 def test_wilson_other_levels(confidence, lo, hi):
-    assert stats.wilson(13, 15, confidence) == pytest.approx((lo, hi), abs=TOL)
+    assert intervals.wilson(13, 15, confidence) == pytest.approx((lo, hi), abs=TOL)
+
+
+def scipy_wilson(x: float, n: float, crit: float) -> tuple[float, float]:
+    centre = (x + crit**2 / 2) / (n + crit**2)
+    half = crit * math.sqrt(x * (n - x) / n + crit**2 / 4) / (n + crit**2)
+    return centre - half, centre + half
 
 
 def test_clustering_reference_example():
-    result = stats.clustered_rate([3, 3, 3, 3, 3, 3, 0, 3, 2, 1], [3] * 10)
+    result = intervals.clustered_rate([3, 3, 3, 3, 3, 3, 0, 3, 2, 1], [3] * 10)
     assert (result.k, result.n) == (24, 30)
     assert result.icc == pytest.approx(0.614286, abs=TOL)
     assert result.deff == pytest.approx(2.228571, abs=TOL)
     assert result.n_eff == pytest.approx(13.461538, abs=TOL)
     assert result.wilson == pytest.approx((0.626943, 0.904949), abs=TOL)
-    assert result.wilson_eff == pytest.approx((0.491762, 0.942975), abs=TOL)
-    assert stats.t_critical(9) == pytest.approx(2.262157, abs=TOL)
-    # With z instead of t at the same effective n (the reference's intermediate value).
-    assert stats.wilson_crit(0.8 * result.n_eff, result.n_eff, stats.z_critical()) == pytest.approx(
-        (0.533502, 0.933291), abs=TOL
+    assert intervals.t_critical(9) == pytest.approx(2.262157, abs=TOL)
+    # The reference's rule (Wilson at n_eff with t): the rule wilson_eff replaced.
+    assert intervals.wilson_crit(0.8 * result.n_eff, result.n_eff, intervals.t_critical(9)) == pytest.approx(
+        (0.491762, 0.942975), abs=TOL
     )
+    # wilson_eff: Wilson at n / DEFF_U, DEFF_U from the ICC's 99% upper limit (Searle), t(9).
+    msb, msw = 0.385185185185, 0.066666666667
+    f_upper = (msb / msw) / sp.f.ppf(0.01, 9, 20)
+    icc_upper = (f_upper - 1) / (f_upper + 3 - 1)
+    n_cover = 30 / (1 + 2 * icc_upper)
+    expected = scipy_wilson(0.8 * n_cover, n_cover, sp.t.ppf(0.975, 9))
+    assert result.wilson_eff == pytest.approx(expected, abs=1e-6)
 
 
-def test_no_clustering_with_one_case_or_one_repeat():
-    one_case = stats.clustered_rate([13], [15])
-    assert one_case.deff == 1 and one_case.wilson_eff == one_case.wilson
-    one_repeat = stats.clustered_rate([1] * 13 + [0] * 2, [1] * 15)
-    assert one_repeat.deff == 1
-    assert one_repeat.wilson_eff == pytest.approx((0.621180, 0.962639), abs=TOL)
+def test_all_equal_outcomes_count_cases_not_samples():
+    # 10 cases all 3/3: nothing bounds the ICC, so the interval is as wide as 10 independent cases.
+    result = intervals.clustered_rate([3] * 10, [3] * 10)
+    assert result.deff == 1 and result.n_eff == 30  # the point estimate sees no clustering
+    lo, hi = result.wilson_eff
+    assert hi == 1.0 and lo == pytest.approx(10 / (10 + sp.t.ppf(0.975, 9) ** 2), abs=1e-9)
 
 
-def test_icc_zero_when_all_equal_and_floored():
-    assert stats.icc_anova([3] * 10, [3] * 10) == 0
-    assert stats.icc_anova([0] * 10, [3] * 10) == 0
-    # Every case exactly 2 of 4: less between-case variation than chance gives, so floored.
-    assert stats.icc_anova([2] * 5, [4] * 5) == 0
+def test_one_repeat_per_case_uses_t_on_cases():
+    result = intervals.clustered_rate([1] * 13 + [0] * 2, [1] * 15)
+    assert result.deff == 1 and result.n_eff == 15
+    assert result.wilson_eff == pytest.approx(scipy_wilson(13, 15, sp.t.ppf(0.975, 14)), abs=1e-9)
+    one_case = intervals.clustered_rate([13], [15])
+    assert one_case.wilson_eff == one_case.wilson
 
 
-@given(n=st.integers(1, 500), data=st.data(), confidence=st.sampled_from([0.8, 0.9, 0.95, 0.99]))
-def test_wilson_properties(n, data, confidence):
-    k = data.draw(st.integers(0, n))
-    lo, hi = stats.wilson(k, n, confidence)
+@pytest.mark.parametrize("q", [0.4, 0.1, 0.025, 0.005, 1e-6, 1e-12])
+@pytest.mark.parametrize("df", [1, 2, 4, 9, 29, 300, 1e5])
+def test_t_quantile_matches_scipy(q, df):
+    assert distributions.t_isf(q, df) == pytest.approx(sp.t.isf(q, df), rel=1e-9)
+
+
+@pytest.mark.parametrize("q", [0.001, 0.01, 0.5, 0.99])
+@pytest.mark.parametrize("d1,d2", [(1, 1), (4, 20), (9, 20), (19, 40), (9, 1000)])
+def test_f_quantile_matches_scipy(q, d1, d2):
+    assert distributions.f_ppf(q, d1, d2) == pytest.approx(sp.f.ppf(q, d1, d2), rel=1e-9)
+
+
+@given(st.floats(0.05, 50), st.floats(0.05, 50), st.floats(0, 1))
+def test_incomplete_beta_matches_scipy(a, b, x):
+    assert distributions.betainc(a, b, x) == pytest.approx(special.betainc(a, b, x), abs=1e-10)
+
+
+def test_normal_quantile_for_tiny_alpha_does_not_overflow():
+    assert distributions.normal_isf(1e-300 / 2) == pytest.approx(sp.norm.isf(1e-300 / 2), rel=1e-12)
+    assert intervals.z_critical(0.95) == pytest.approx(1.959963984540054, abs=1e-12)
+
+
+def test_repeats_needed_returns_one_when_one_repeat_is_enough():
+    assert repeats_needed(48, 48, 1.0) == 1
+    assert repeats_needed(48, 30, 0.2) == 2  # 30 m / (1 + 0.2 (m - 1)) >= 48 at m = 2
+    assert repeats_needed(48, 10, 0.5) is None  # tends to 10 / 0.5 = 20 < 48
+
+
+@given(st.integers(0, 200), st.integers(1, 200))
+def test_wilson_contains_the_estimate(k, n):
+    k = min(k, n)
+    lo, hi = intervals.wilson(k, n)
     assert 0 <= lo <= k / n <= hi <= 1
 
 
-@given(numerator=st.integers(0, 10), denominator=st.integers(1, 10), scale=st.integers(1, 50))
-def test_wilson_narrows_as_n_grows(numerator, denominator, scale):
-    numerator = min(numerator, denominator)
-    small = stats.wilson(numerator * scale, denominator * scale)
-    large = stats.wilson(numerator * scale * 2, denominator * scale * 2)
-    assert large[1] - large[0] < small[1] - small[0]
-
-
-@given(st.lists(st.tuples(st.integers(0, 5), st.integers(1, 5)), min_size=1, max_size=15))
-def test_cluster_interval_properties(groups):
+@given(st.lists(st.tuples(st.integers(0, 5), st.integers(1, 5)), min_size=2, max_size=12))
+def test_adjusted_interval_is_never_narrower_than_at_n_eff(groups):
     successes = [min(k, m) for k, m in groups]
     trials = [m for _, m in groups]
-    result = stats.clustered_rate(successes, trials)
-    assert result.deff >= 1
-    assert 0 <= result.wilson_eff[0] <= result.rate <= result.wilson_eff[1] <= 1
-    # The adjusted interval is never narrower than the naive one.
-    assert result.wilson_eff[0] <= result.wilson[0] + 1e-12
-    assert result.wilson_eff[1] >= result.wilson[1] - 1e-12
-
-
-def test_bad_counts():
-    with pytest.raises(ValueError):
-        stats.wilson(6, 5)
+    result = intervals.clustered_rate(successes, trials)
+    lo, hi = result.wilson_eff
+    assert 0 <= lo <= result.rate <= hi <= 1
+    # The coverage-keeping interval is at least as wide as the point-ICC one it replaced.
+    point = intervals.wilson_crit(result.rate * result.n_eff, result.n_eff, intervals.t_critical(len(groups) - 1))
+    assert lo <= point[0] + 1e-12 and hi >= point[1] - 1e-12

@@ -3,8 +3,10 @@
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from .errors import InputError
+from .production import call_production, import_function
 from .prompts import render_prompt
-from .retrieval import Passage, import_function
+from .retrievers import Passage
 
 Assembler = Callable[[str, str, Sequence[Passage], Sequence[dict[str, str]]], list[dict[str, str]]]
 
@@ -33,9 +35,17 @@ def production_assembler(reference: str) -> Assembler:
         prompt: str, question: str, passages: Sequence[Passage], history: Sequence[dict[str, str]]
     ) -> list[dict[str, str]]:
         try:
-            messages: Any = function(
-                prompt, question, [p.to_dict() for p in passages], [dict(t) for t in history]
+            messages: Any = call_production(
+                function,
+                reference,
+                "[assemble] function",
+                prompt,
+                question,
+                [p.to_dict() for p in passages],
+                [dict(t) for t in history],
             )
+        except InputError:
+            raise  # it called sys.exit: the probe cannot go on
         except Exception as exc:  # production code may raise anything; it is this sample's error
             raise AssembleError(f"[assemble] {reference}: {type(exc).__name__}: {exc}") from exc
         if not isinstance(messages, list) or not all(

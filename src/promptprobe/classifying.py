@@ -1,12 +1,25 @@
-"""Classifying files and recorded runs offline, from their raw bytes."""
+"""Classifying files, and reclassifying recorded runs offline from their raw bytes.
 
-import json
+A reclassification re-runs every check on every sample (no network call: the passages come
+from retrievals.jsonl, the text from raw/) with the run's settings or new ones, and is written
+as `classifications/N.jsonl` beside the earlier ones (each with the settings that made it).
+Report and compare use the latest unless told otherwise.
+"""
+
+import os
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from .checks import METRICS, CheckError, CheckSettings, SampleView, build_checks, run_checks
+from .checks.header import classify, header_class
+from .checks.settings import HeaderConfig
+from .counts import classifications, merged_samples, settings_of
+from .engine.store import RunStore, load_manifest, utc_now
 from .errors import InputError
-from .header import HeaderConfig, classify
+from .jsonio import iter_jsonl
+from .probeset import parse_probeset
 from .tomlfile import read_input
 
 
@@ -20,33 +33,101 @@ def classify_file(path: Path, config: HeaderConfig | None = None) -> dict[str, A
     return {"path": str(path), **classify(text, config)}
 
 
-def classify_path(path: Path, config: HeaderConfig | None = None) -> Iterator[dict[str, Any]]:
-    """A file gives one result; a run directory gives one per recorded sample."""
-    if (path / "samples.jsonl").is_file():
-        yield from reclassify_run(path, config)
-    elif path.is_dir():
-        raise InputError(f"{path}: a directory that is not a run (no samples.jsonl)")
-    else:
+def is_run(path: Path) -> bool:
+    return (path / "manifest.json").is_file()
+
+
+def classify_files(paths: list[Path], config: HeaderConfig | None = None) -> Iterator[dict[str, Any]]:
+    for path in paths:
+        if path.is_dir():
+            raise InputError(f"{path}: a directory that is not a run (no manifest.json)")
         yield classify_file(path, config)
 
 
-def reclassify_run(run_dir: Path, config: HeaderConfig | None = None) -> Iterator[dict[str, Any]]:
-    """Reclassify every sample of a run from raw/ with the run's header config or `config`."""
-    manifest = json.loads((run_dir / "manifest.json").read_text("utf-8"))
-    if config is None:
-        header = manifest.get("header") or {}
-        config = HeaderConfig(
-            markers=tuple(header.get("markers", HeaderConfig().markers)),
-            no_answer=header.get("no_answer", HeaderConfig().no_answer),
-            allow_leading_whitespace=header.get("allow_leading_whitespace", False),
-        )
-    with open(run_dir / "samples.jsonl", encoding="utf-8") as lines:
-        for line in lines:
-            if not line.strip():
-                continue
-            sample = json.loads(line)
-            if sample.get("raw") is None:
-                yield {"sample_id": sample["sample_id"], "path": None, "error": sample["error"]}
-                continue
-            result = classify_file(run_dir / sample["raw"]["path"], config)
-            yield {"sample_id": sample["sample_id"], **result}
+def reclassify_run(run_dir: Path, settings: CheckSettings | None = None) -> dict[str, Any]:
+    """Re-run every check offline; write classification N; say what moved against the latest."""
+    manifest = load_manifest(run_dir)
+    numbers = classifications(run_dir)
+    previous = numbers[-1] if numbers else None
+    old_settings = settings_of(run_dir, manifest, previous)
+    settings = settings or old_settings
+    checks = build_checks(settings)
+    probeset = parse_probeset(
+        manifest["probeset"]["source"].encode("utf-8"), Path(manifest["probeset"]["path"])
+    )
+    cases = {c.id: c for c in probeset.cases}
+    passages: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    for record in iter_jsonl(run_dir / "retrievals.jsonl"):
+        if record.get("error") is None:
+            passages[(record["case_id"], record["repeat"])] = record["passages"]
+    number = (numbers[-1] + 1) if numbers else 1
+    store = RunStore(run_dir, 0o777 & ~os.stat(run_dir).st_mode)
+    (run_dir / "classifications").mkdir(mode=store.dir_mode, exist_ok=True)
+    name = f"classifications/{number}.jsonl"
+    store.append(
+        name,
+        {
+            "classification": number,
+            "created": utc_now(),
+            "settings": settings.to_dict(),
+            "based_on": previous,
+        },
+    )
+    moved: Counter = Counter()
+    changed: Counter = Counter()
+    total = 0
+    for sample in merged_samples(run_dir, previous, lambda message: None):
+        if sample.get("raw") is None:
+            continue  # no output: nothing to classify (the failure stays what it was)
+        case = cases.get(sample["case_id"])
+        if case is None:
+            continue
+        total += 1
+        raw = (run_dir / sample["raw"]["path"]).read_bytes().decode("utf-8", "surrogateescape")
+        response = sample.get("response") or {}
+        text = None if response.get("content", "") is None else raw
+        view = SampleView(case, text, passages.get((case.id, sample["repeat"]), []), response, settings, {})
+        line: dict[str, Any] = {"sample_id": sample["sample_id"]}
+        try:
+            line["header"], line["checks"] = run_checks(checks, view)
+        except CheckError as exc:
+            line.update(
+                header=None,
+                checks={},
+                error={"kind": exc.kind, "message": str(exc), "attempts": sample["attempts"]},
+            )
+        store.append(name, line)
+        new = dict(sample, **line)
+        before, after = header_class(sample) or "error", header_class(new) or "error"
+        if before != after:
+            moved[(before, after)] += 1
+        for metric_name, metric in METRICS.items():
+            old_applies, new_applies = metric.applies(case, old_settings), metric.applies(case, settings)
+            if old_applies and new_applies and not sample.get("error") and not new.get("error"):
+                if metric.outcome(sample, case, old_settings) != metric.outcome(new, case, settings):
+                    changed[metric_name] += 1
+    return {
+        "run": str(run_dir),
+        "classification": number,
+        "based_on": previous,
+        "samples": total,
+        "settings": settings.to_dict(),
+        "moved": [{"from": a, "to": b, "samples": n} for (a, b), n in sorted(moved.items())],
+        "metrics_changed": dict(changed),
+    }
+
+
+def describe_reclassification(result: dict[str, Any]) -> str:
+    basis = f"classification {result['based_on']}" if result["based_on"] else "the run's own classification"
+    lines = [
+        f"classification {result['classification']} of {result['run']}: {result['samples']} samples "
+        f"reclassified offline (compared with {basis})"
+    ]
+    if not result["moved"]:
+        lines.append("no sample changed header class")
+    for move in result["moved"]:
+        lines.append(f"{move['samples']} samples moved from {move['from']} to {move['to']}")
+    for metric, n in sorted(result["metrics_changed"].items()):
+        lines.append(f"{metric}: {n} samples changed outcome")
+    lines.append("probe report and probe compare now use it (--classification N picks another)")
+    return "\n".join(lines)

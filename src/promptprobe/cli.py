@@ -1,32 +1,101 @@
-"""The `probe` command: parse flags, call one library function, print."""
+"""The `probe` command: parse flags, call one library function, print.
+
+Every command that prints takes `--format` (table, md, json, and html where it applies;
+`--json` is `--format json`); JSON goes to stdout alone. Domain errors become one line on
+stderr and the exit code of docs/cli.md: 0 ok, 1 some samples failed, 2 bad input, 3 could not
+start, 4 `compare --fail-if-worse` found B worse.
+"""
 
 import functools
-import json
+import math
+import os
+import signal
 import sys
-from collections.abc import Callable
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import click
 
 from . import __version__
+from .checks import metric_names
 from .errors import InputError, ProbeError, StartError
-from .header import HeaderConfig
-from .probeset import load_probeset
+from .jsonio import dumps_line, dumps_pretty
+from .redaction import SCRUBBER
+
+METRIC = click.Choice(metric_names())
+
+
+def echo_error(message: str) -> None:
+    for line in SCRUBBER.text(str(message)).splitlines() or [""]:
+        click.echo(f"error: {line}", err=True)
 
 
 def handle_errors(func: Callable[..., Any]) -> Callable[..., Any]:
-    """Turn domain errors into one line on stderr and DESIGN.md's exit code."""
+    """Turn domain errors into one line on stderr and their exit code."""
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return func(*args, **kwargs)
         except ProbeError as exc:
-            click.echo(f"error: {exc}", err=True)
+            echo_error(str(exc))
             sys.exit(exc.exit_code)
 
     return wrapper
+
+
+def output_options(
+    formats: tuple[str, ...] = ("table", "md", "json"), default: str = "table", file_option: bool = False
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """The shared output flags: --format FORMAT, --json (= --format json), and -o FILE."""
+
+    def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(func)
+        def wrapper(*args: Any, fmt: str, as_json: bool, **kwargs: Any) -> Any:
+            return func(*args, fmt="json" if as_json else fmt, **kwargs)
+
+        wrapper = click.option("--json", "as_json", is_flag=True, help="Same as --format json.")(wrapper)
+        wrapper = click.option(
+            "--format",
+            "fmt",
+            type=click.Choice(formats),
+            default=default,
+            show_default=True,
+            help="Output format; json prints JSON only, on stdout.",
+        )(wrapper)
+        if file_option:
+            wrapper = click.option(
+                "-o",
+                "--output",
+                "output",
+                type=click.Path(path_type=Path),
+                help="Write to FILE instead of stdout (required for --format html).",
+            )(wrapper)
+        return wrapper
+
+    return decorate
+
+
+def emit(text: str, output: Path | None = None) -> None:
+    if output is None:
+        click.echo(text)
+        return
+    try:
+        output.write_text(text if text.endswith("\n") else text + "\n", encoding="utf-8")
+    except OSError as exc:
+        raise InputError(f"-o {output}: cannot write ({exc.strerror})") from None
+    click.echo(f"wrote {output}", err=True)
+
+
+def finite(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
+    """A float flag that must be a finite number (click lets nan and inf through)."""
+    if value is not None and not math.isfinite(value):
+        raise click.BadParameter(f"must be a finite number, got {value}")
+    return value
 
 
 @click.group(epilog="Example: probe run probes/refusal-header.toml --prompt prompts/always-header.md")
@@ -36,29 +105,58 @@ def main() -> None:
 
     Records raw outputs byte for byte, classifies their protocol header and reports rates
     with Wilson intervals, so two versions are called different only when the sample can
-    tell them apart.
+    tell them apart. Formats and statistics: docs/ in the repository.
     """
+
+
+# -- check / classify ---------------------------------------------------------------------
 
 
 @main.command(epilog="Example: probe check probes/*.toml")
 @click.argument("probesets", nargs=-1, required=True, type=click.Path(path_type=Path))
-def check(probesets: tuple[Path, ...]) -> None:
-    """Validate probe sets (schema, unknown keys, duplicate ids and questions)."""
-    bad = 0
+@output_options(("table", "json"))
+def check(probesets: tuple[Path, ...], fmt: str) -> None:
+    """Validate probe sets: schema, unknown keys, regexes, duplicate ids and questions.
+
+    Every problem of a file is reported at once, each naming the file and the case.
+    """
+    from .probeset import ProbeSetInvalid, load_probeset
+
+    results = []
     for path in probesets:
         try:
             probeset = load_probeset(path)
-        except InputError as exc:
-            bad += 1
-            click.echo(f"error: {exc}", err=True)
+        except ProbeSetInvalid as exc:
+            results.append({"path": str(path), "ok": False, "problems": exc.problems})
             continue
-        click.echo(f"ok: {probeset.name} ({len(probeset.cases)} cases, {probeset.repeats} repeats)")
-    if bad:
+        except InputError as exc:
+            results.append({"path": str(path), "ok": False, "problems": [str(exc)]})
+            continue
+        results.append(
+            {
+                "path": str(path),
+                "ok": True,
+                "name": probeset.name,
+                "cases": len(probeset.cases),
+                "repeats": probeset.repeats,
+            }
+        )
+    if fmt == "json":
+        click.echo(dumps_pretty({"probesets": results}))
+    else:
+        for result in results:
+            if result["ok"]:
+                click.echo(f"ok: {result['name']} ({result['cases']} cases, {result['repeats']} repeats)")
+            for problem in result.get("problems", []):
+                echo_error(problem)
+    if not all(r["ok"] for r in results):
         sys.exit(InputError.exit_code)
 
 
-def header_override(markers: str | None, no_answer: str | None) -> HeaderConfig | None:
+def header_override(markers: str | None, no_answer: str | None) -> Any:
     """A HeaderConfig from `--markers A,B --no-answer B`, or None when neither is given."""
+    from .checks.settings import HeaderConfig
+
     if markers is None and no_answer is None:
         return None
     marker_list = tuple(m for m in (markers or "").split(",") if m) or HeaderConfig().markers
@@ -68,26 +166,74 @@ def header_override(markers: str | None, no_answer: str | None) -> HeaderConfig 
     return HeaderConfig(markers=marker_list, no_answer=no_answer)
 
 
-@main.command(epilog="Example: probe classify output.txt   |   probe classify runs/20261129T120000-x-abc123")
+@main.command(
+    epilog="Examples: probe classify output.txt   |   probe classify runs/20261129T120000-x-abc123 "
+    "--markers '[[ANSWER]],[[NO_ANSWER]],[[ESCALATE]]'"
+)
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option("--markers", help="Comma-separated header markers (default: the config's).")
+@click.option("--markers", help="Comma-separated header markers (default: the run's or the built-in).")
 @click.option("--no-answer", help="Which marker means no answer.")
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(path_type=Path),
+    help="A probe.toml whose [header], [filter] and [citations] a run is reclassified with.",
+)
+@click.option("--top-k", type=click.IntRange(min=1), help="retrieval_hit only within the first K passages.")
+@output_options(("json", "table"), default="json")
 @handle_errors
-def classify(paths: tuple[Path, ...], markers: str | None, no_answer: str | None) -> None:
-    """Print the header classification of files as JSON lines; a run is reclassified offline."""
-    from .classifying import classify_path
+def classify(
+    paths: tuple[Path, ...],
+    markers: str | None,
+    no_answer: str | None,
+    config_path: Path | None,
+    top_k: int | None,
+    fmt: str,
+) -> None:
+    """A file: print its header classification as JSON, one line per file.
+
+    A run directory: re-run every check offline from raw/ (no network call), write it as a new
+    numbered classification beside the old ones and say what moved; report and compare use the
+    latest one.
+    """
+    from dataclasses import replace
+
+    from .classifying import classify_file, describe_reclassification, is_run, reclassify_run
+    from .counts import settings_of
+    from .engine.store import load_manifest
 
     override = header_override(markers, no_answer)
     failed = 0
     for path in paths:
         try:
-            for line in classify_path(path, override):
-                click.echo(json.dumps(line, ensure_ascii=False))
+            if is_run(path):
+                settings = settings_of(path, load_manifest(path), None)
+                if config_path is not None:
+                    from .config import load_config
+
+                    settings = load_config(config_path).checks
+                if override is not None:
+                    settings = replace(settings, header=override)
+                result = reclassify_run(path, settings.with_top_k(top_k))
+                click.echo(dumps_pretty(result) if fmt == "json" else describe_reclassification(result))
+            elif path.is_dir():
+                raise InputError(f"{path}: a directory that is not a run (no manifest.json)")
+            else:
+                line = classify_file(path, override)
+                click.echo(
+                    dumps_line(line).decode("utf-8").rstrip("\n")
+                    if fmt == "json"
+                    else f"{path}: {line['header']}"
+                    + (f" ({line['where']}, line {line['line']})" if line["where"] else "")
+                )
         except InputError as exc:
             failed += 1
-            click.echo(f"error: {exc}", err=True)
+            echo_error(str(exc))
     if failed:
         sys.exit(InputError.exit_code)
+
+
+# -- run ------------------------------------------------------------------------------------
 
 
 def _models(specs: tuple[str, ...], config: Any) -> list[Any]:
@@ -100,17 +246,88 @@ def _models(specs: tuple[str, ...], config: Any) -> list[Any]:
     return [configured.get(spec) or parse_model_spec(spec) for spec in specs]
 
 
+class Progress:
+    """A bar on a terminal; off a terminal (CI logs) one line every few seconds on stderr."""
+
+    def __init__(self, total: int, interval: float = 5.0) -> None:
+        self.total = total
+        self.done = 0
+        self.errors = 0
+        self.started = time.monotonic()
+        self.interval = interval
+        self.lock = threading.Lock()
+        self.stop = threading.Event()
+        self.bar: Any = None
+        self.thread: threading.Thread | None = None
+
+    def __enter__(self) -> "Progress":
+        if sys.stderr.isatty():
+            self.bar = click.progressbar(length=self.total, label="samples", file=sys.stderr)
+            self.bar.__enter__()
+        else:
+            self.thread = threading.Thread(target=self._report, daemon=True)
+            self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        if self.bar is not None:
+            self.bar.__exit__(None, None, None)
+
+    def update(self, record: dict[str, Any]) -> None:
+        with self.lock:
+            self.done += 1
+            self.errors += bool(record.get("error"))
+        if self.bar is not None:
+            self.bar.update(1)
+
+    def line(self) -> str:
+        elapsed = max(1e-9, time.monotonic() - self.started)
+        return (
+            f"progress: {self.done}/{self.total} samples, {self.errors} errors, "
+            f"{self.done / elapsed:.1f} samples/s"
+        )
+
+    def _report(self) -> None:
+        while not self.stop.wait(self.interval):
+            click.echo(self.line(), err=True)
+
+
+@contextmanager
+def interruptible(cancel: Callable[[], None]) -> Iterator[list[int]]:
+    """First Ctrl-C (or SIGTERM): cancel the run, which then finishes its manifest; a second
+    one: exit at once (the run is then detected as killed and `--resume` finishes it)."""
+    received: list[int] = []
+
+    def handler(signum: int, frame: Any) -> None:
+        if received:
+            os._exit(128 + signum)
+        received.append(signum)
+        click.echo("interrupted: finishing the samples in flight (Ctrl-C again to quit at once)", err=True)
+        cancel()
+
+    if threading.current_thread() is not threading.main_thread():
+        yield received  # signals reach only the main thread (e.g. under a test runner)
+        return
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield received
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
 @main.command(
-    epilog="Example: probe run probes/refusal-header.toml --prompt prompts/exception-only.md "
-    "--prompt prompts/always-header.md --model anthropic:claude-sonnet-4-5"
+    epilog="Examples: probe run probes/refusal-header.toml --prompt prompts/exception-only.md "
+    "--prompt prompts/always-header.md --model anthropic:claude-sonnet-4-5   |   "
+    "probe run --resume runs/20261129T120000-refusal-header-1a2b3c"
 )
-@click.argument("probeset_path", metavar="PROBESET", type=click.Path(path_type=Path))
+@click.argument("probeset_path", metavar="PROBESET", type=click.Path(path_type=Path), required=False)
 @click.option(
     "--prompt",
     "prompt_paths",
     multiple=True,
-    type=click.Path(path_type=Path),
-    help="A prompt version file; repeat for several.",
+    help="A prompt version file, or NAME=PATH to name it; repeat for several.",
 )
 @click.option(
     "--model",
@@ -125,35 +342,132 @@ def _models(specs: tuple[str, ...], config: Any) -> list[Any]:
     "--config", "config_path", type=click.Path(path_type=Path), help="Target config (default ./probe.toml)."
 )
 @click.option("--runs-dir", type=click.Path(path_type=Path), default=Path("runs"), show_default=True)
-@click.option("--temperature", type=click.FloatRange(min=0), help="Sent only when given.")
+@click.option(
+    "--resume",
+    "resume_path",
+    type=click.Path(path_type=Path),
+    help="Finish RUN from its own manifest: run exactly the samples missing or failed.",
+)
+@click.option("--temperature", type=click.FloatRange(min=0), callback=finite, help="Sent only when given.")
 @click.option("--max-tokens", type=click.IntRange(min=1), help="Default 1024.")
-@click.option("--seed", type=int, help="Sent where the API has a seed (OpenAI); recorded.")
+@click.option("--seed", type=int, help="Sent where the API has a seed (OpenAI); also orders the plan.")
 @click.option("--concurrency", type=click.IntRange(min=1), help="Calls in flight (default 8).")
 @click.option("--stream/--no-stream", default=None, help="Use the streaming API.")
 @click.option(
-    "--format", "fmt", type=click.Choice(["table", "md", "json"]), default="table", show_default=True
+    "--timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    callback=finite,
+    help="Deadline for one call, body included, in seconds (default 120).",
 )
+@click.option(
+    "--max-attempts", type=click.IntRange(min=1), help="Calls per sample before it fails (default 6)."
+)
+@click.option(
+    "--max-retry-wait",
+    type=click.FloatRange(min=0),
+    callback=finite,
+    help="Longest wait between attempts, in seconds (default 60).",
+)
+@click.option(
+    "--rpm",
+    type=click.FloatRange(min=0),
+    callback=finite,
+    help="Requests per minute per provider (default: no limit).",
+)
+@click.option("--dry-run", is_flag=True, help="Print the plan, tokens and cost; call nothing.")
+@click.option(
+    "--max-cost",
+    type=click.FloatRange(min=0),
+    callback=finite,
+    help="USD: refuse to start above it; stop scheduling when recorded usage reaches it.",
+)
+@click.option("--yes", is_flag=True, help="Run a plan of more than 100,000 calls.")
+@click.option("--share", is_flag=True, help="Make the run readable by others (default: 0700/0600).")
+@click.option("--top-k", type=click.IntRange(min=1), help="retrieval_hit only within the first K passages.")
+@click.option(
+    "--until-decided",
+    is_flag=True,
+    help="Two arms: run in rounds and stop as soon as the sequential test decides.",
+)
+@click.option(
+    "--alpha",
+    type=click.FloatRange(0, 0.5, min_open=True),
+    callback=finite,
+    default=0.05,
+    show_default=True,
+    help="False-alarm rate of --until-decided.",
+)
+@click.option(
+    "--metric",
+    type=METRIC,
+    default="header_present",
+    show_default=True,
+    help="The metric --until-decided decides on.",
+)
+@click.option("--min-rounds", type=click.IntRange(min=1), default=2, show_default=True)
+@click.option(
+    "--max-rounds", type=click.IntRange(min=1), help="Cap of --until-decided (default: twice a fixed plan)."
+)
+@output_options()
 @handle_errors
 def run(
-    probeset_path: Path,
-    prompt_paths: tuple[Path, ...],
+    probeset_path: Path | None,
+    prompt_paths: tuple[str, ...],
     model_specs: tuple[str, ...],
     repeats: int | None,
     config_path: Path | None,
     runs_dir: Path,
+    resume_path: Path | None,
     temperature: float | None,
     max_tokens: int | None,
     seed: int | None,
     concurrency: int | None,
     stream: bool | None,
+    timeout: float | None,
+    max_attempts: int | None,
+    max_retry_wait: float | None,
+    rpm: float | None,
+    dry_run: bool,
+    max_cost: float | None,
+    yes: bool,
+    share: bool,
+    top_k: int | None,
+    until_decided: bool,
+    alpha: float,
+    metric: str,
+    min_rounds: int,
+    max_rounds: int | None,
     fmt: str,
 ) -> None:
     """Run every case x repeat x prompt x model through the target; print the run and its report."""
+    from .engine.run import RunOptions
+
+    if resume_path is not None:
+        if probeset_path is not None or prompt_paths or model_specs or config_path or repeats:
+            raise InputError(
+                "--resume RUN takes everything from the run's own manifest: "
+                "give no probe set, --prompt, --model, --config or -n"
+            )
+        from .engine.run import resume_run
+
+        options = RunOptions(max_cost=max_cost)
+        runner = resume_run(resume_path, options)
+        sequential = runner.previous.get("sequential")
+        if sequential:
+            from .engine.sequential import SequentialRule, SequentialRun
+
+            rule = SequentialRule(
+                sequential["metric"], sequential["alpha"], sequential["min_rounds"], sequential["max_rounds"]
+            )
+            runner = SequentialRun(runner, rule, sequential.get("fixed_rounds"))
+        _execute(runner, fmt, runner.plan.samples)
+        return
+    if probeset_path is None:
+        raise InputError("give a probe set (probe run PROBESET --prompt FILE), or --resume RUN")
     from .config import load_config
+    from .probeset import load_probeset
     from .prompts import load_prompt
     from .providers import GenerationParams
-    from .report import build_report, render_report
-    from .runner import Runner, RunOptions
 
     config = load_config(config_path)
     probeset = load_probeset(probeset_path)
@@ -164,47 +478,153 @@ def run(
         temperature=temperature if temperature is not None else settings.temperature,
         seed=seed if seed is not None else settings.seed,
         stream=stream if stream is not None else settings.stream,
-        timeout=settings.timeout,
+        timeout=timeout or settings.timeout,
     )
+    umask = 0o022 if share else (settings.umask if settings.umask is not None else 0o077)
     options = RunOptions(
         repeats=repeats or settings.repeats,
         params=params,
         concurrency=concurrency or settings.concurrency,
-        max_attempts=settings.max_attempts,
+        max_attempts=max_attempts or settings.max_attempts,
+        max_retry_wait=max_retry_wait if max_retry_wait is not None else settings.max_retry_wait,
+        rpm=rpm if rpm is not None else settings.rpm,
         runs_dir=runs_dir,
         seed=params.seed,
+        umask=umask,
+        max_cost=max_cost,
+        top_k=top_k,
+        yes=yes,
     )
-    runner = Runner(probeset, prompts, _models(model_specs, config), config, options)
-    try:
-        with _progress(runner.counts["planned"]) as bar:
-            runner.on_sample = lambda record: bar.update(1)
-            outcome = runner.run()
-    except KeyboardInterrupt:
-        where = runner.store.path if runner.store else "nowhere (nothing was recorded)"
-        click.echo(f"interrupted: {runner.counts['recorded']} samples recorded in {where}", err=True)
-        sys.exit(130)
-    click.echo(f"run: {outcome.path}")
-    click.echo(render_report(build_report(outcome.path), fmt))
-    if outcome.errors:
+    models = _models(model_specs, config)
+    if dry_run:
+        from .engine.dryrun import dry_run as price_plan
+        from .engine.dryrun import render_dry_run
+
+        result = price_plan(probeset, prompts, models, config, options)
+        click.echo(dumps_pretty(result) if fmt == "json" else render_dry_run(result))
+        return
+    if until_decided:
+        from .engine.sequential import SequentialRule, SequentialRun
+
+        rule = SequentialRule(metric=metric, alpha=alpha, min_rounds=min_rounds, max_rounds=max_rounds)
+        runner = SequentialRun.new(probeset, prompts, models, config, options, rule)
+        click.echo(runner.describe(), err=True)
+        _execute(runner, fmt, runner.plan.samples)
+        return
+    from .engine.run import ProbeRun
+
+    if max_cost is not None:
+        from .engine.dryrun import dry_run as price_plan
+
+        estimate = price_plan(probeset, prompts, models, config, options)
+        if estimate["cost_usd"] is not None and estimate["cost_usd"] > max_cost:
+            raise InputError(
+                f"the estimated cost ${estimate['cost_usd']:.2f} is above --max-cost ${max_cost:.2f} "
+                "(probe run --dry-run shows how it is made up)"
+            )
+    runner = ProbeRun(probeset, prompts, models, config, options)
+    _execute(runner, fmt, runner.plan.samples)
+
+
+def _execute(runner: Any, fmt: str, total: int) -> None:
+    from .views.report import build_report, render_report
+
+    outcome = None
+    with Progress(total) as progress, interruptible(runner.cancel) as received:
+        runner.on_record = progress.update
+        try:
+            outcome = runner.execute()
+        except KeyboardInterrupt:
+            received.append(signal.SIGINT)
+    path = outcome.path if outcome else (runner.store.path if runner.store else None)
+    if received or (outcome and outcome.status == "interrupted" and not outcome.stopped_by):
+        where = path or "nowhere (nothing was recorded)"
+        recorded = outcome.recorded if outcome else runner.tally.recorded
         click.echo(
-            f"error: {outcome.errors} of {outcome.planned} samples failed after retries "
-            f"(see {outcome.path / 'samples.jsonl'})",
+            f"interrupted: {recorded} samples recorded in {where}; probe run --resume {where} finishes it",
             err=True,
+        )
+        sys.exit(130)
+    assert outcome is not None
+    report = build_report(outcome.path)
+    if fmt == "json":
+        click.echo(
+            dumps_pretty(
+                {
+                    "run": str(outcome.path),
+                    "status": outcome.status,
+                    "counts": {
+                        "planned": outcome.planned,
+                        "recorded": outcome.recorded,
+                        "errors": outcome.errors,
+                    },
+                    "stopped_by": outcome.stopped_by,
+                    "report": report,
+                }
+            )
+        )
+    else:
+        click.echo(f"run: {outcome.path}", err=True)
+        click.echo(render_report(report, fmt))
+    if outcome.stopped_by == "max_cost":
+        echo_error(
+            f"stopped at --max-cost: {outcome.recorded} of {outcome.planned} samples recorded; "
+            f"probe run --resume {outcome.path} --max-cost USD continues"
+        )
+        sys.exit(1)
+    if outcome.errors:
+        echo_error(
+            f"{outcome.errors} of {outcome.planned} samples failed after retries "
+            f"(see {outcome.path / 'samples.jsonl'}); they stay in every denominator"
         )
         sys.exit(1)
 
 
-@main.command(epilog="Example: probe report runs/20261129T120000-refusal-header-1a2b3c --format md")
-@click.argument("run_dir", metavar="RUN", type=click.Path(path_type=Path))
-@click.option(
-    "--format", "fmt", type=click.Choice(["table", "md", "json"]), default="table", show_default=True
-)
-@handle_errors
-def report(run_dir: Path, fmt: str) -> None:
-    """Per arm: rates with Wilson intervals and design effects; per case: header counts."""
-    from .report import build_report, render_report
+# -- report / compare / plan ----------------------------------------------------------------
 
-    click.echo(render_report(build_report(run_dir), fmt))
+
+@main.command(
+    epilog="Examples: probe report runs/20261129T120000-refusal-header-1a2b3c --format md   |   "
+    "probe report RUN --format html -o report.html   |   probe report RUN --by tag",
+    help=None,
+)
+@click.argument("run_dir", metavar="RUN", type=click.Path(path_type=Path))
+@click.option("--by", "by", type=click.Choice(["tag"]), help="Also each metric per case tag.")
+@click.option(
+    "--classification", type=click.IntRange(min=1), help="Use reclassification N (default: the latest)."
+)
+@click.option("--top-k", type=click.IntRange(min=1), help="retrieval_hit only within the first K passages.")
+@output_options(("table", "md", "json", "html"), file_option=True)
+@handle_errors
+def report(
+    run_dir: Path,
+    by: str | None,
+    classification: int | None,
+    top_k: int | None,
+    fmt: str,
+    output: Path | None,
+) -> None:
+    """Per arm: rates with Wilson intervals, design effects, failures, tokens, latency and cost;
+    per case: header counts; what the retrieval did.
+
+    \b
+    DEFF: design effect, 1 + (m-1)·ICC: how much repeating a question inflates the variance.
+    n_eff: effective sample size, n / DEFF: what the samples are worth as independent ones.
+    95% adjusted: an interval for the rate over questions like these that keeps its coverage
+    whatever the repeats (Wilson at n / DEFF with the ICC's 99% upper limit, t on G-1).
+    """
+    from .counts import build_counts
+    from .views.report import build_report, render_report
+
+    counts = build_counts(run_dir, classification=classification, top_k=top_k)
+    if fmt == "html":
+        from .views.html import report_html
+
+        if output is None:
+            raise InputError("--format html writes a file: add -o FILE")
+        emit(report_html(counts), output)
+        return
+    emit(render_report(build_report(counts, by_tag=by == "tag"), fmt), output)
 
 
 @main.command(
@@ -213,49 +633,96 @@ def report(run_dir: Path, fmt: str) -> None:
 )
 @click.argument("a")
 @click.argument("b")
-@click.option("--metric", default="header_present", show_default=True, help="Any metric of the report.")
-@click.option("--all", "all_metrics", is_flag=True, help="Compare every metric in one table.")
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option(
+    "--metric",
+    type=METRIC,
+    default="header_present",
+    show_default=True,
+    help="The metric to compare (any of the choices).",
+)
+@click.option("--all", "all_metrics", is_flag=True, help="Compare every metric with samples on both sides.")
 @click.option("--fail-if-worse", is_flag=True, help="Exit 4 when B is reliably worse than A (CI gates).")
+@click.option(
+    "--alpha", type=click.FloatRange(0, 0.5, min_open=True), callback=finite, default=0.05, show_default=True
+)
+@click.option("--classification", type=click.IntRange(min=1), help="Use reclassification N of both runs.")
+@click.option("--top-k", type=click.IntRange(min=1), help="retrieval_hit only within the first K passages.")
+@output_options(("table", "md", "json", "html"), file_option=True)
 @handle_errors
-def compare(a: str, b: str, metric: str, all_metrics: bool, as_json: bool, fail_if_worse: bool) -> None:
-    """Are two arms different? A and B are RUN, RUN#prompt=NAME, RUN#model=SPEC or both."""
-    from .compare import compare_runs, render_comparison, worse
-    from .report import METRIC_NAMES
+def compare(
+    a: str,
+    b: str,
+    metric: str,
+    all_metrics: bool,
+    fail_if_worse: bool,
+    alpha: float,
+    classification: int | None,
+    top_k: int | None,
+    fmt: str,
+    output: Path | None,
+) -> None:
+    """Are two arms different? A (baseline) and B (candidate) are RUN, RUN#prompt=NAME,
+    RUN#model=SPEC or both; differences are B - A."""
+    from .views.compare import compare_runs, failure_line, render_comparison
 
-    results = compare_runs(a, b, list(METRIC_NAMES) if all_metrics else [metric])
-    if as_json:
-        payload = results if all_metrics else results[0]
-        click.echo(json.dumps(payload, ensure_ascii=False, indent=2))
+    comparison = compare_runs(
+        a, b, [metric], all_metrics=all_metrics, alpha=alpha, classification=classification, top_k=top_k
+    )
+    if fmt == "html":
+        from .views.html import compare_html
+
+        if output is None:
+            raise InputError("--format html writes a file: add -o FILE")
+        emit(compare_html(a, b, comparison), output)
+    elif fmt == "json":
+        if all_metrics:
+            payload = comparison
+        else:
+            payload = dict(
+                comparison["results"][0],
+                retrieval_drift=comparison["retrieval_drift"],
+                warnings=comparison["warnings"],
+            )
+        emit(dumps_pretty(payload), output)
     else:
-        click.echo(render_comparison(results))
-    if fail_if_worse and any(worse(r) for r in results):
+        emit(render_comparison(comparison, fmt), output)
+        for result in comparison["results"]:
+            if result["a"]["errors"] or result["b"]["errors"]:
+                click.echo(
+                    f"warning: {result['metric']}: failed samples count against their arm "
+                    f"(A {result['a']['errors']}, B {result['b']['errors']})",
+                    err=True,
+                )
+    worse = [r for r in comparison["results"] if r["worse"]]
+    if fail_if_worse and worse:
+        for result in worse:
+            click.echo(failure_line(result), err=True)
         sys.exit(4)
 
 
 @main.command(
-    epilog="Examples: probe plan --p1 0.85 --p2 1.0   |   probe plan --n 30 --p1 0.85   |   "
-    "probe plan --gate-any-of 5 --p 0.87"
+    epilog="Examples: probe plan --p1 0.85 --p2 1.0   |   probe plan --p1 0.85 --p2 1.0 --cases 10 --icc 0.5   |   "
+    "probe plan --n 30 --p1 0.85   |   probe plan --gate-any-of 5 --p 0.87   |   "
+    "probe plan --sequential --p1 0.9 --p2 0.7 --cases 10"
 )
-@click.option("--p1", type=click.FloatRange(0, 1), help="Rate of one version.")
-@click.option("--p2", type=click.FloatRange(0, 1), help="Rate of the other version.")
+@click.option("--p1", type=float, callback=finite, help="Rate of one version.")
+@click.option("--p2", type=float, callback=finite, help="Rate of the other version.")
 @click.option("--n", "n", type=click.IntRange(min=1), help="Samples per arm you can afford (with --p1).")
-@click.option(
-    "--alpha", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.05, show_default=True
-)
-@click.option(
-    "--power", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.8, show_default=True
-)
+@click.option("--alpha", type=float, callback=finite, default=0.05, show_default=True, help="In (0, 0.5].")
+@click.option("--power", type=float, callback=finite, default=0.8, show_default=True, help="In [0.5, 1).")
 @click.option("--cases", type=click.IntRange(min=1), help="Cases in the probe set (to turn n into repeats).")
-@click.option("--icc", type=click.FloatRange(0, 1), help="Expected intra-case correlation (with --cases).")
+@click.option(
+    "--icc", type=float, callback=finite, help="Expected intra-case correlation, in [0, 1] (with --cases)."
+)
 @click.option(
     "--gate-any-of",
     "gate_k",
-    type=click.IntRange(min=1),
+    type=click.IntRange(min=1, max=1000),
     help="Gate failing a case when any of K runs fails.",
 )
-@click.option("--p", "p", type=click.FloatRange(0, 1), help="Per-run success rate (with --gate-any-of).")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--p", "p", type=float, callback=finite, help="Per-run success rate (with --gate-any-of).")
+@click.option("--sequential", is_flag=True, help="Rounds to a decision for --until-decided (with --cases).")
+@output_options()
 @handle_errors
 def plan(
     p1: float | None,
@@ -267,15 +734,24 @@ def plan(
     icc: float | None,
     gate_k: int | None,
     p: float | None,
-    as_json: bool,
+    sequential: bool,
+    fmt: str,
 ) -> None:
-    """Sample size to tell p1 from p2; smallest difference an n detects; any-of-k gate blocking."""
-    from .planning import plan_gate, plan_mdd, plan_sample_size, render_plan
+    """Sample size to tell p1 from p2 (and repeats for the paired design); smallest difference
+    an n detects; any-of-k gate blocking; rounds of a sequential run."""
+    from .views.plan import check_flags, plan_gate, plan_mdd, plan_sample_size, render_plan
 
+    check_flags(p1, p2, alpha, power, icc, p)
     if gate_k is not None:
         if p is None:
             raise InputError("--gate-any-of needs --p (the per-run success rate)")
         result = plan_gate(p, gate_k)
+    elif sequential:
+        if p1 is None or p2 is None or cases is None:
+            raise InputError("--sequential needs --p1, --p2 and --cases")
+        from .views.sequential_plan import plan_sequential
+
+        result = plan_sequential(p1, p2, cases, icc if icc is not None else 0.5, alpha, power)
     elif n is not None:
         if p1 is None:
             raise InputError("--n needs --p1 (the rate you have now)")
@@ -286,7 +762,27 @@ def plan(
         result = plan_sample_size(p1, p2, alpha, power, cases, icc)
     else:
         raise InputError("give --p1 and --p2, or --n and --p1, or --gate-any-of K and --p")
-    click.echo(json.dumps(result) if as_json else render_plan(result))
+    click.echo(render_plan(result, fmt))
+
+
+# -- why ------------------------------------------------------------------------------------
+
+
+@main.command(epilog="Example: probe why 'runs/20261129T120000-refusal-header-1a2b3c#prompt=exception-only'")
+@click.argument("target", metavar="RUN[#ARM]")
+@click.option("--metric", type=METRIC, default="header_present", show_default=True)
+@click.option("--top", type=click.IntRange(min=1), default=10, show_default=True, help="Phrases to show.")
+@output_options()
+@handle_errors
+def why(target: str, metric: str, top: int, fmt: str) -> None:
+    """Phrases over-represented in the samples that failed a metric, against those that passed
+    (Fisher's exact test, Benjamini-Hochberg adjusted), with example sample ids."""
+    from .views.why import explain, render_why
+
+    click.echo(render_why(explain(target, metric), fmt, top))
+
+
+# -- demo -----------------------------------------------------------------------------------
 
 
 @main.command("demo-server", epilog="Example: probe demo-server --port 8765")
@@ -324,39 +820,23 @@ def demo_server(host: str, port: int, behaviour: Path | None) -> None:
 @click.option("--stream", is_flag=True, help="Use the streaming API.")
 @handle_errors
 def demo(runs_dir: Path, port: int, stream: bool) -> None:
-    """Offline end to end: refusal-header.toml x 3 repeats x 2 prompts on the SIMULATED model."""
+    """Offline end to end on the SIMULATED model: the example probe set under both example
+    prompts, the report, the comparison, and the same comparison decided sequentially."""
     from .demo import run_demo
 
-    result = run_demo(Path.cwd(), runs_dir, port, stream, progress=_progress)
+    result = run_demo(runs_dir, port, stream, progress=Progress)
     click.echo(result.text)
     if result.errors:
         sys.exit(1)
 
 
-class _NoProgress:
-    """Stands in for the progress bar when stderr is not a terminal (CI logs, pipes)."""
-
-    def __enter__(self) -> "_NoProgress":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        return None
-
-    def update(self, steps: int) -> None:
-        return None
-
-
-def _progress(length: int) -> Any:
-    """click's progress bar on stderr, only on a terminal."""
-    if not sys.stderr.isatty():
-        return _NoProgress()
-    return click.progressbar(length=length, label="samples", file=sys.stderr)
+# -- show / export --------------------------------------------------------------------------
 
 
 def _sample_filters(func: Callable[..., Any]) -> Callable[..., Any]:
     func = click.option(
         "--header",
-        type=click.Choice(["present", "absent", "misplaced", "error"]),
+        type=click.Choice(["present", "absent", "misplaced", "empty", "error"]),
         help="Only samples whose header is this (or that failed).",
     )(func)
     func = click.option("--case", help="Only this case.")(func)
@@ -370,7 +850,7 @@ def _sample_filters(func: Callable[..., Any]) -> Callable[..., Any]:
 @handle_errors
 def show(run_dir: Path, sample: str | None, case: str | None, header: str | None) -> None:
     """Raw outputs with invisible characters made visible (CR, BOM, zero-width, trailing spaces)."""
-    from .export import show as show_samples
+    from .views.show import show as show_samples
 
     click.echo(show_samples(run_dir, sample, case, header))
 
@@ -380,10 +860,10 @@ def show(run_dir: Path, sample: str | None, case: str | None, header: str | None
 )
 @click.argument("run_dir", metavar="RUN", type=click.Path(path_type=Path))
 @_sample_filters
-@click.option("--format", "fmt", type=click.Choice(["md", "json"]), default="md", show_default=True)
+@output_options(("md", "json"), default="md")
 @handle_errors
 def export(run_dir: Path, sample: str | None, case: str | None, header: str | None, fmt: str) -> None:
     """An incident attachment: question, retrieval, classification and the exact raw output."""
-    from .export import export as export_samples
+    from .views.show import export as export_samples
 
     click.echo(export_samples(run_dir, sample, case, header, fmt), nl=False)

@@ -1,13 +1,16 @@
-"""The target config (`probe.toml`): how a question reaches the model in the system under test."""
+"""The target config (`probe.toml`): how a question reaches the model in the system under test,
+what the checks look for, and the run's defaults."""
 
-from dataclasses import dataclass, field
+import hashlib
+import math
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from .checks.settings import CheckSettings, CitationConfig, FilterConfig, HeaderConfig
 from .errors import InputError
-from .header import HeaderConfig
 from .models import ModelSpec, parse_model_spec
-from .tomlfile import check_keys, read_toml
+from .tomlfile import check_keys, parse_toml, read_input
 
 RETRIEVAL_KINDS = ("http", "python", "none", "local")
 RETRIEVAL_KEYS = {
@@ -16,9 +19,11 @@ RETRIEVAL_KEYS = {
     "none": {"kind"},
     "local": {"kind", "path", "k"},
 }
-TOP_KEYS = {"retrieval", "assemble", "header", "run"}
+TOP_KEYS = {"retrieval", "assemble", "header", "filter", "citations", "run", "prices"}
 ASSEMBLE_KEYS = {"function"}
 HEADER_KEYS = {"markers", "no_answer", "allow_leading_whitespace"}
+FILTER_KEYS = {"function", "no_answer_status"}
+CITATION_KEYS = {"pattern"}
 RUN_KEYS = {
     "models",
     "repeats",
@@ -28,7 +33,10 @@ RUN_KEYS = {
     "seed",
     "timeout",
     "max_attempts",
+    "max_retry_wait",
+    "rpm",
     "stream",
+    "umask",
 }
 MODEL_KEYS = {"spec", "api_key_env"}
 
@@ -41,18 +49,32 @@ class RunSettings:
     concurrency: int = 8
     temperature: float | None = None  # sent only when set
     seed: int | None = None
-    timeout: float = 60.0
-    max_attempts: int = 4
+    timeout: float = 120.0  # the whole call, body included
+    max_attempts: int = 6
+    max_retry_wait: float = 60.0
+    rpm: float = 0.0  # requests per minute per provider; 0: no limit
     stream: bool = False
+    umask: int | None = None  # None: private (directories 0700, files 0600)
 
 
 @dataclass(frozen=True)
 class TargetConfig:
     path: Path | None = None
+    sha256: str | None = None
     retrieval: dict[str, Any] = field(default_factory=lambda: {"kind": "none"})
     assemble_function: str | None = None
-    header: HeaderConfig = field(default_factory=HeaderConfig)
+    checks: CheckSettings = field(default_factory=CheckSettings)
     run: RunSettings = field(default_factory=RunSettings)
+    prices: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def header(self) -> HeaderConfig:
+        return self.checks.header
+
+    @property
+    def base_dir(self) -> Path:
+        """Relative paths in the config (a local document folder) are relative to its file."""
+        return self.path.parent if self.path else Path.cwd()
 
 
 def _table(data: dict[str, Any], key: str, where: str) -> dict[str, Any]:
@@ -71,9 +93,20 @@ def _typed(
     if isinstance(value, bool) and kind is not bool or not isinstance(value, kind):
         names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
         raise InputError(f"{where}: '{key}' must be {names}, got {value!r}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise InputError(f"{where}: '{key}' must be a finite number, got {value!r}")
     if minimum is not None and value < minimum:
         raise InputError(f"{where}: '{key}' must be at least {minimum}, got {value!r}")
     return value
+
+
+def _function(table: dict[str, Any], where: str, required: bool) -> str | None:
+    function = table.get("function")
+    if function is None and not required:
+        return None
+    if not isinstance(function, str) or ":" not in function:
+        raise InputError(f"{where}: 'function' must be \"module:function\", got {function!r}")
+    return function
 
 
 def _retrieval(table: dict[str, Any], where: str) -> dict[str, Any]:
@@ -95,9 +128,7 @@ def _retrieval(table: dict[str, Any], where: str) -> dict[str, Any]:
             _typed(table, key, dict, where)
         _typed(table, "timeout", (int, float), where, 0)
     if kind == "python":
-        function = table.get("function")
-        if not isinstance(function, str) or ":" not in function:
-            raise InputError(f"{where}: 'function' must be \"module:function\", got {function!r}")
+        _function(table, where, required=True)
     if kind == "local":
         if not isinstance(table.get("path"), str):
             raise InputError(f"{where}: 'path' must name a folder of documents")
@@ -125,15 +156,7 @@ def _models(value: Any, where: str) -> tuple[ModelSpec, ...]:
     return tuple(specs)
 
 
-def parse_config(data: dict[str, Any], path: Path | None) -> TargetConfig:
-    where = str(path) if path else "config"
-    check_keys(data, TOP_KEYS, where)
-    retrieval = _retrieval(_table(data, "retrieval", where), where)
-    assemble = _table(data, "assemble", where)
-    check_keys(assemble, ASSEMBLE_KEYS, f"{where} [assemble]")
-    function = assemble.get("function")
-    if function is not None and (not isinstance(function, str) or ":" not in function):
-        raise InputError(f"{where} [assemble]: 'function' must be \"module:function\"")
+def _checks(data: dict[str, Any], where: str) -> CheckSettings:
     header_table = _table(data, "header", where)
     check_keys(header_table, HEADER_KEYS, f"{where} [header]")
     markers = header_table.get("markers", list(HeaderConfig().markers))
@@ -149,22 +172,75 @@ def parse_config(data: dict[str, Any], path: Path | None) -> TargetConfig:
         )
     except InputError as exc:
         raise InputError(f"{where} [header]: {exc}") from None
+    filter_config = None
+    if "filter" in data:
+        table = _table(data, "filter", where)
+        check_keys(table, FILTER_KEYS, f"{where} [filter]")
+        function = _function(table, f"{where} [filter]", required=True)
+        status = _typed(table, "no_answer_status", str, f"{where} [filter]") or "no_answer"
+        filter_config = FilterConfig(function, status)  # type: ignore[arg-type]
+    citations = None
+    if "citations" in data:
+        table = _table(data, "citations", where)
+        check_keys(table, CITATION_KEYS, f"{where} [citations]")
+        pattern = _typed(table, "pattern", str, f"{where} [citations]")
+        try:
+            citations = CitationConfig(pattern) if pattern else CitationConfig()
+        except InputError as exc:
+            raise InputError(f"{where}: {exc}") from None
+    return CheckSettings(header=header, filter=filter_config, citations=citations)
+
+
+def _umask(value: Any, where: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        try:
+            value = int(value, 8)
+        except ValueError:
+            raise InputError(f"{where}: 'umask' must be octal such as \"022\", got {value!r}") from None
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 0o777:
+        raise InputError(f"{where}: 'umask' must be octal such as \"022\", got {value!r}")
+    return value
+
+
+def parse_config(data: dict[str, Any], path: Path | None, sha256: str | None = None) -> TargetConfig:
+    where = str(path) if path else "config"
+    check_keys(data, TOP_KEYS, where)
+    retrieval = _retrieval(_table(data, "retrieval", where), where)
+    assemble = _table(data, "assemble", where)
+    check_keys(assemble, ASSEMBLE_KEYS, f"{where} [assemble]")
+    function = _function(assemble, f"{where} [assemble]", required=False)
+    checks = _checks(data, where)
     run_table = _table(data, "run", where)
     run_where = f"{where} [run]"
     check_keys(run_table, RUN_KEYS, run_where)
     defaults = RunSettings()
+
+    def number(key: str, kind: type | tuple[type, ...], minimum: float | None, default: Any) -> Any:
+        value = _typed(run_table, key, kind, run_where, minimum)
+        return default if value is None else value
+
     run = RunSettings(
         models=_models(run_table.get("models", []), run_where),
         repeats=_typed(run_table, "repeats", int, run_where, 1),
-        max_tokens=_typed(run_table, "max_tokens", int, run_where, 1) or defaults.max_tokens,
-        concurrency=_typed(run_table, "concurrency", int, run_where, 1) or defaults.concurrency,
+        max_tokens=number("max_tokens", int, 1, defaults.max_tokens),
+        concurrency=number("concurrency", int, 1, defaults.concurrency),
         temperature=_typed(run_table, "temperature", (int, float), run_where, 0),
         seed=_typed(run_table, "seed", int, run_where),
-        timeout=_typed(run_table, "timeout", (int, float), run_where, 0) or defaults.timeout,
-        max_attempts=_typed(run_table, "max_attempts", int, run_where, 1) or defaults.max_attempts,
+        timeout=float(number("timeout", (int, float), 0.001, defaults.timeout)),
+        max_attempts=number("max_attempts", int, 1, defaults.max_attempts),
+        max_retry_wait=float(number("max_retry_wait", (int, float), 0, defaults.max_retry_wait)),
+        rpm=float(number("rpm", (int, float), 0, defaults.rpm)),
         stream=bool(_typed(run_table, "stream", bool, run_where)),
+        umask=_umask(run_table.get("umask"), run_where),
     )
-    return TargetConfig(path, retrieval, function, header, run)
+    prices = _table(data, "prices", where)
+    if prices:
+        from .engine.cost import load_prices
+
+        load_prices(prices, f"{where} [prices]")  # refuse a bad price now, not mid-run
+    return TargetConfig(path, sha256, retrieval, function, checks, run, prices)
 
 
 def load_config(path: str | Path | None) -> TargetConfig:
@@ -177,4 +253,7 @@ def load_config(path: str | Path | None) -> TargetConfig:
     path = Path(path)
     if not path.is_file():
         raise InputError(f"{path}: no such config file")
-    return parse_config(read_toml(path), path)
+    source = read_input(path, "config file")
+    config = parse_config(parse_toml(source, path), path, hashlib.sha256(source).hexdigest())
+    # Messages name the file as given; the run records where it is, for --resume.
+    return replace(config, path=path.resolve())

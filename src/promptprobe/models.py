@@ -6,7 +6,6 @@ from typing import Any
 
 from .errors import InputError
 
-PROVIDERS = ("anthropic", "openai")
 DEFAULT_KEY_ENV = {"anthropic": "ANTHROPIC_API_KEY", "openai": "OPENAI_API_KEY"}
 
 
@@ -25,7 +24,7 @@ class ModelSpec:
             return self.api_key_env
         if self.provider == "openai" and self.base_url:
             return None  # a local OpenAI-compatible server (Ollama, vLLM) takes no key
-        return DEFAULT_KEY_ENV[self.provider]
+        return DEFAULT_KEY_ENV.get(self.provider, f"{self.provider.upper()}_API_KEY")
 
     @property
     def slug(self) -> str:
@@ -49,9 +48,11 @@ def parse_model_spec(spec: str, api_key_env: str | None = None) -> ModelSpec:
             f"model {spec!r}: expected PROVIDER:MODEL, e.g. anthropic:claude-sonnet-4-5 "
             "or openai:llama3@http://localhost:11434/v1"
         )
-    if provider not in PROVIDERS:
+    from .providers import REGISTRY
+
+    if provider not in REGISTRY:
         raise InputError(
-            f"model {spec!r}: unknown provider {provider!r} (known: {', '.join(PROVIDERS)}; "
+            f"model {spec!r}: unknown provider {provider!r} (known: {', '.join(REGISTRY)}; "
             "OpenAI-compatible servers use openai:MODEL@BASE_URL)"
         )
     model, at, base_url = rest.partition("@")

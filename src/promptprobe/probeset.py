@@ -1,19 +1,35 @@
-"""Probe sets: the questions a probe asks, loaded from `probes/NAME.toml` and validated."""
+"""Probe sets: the questions a probe asks, loaded from `probes/NAME.toml` and validated.
+
+Validation reports every problem of a file at once (each naming the file and the case), so
+that a user fixes a probe set in one pass.
+"""
 
 import hashlib
 import re
 import unicodedata
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .errors import InputError
-from .tomlfile import check_keys, parse_toml, read_input
+from .tomlfile import parse_toml, read_input, unknown_keys
 
 CASE_ID = re.compile(r"[A-Za-z0-9._-]+")
 EXPECT_VALUES = ("answer", "no_answer")
 TOP_KEYS = {"name", "description", "repeats", "case"}
-CASE_KEYS = {"id", "question", "expect", "tags", "must_retrieve", "history"}
+CASE_KEYS = {
+    "id",
+    "question",
+    "expect",
+    "tags",
+    "must_retrieve",
+    "history",
+    "contains",
+    "not_contains",
+    "regex",
+    "ignore_case",
+}
 TURN_KEYS = {"role", "content"}
 
 
@@ -25,6 +41,10 @@ class Case:
     tags: tuple[str, ...] = ()
     must_retrieve: tuple[str, ...] = ()
     history: tuple[dict[str, str], ...] = ()
+    contains: tuple[str, ...] = ()
+    not_contains: tuple[str, ...] = ()
+    regex: tuple[str, ...] = ()
+    ignore_case: bool = False
 
 
 @dataclass(frozen=True)
@@ -38,103 +58,193 @@ class ProbeSet:
     description: str = ""
 
 
+class ProbeSetInvalid(InputError):
+    """Every problem found in one probe set file, one line each."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("\n".join(problems))
+        self.problems = problems
+
+
 def question_key(question: str) -> str:
     """The form two questions are compared in: NFKC, case-folded, whitespace collapsed."""
     return " ".join(unicodedata.normalize("NFKC", question).casefold().split())
 
 
-def _string_list(value: Any, where: str, key: str) -> tuple[str, ...]:
+class _Problems:
+    def __init__(self) -> None:
+        self.items: list[str] = []
+
+    def add(self, message: str) -> None:
+        self.items.append(message)
+
+
+def _string_list(value: Any, where: str, key: str, problems: _Problems) -> tuple[str, ...]:
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise InputError(f"{where}: '{key}' must be a list of strings")
+        problems.add(f"{where}: '{key}' must be a list of strings")
+        return ()
     return tuple(value)
 
 
-def _history(value: Any, where: str) -> tuple[dict[str, str], ...]:
+def _history(value: Any, where: str, problems: _Problems) -> tuple[dict[str, str], ...]:
     if not isinstance(value, list):
-        raise InputError(f"{where}: 'history' must be a list of {{ role, content }} tables")
+        problems.add(f"{where}: 'history' must be a list of {{ role, content }} tables")
+        return ()
     turns = []
     for number, turn in enumerate(value, 1):
         turn_where = f"{where}, history turn {number}"
         if not isinstance(turn, dict):
-            raise InputError(f"{turn_where}: must be a table {{ role, content }}")
-        check_keys(turn, TURN_KEYS, turn_where)
+            problems.add(f"{turn_where}: must be a table {{ role, content }}")
+            continue
+        bad_keys = unknown_keys(turn, TURN_KEYS, turn_where)
+        if bad_keys:
+            problems.add(bad_keys)
         if turn.get("role") not in ("user", "assistant"):
-            raise InputError(f'{turn_where}: \'role\' must be "user" or "assistant"')
-        if not isinstance(turn.get("content"), str):
-            raise InputError(f"{turn_where}: 'content' must be a string")
-        turns.append({"role": turn["role"], "content": turn["content"]})
+            problems.add(f'{turn_where}: \'role\' must be "user" or "assistant"')
+        elif not isinstance(turn.get("content"), str):
+            problems.add(f"{turn_where}: 'content' must be a string")
+        else:
+            turns.append({"role": turn["role"], "content": turn["content"]})
     return tuple(turns)
 
 
-def _case(raw: Any, index: int, path: Path) -> Case:
+def _regexes(patterns: tuple[str, ...], ignore_case: bool, where: str, problems: _Problems) -> None:
+    for pattern in patterns:
+        try:
+            re.compile(pattern, re.IGNORECASE if ignore_case else 0)
+        except re.error as exc:
+            problems.add(f"{where}: regex {pattern!r} is not a valid regular expression ({exc})")
+
+
+def _case(raw: Any, index: int, path: Path, problems: _Problems) -> Case | None:
     label = f"{path}: case {index}"
     if not isinstance(raw, dict):
-        raise InputError(f"{label}: each [[case]] must be a table")
+        problems.add(f"{label}: each [[case]] must be a table")
+        return None
     if isinstance(raw.get("id"), str):
         label = f"{path}: case '{raw['id']}'"
-    check_keys(raw, CASE_KEYS, label)
+    before = len(problems.items)
+    bad_keys = unknown_keys(raw, CASE_KEYS, label)
+    if bad_keys:
+        problems.add(bad_keys)
     case_id = raw.get("id")
     if case_id is None:
-        raise InputError(f"{label}: missing 'id'")
-    if not isinstance(case_id, str) or not CASE_ID.fullmatch(case_id):
-        raise InputError(f"{label}: 'id' must match [A-Za-z0-9._-]+, got {case_id!r}")
+        problems.add(f"{label}: missing 'id'")
+    elif not isinstance(case_id, str) or not CASE_ID.fullmatch(case_id):
+        problems.add(f"{label}: 'id' must match [A-Za-z0-9._-]+, got {case_id!r}")
     question = raw.get("question")
     if question is None:
-        raise InputError(f"{label}: missing 'question'")
-    if not isinstance(question, str) or not question.strip():
-        raise InputError(f"{label}: 'question' must be a non-empty string")
+        problems.add(f"{label}: missing 'question'")
+    elif not isinstance(question, str) or not question.strip():
+        problems.add(f"{label}: 'question' must be a non-empty string")
     expect = raw.get("expect")
     if expect is not None and expect not in EXPECT_VALUES:
-        raise InputError(f'{label}: \'expect\' must be "answer" or "no_answer", got {expect!r}')
+        problems.add(f'{label}: \'expect\' must be "answer" or "no_answer", got {expect!r}')
+    ignore_case = raw.get("ignore_case", False)
+    if not isinstance(ignore_case, bool):
+        problems.add(f"{label}: 'ignore_case' must be true or false")
+        ignore_case = False
+    lists: dict[str, tuple[str, ...]] = {
+        key: _string_list(raw.get(key, []), label, key, problems)
+        for key in ("tags", "must_retrieve", "contains", "not_contains", "regex")
+    }
+    _regexes(lists["regex"], ignore_case, label, problems)
+    history = _history(raw.get("history", []), label, problems)
+    if len(problems.items) > before:
+        return None
     return Case(
         id=case_id,
         question=question,
         expect=expect,
-        tags=_string_list(raw.get("tags", []), label, "tags"),
-        must_retrieve=_string_list(raw.get("must_retrieve", []), label, "must_retrieve"),
-        history=_history(raw.get("history", []), label),
+        history=history,
+        ignore_case=ignore_case,
+        **lists,
     )
 
 
-def _refuse_duplicates(cases: list[Case], path: Path) -> None:
+def _duplicates(cases: list[Case], indexes: list[int], path: Path, problems: _Problems) -> None:
     ids: dict[str, int] = {}
     questions: dict[str, Case] = {}
-    for index, case in enumerate(cases, 1):
+    for index, case in zip(indexes, cases, strict=True):
         if case.id in ids:
-            raise InputError(f"{path}: duplicate case id '{case.id}' (cases {ids[case.id]} and {index})")
-        ids[case.id] = index
+            problems.add(f"{path}: duplicate case id '{case.id}' (cases {ids[case.id]} and {index})")
+        else:
+            ids[case.id] = index
         key = question_key(case.question)
         first = questions.get(key)
         if first is not None:
             same = (
                 "the same question"
                 if first.question == case.question
-                else ("the same question after normalisation")
+                else "the same question after normalisation"
             )
-            raise InputError(f"{path}: cases '{first.id}' and '{case.id}' ask {same}: {case.question!r}")
-        questions[key] = case
+            problems.add(f"{path}: cases '{first.id}' and '{case.id}' ask {same}: {case.question!r}")
+        else:
+            questions[key] = case
+
+
+def _top(
+    data: dict[str, Any],
+    key: str,
+    check: Callable[[Any], bool],
+    message: str,
+    default: Any,
+    problems: _Problems,
+) -> Any:
+    value = data.get(key, default)
+    if not check(value):
+        problems.add(message)
+        return default
+    return value
 
 
 def parse_probeset(source: bytes, path: Path) -> ProbeSet:
     """Validate the bytes of a probe set; `path` is used for names and messages."""
     data = parse_toml(source, path)
-    check_keys(data, TOP_KEYS, str(path))
-    name = data.get("name", path.stem)
-    if not isinstance(name, str) or not name:
-        raise InputError(f"{path}: 'name' must be a non-empty string")
-    description = data.get("description", "")
-    if not isinstance(description, str):
-        raise InputError(f"{path}: 'description' must be a string")
-    repeats = data.get("repeats", 3)
-    if not isinstance(repeats, int) or isinstance(repeats, bool) or repeats < 1:
-        raise InputError(f"{path}: 'repeats' must be a whole number of at least 1")
+    problems = _Problems()
+    bad_keys = unknown_keys(data, TOP_KEYS, str(path))
+    if bad_keys:
+        problems.add(bad_keys)
+    name = _top(
+        data,
+        "name",
+        lambda v: isinstance(v, str) and bool(v),
+        f"{path}: 'name' must be a non-empty string",
+        path.stem,
+        problems,
+    )
+    description = _top(
+        data,
+        "description",
+        lambda v: isinstance(v, str),
+        f"{path}: 'description' must be a string",
+        "",
+        problems,
+    )
+    repeats = _top(
+        data,
+        "repeats",
+        lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1,
+        f"{path}: 'repeats' must be a whole number of at least 1",
+        3,
+        problems,
+    )
     raw_cases = data.get("case")
-    if raw_cases is None:
-        raise InputError(f"{path}: no [[case]] tables: a probe set needs at least one case")
-    if not isinstance(raw_cases, list):
-        raise InputError(f"{path}: 'case' must be an array of tables ([[case]])")
-    cases = [_case(raw, index, path) for index, raw in enumerate(raw_cases, 1)]
-    _refuse_duplicates(cases, path)
+    cases: list[Case] = []
+    indexes: list[int] = []
+    if raw_cases is None or raw_cases == []:
+        problems.add(f"{path}: no [[case]] tables: a probe set needs at least one case")
+    elif not isinstance(raw_cases, list):
+        problems.add(f"{path}: 'case' must be an array of tables ([[case]])")
+    else:
+        for index, raw in enumerate(raw_cases, 1):
+            case = _case(raw, index, path, problems)
+            if case is not None:
+                cases.append(case)
+                indexes.append(index)
+        _duplicates(cases, indexes, path, problems)
+    if problems.items:
+        raise ProbeSetInvalid(problems.items)
     return ProbeSet(
         name=name,
         path=path,

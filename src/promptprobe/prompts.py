@@ -1,6 +1,7 @@
 """Prompt versions: a system prompt file, identified by its name and the sha256 of its bytes."""
 
 import hashlib
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,15 +25,28 @@ class PromptVersion:
         return self.source.decode("utf-8")
 
 
-def load_prompt(path: str | Path) -> PromptVersion:
-    """Read a prompt file as exact bytes; the name is the file stem."""
-    path = Path(path)
-    source = read_input(path, "prompt file")
+NAME = re.compile(r"[A-Za-z0-9._-]+")
+
+
+def prompt_from_bytes(name: str, path: Path, source: bytes) -> PromptVersion:
     try:
         source.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise InputError(f"{path}: prompt is not valid UTF-8 (byte {exc.start})") from None
-    return PromptVersion(path.stem, path, source, hashlib.sha256(source).hexdigest())
+    return PromptVersion(name, path, source, hashlib.sha256(source).hexdigest())
+
+
+def load_prompt(argument: str | Path) -> PromptVersion:
+    """Read a prompt file as exact bytes. `NAME=PATH` names the version; otherwise the name is
+    the file stem (so two files called prompt.md in different folders need a NAME)."""
+    text = str(argument)
+    name, eq, rest = text.partition("=")
+    if eq and NAME.fullmatch(name) and not Path(text).exists():
+        path = Path(rest)
+    else:
+        name, path = Path(text).stem, Path(text)
+    source = read_input(path, "prompt file")
+    return prompt_from_bytes(name, path, source)
 
 
 def format_sources(passages: Sequence[dict[str, Any]]) -> str:

@@ -36,10 +36,18 @@ def parse_toml(data: bytes, path: Path) -> dict[str, Any]:
         raise InputError(f"{path}: TOML syntax error: {exc}") from None
 
 
+def unknown_keys(table: dict[str, Any], allowed: set[str], where: str) -> str | None:
+    """The message for keys not in `allowed` (None when there are none)."""
+    unknown = sorted(set(table) - allowed)
+    if not unknown:
+        return None
+    names = ", ".join(repr(k) for k in unknown)
+    expected = ", ".join(sorted(allowed))
+    return f"{where}: unknown key {names} (expected one of: {expected})"
+
+
 def check_keys(table: dict[str, Any], allowed: set[str], where: str) -> None:
     """Refuse unknown keys so that a typo is never silently ignored."""
-    unknown = sorted(set(table) - allowed)
-    if unknown:
-        names = ", ".join(repr(k) for k in unknown)
-        expected = ", ".join(sorted(allowed))
-        raise InputError(f"{where}: unknown key {names} (expected one of: {expected})")
+    message = unknown_keys(table, allowed, where)
+    if message:
+        raise InputError(message)

@@ -1,15 +1,26 @@
-"""The provider interface: send messages, return the exact output text and the raw body."""
+"""The provider interface: send messages, return the exact output text and the raw body.
 
+A provider only makes its call and classifies its errors; the runner owns retries, pacing and
+recording. Each call runs under a deadline and a cancel signal, checked on every chunk of the
+response body, so a reply trickling one byte a second still ends on time and Ctrl-C stops a
+stream at once.
+"""
+
+import email.utils
 import os
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC
 from typing import Any
 
 from ..errors import StartError
 from ..models import ModelSpec
+from ..redaction import SCRUBBER
 
 RETRYABLE_STATUS = frozenset({408, 409, 429})
+ERROR_BODY_LIMIT = 64 * 1024
 
 
 @dataclass(frozen=True)
@@ -20,17 +31,19 @@ class GenerationParams:
     temperature: float | None = None
     seed: int | None = None
     stream: bool = False
-    timeout: float = 60.0
+    timeout: float = 120.0  # the whole call, body included
 
 
 @dataclass
 class Completion:
-    text: str
+    text: str | None  # None: the API returned no text at all (null content, only a tool call)
     body: bytes
     stop_reason: str | None = None
     usage: dict[str, Any] = field(default_factory=dict)
     request_id: str | None = None
     model: str | None = None
+    refusal: str | None = None  # the API's own refusal field, when it has one
+    headers: dict[str, str] = field(default_factory=dict)
 
 
 class ProviderError(Exception):
@@ -44,59 +57,98 @@ class ProviderError(Exception):
         status: int | None = None,
         retryable: bool = False,
         retry_after: float | None = None,
+        request_id: str | None = None,
+        body: bytes | None = None,
+        headers: dict[str, str] | None = None,
     ) -> None:
         super().__init__(message)
         self.kind = kind
         self.status = status
         self.retryable = retryable
         self.retry_after = retry_after
+        self.request_id = request_id
+        self.body = body[:ERROR_BODY_LIMIT] if body else body
+        self.headers = headers or {}
+
+
+class CallAborted(Exception):
+    """Raised inside the body stream when the call's deadline passes or the run is cancelled."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
 
 
 def status_retryable(status: int) -> bool:
     return status in RETRYABLE_STATUS or status >= 500
 
 
-def parse_retry_after(headers: Any) -> float | None:
-    """Seconds from `retry-after-ms` or `retry-after` (seconds form); None when absent."""
+def parse_retry_after(headers: Any, now: float | None = None) -> float | None:
+    """Seconds from `retry-after-ms`, or `retry-after` in seconds or as an HTTP date."""
     if headers is None:
         return None
-    for name, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
-        value = headers.get(name)
-        if value is None:
-            continue
+    value = headers.get("retry-after-ms")
+    if value is not None:
         try:
-            return max(0.0, float(value) * scale)
+            return max(0.0, float(value) / 1000)
         except ValueError:
-            continue  # an HTTP date: fall back to our own backoff
-    return None
+            pass  # a malformed header: try the next form
+    value = headers.get("retry-after")
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass  # not seconds: an HTTP date
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    current = now if now is not None else time.time()
+    return max(0.0, when.timestamp() - current)
 
 
-class BodyRecorder:
-    """Keeps the bytes of each HTTP response body the SDK reads, per calling thread.
-
-    Installed as a response event hook on the SDK's HTTP client, it wraps `iter_bytes`, which
-    the SDKs use for plain and streamed replies alike, so what is kept is the body as received
-    (after content decoding).
-    """
+class CallMonitor:
+    """Per calling thread: the response body as received, its headers, a deadline and a cancel
+    signal. Installed as a response event hook on the SDK's HTTP client, it wraps
+    `iter_bytes`, which the SDKs use for plain and streamed replies alike."""
 
     def __init__(self) -> None:
         self.local = threading.local()
 
-    def start(self) -> None:
+    def start(self, deadline: float, cancel: threading.Event | None) -> None:
         self.local.chunks = []
+        self.local.headers = {}
+        self.local.deadline = deadline
+        self.local.cancel = cancel
 
     def take(self) -> bytes:
         return b"".join(getattr(self.local, "chunks", []))
+
+    def headers(self) -> dict[str, str]:
+        return dict(getattr(self.local, "headers", {}))
+
+    def check(self) -> None:
+        cancel = getattr(self.local, "cancel", None)
+        if cancel is not None and cancel.is_set():
+            raise CallAborted("cancelled")
+        if time.monotonic() > getattr(self.local, "deadline", float("inf")):
+            raise CallAborted("deadline")
 
     def hook(self, response: Any) -> None:
         chunks = getattr(self.local, "chunks", None)
         if chunks is None:
             return
+        self.local.headers = {k.lower(): v for k, v in response.headers.items()}
         original = response.iter_bytes
+        check = self.check
 
         def iter_bytes(*args: Any, **kwargs: Any) -> Iterator[bytes]:
             for chunk in original(*args, **kwargs):
                 chunks.append(chunk)
+                check()
                 yield chunk
 
         response.iter_bytes = iter_bytes
@@ -104,24 +156,137 @@ class BodyRecorder:
 
 def usage_dict(usage: Any) -> dict[str, Any]:
     """An SDK usage object as a plain dict without the fields the API left out."""
-    return {k: v for k, v in usage.model_dump().items() if v is not None} if usage else {}
+    return usage.model_dump(exclude_none=True) if usage else {}
 
 
-def sdk_error(exc: Exception, sdk: Any, spec: ModelSpec) -> ProviderError:
+def aborted_by(exc: BaseException) -> CallAborted | None:
+    """The CallAborted behind an exception the SDK wrapped, if there is one."""
+    seen = 0
+    current: BaseException | None = exc
+    while current is not None and seen < 10:
+        if isinstance(current, CallAborted):
+            return current
+        current = current.__cause__ or current.__context__
+        seen += 1
+    return None
+
+
+def aborted_error(reason: CallAborted, spec: ModelSpec, timeout: float) -> ProviderError:
+    if reason.reason == "cancelled":
+        return ProviderError("cancelled", f"{spec.spec}: call cancelled")
+    return ProviderError(
+        "timeout",
+        f"{spec.spec}: no complete reply within {timeout:g} s (the --timeout deadline)",
+        retryable=True,
+    )
+
+
+def body_snippet(body: bytes, content_type: str | None) -> str:
+    text = body[:200].decode("utf-8", "replace").strip()
+    kind = f" ({content_type})" if content_type else ""
+    return f"{text!r}{kind}"
+
+
+def sdk_error(
+    exc: Exception, sdk: Any, spec: ModelSpec, monitor: CallMonitor, timeout: float
+) -> ProviderError:
     """Classify an exception of the anthropic or openai SDK (they share one error hierarchy)."""
+    aborted = aborted_by(exc)
+    if aborted is not None:
+        return aborted_error(aborted, spec, timeout)
     if isinstance(exc, sdk.APIStatusError):
+        headers = {k.lower(): v for k, v in exc.response.headers.items()}
+        body = exc.response.content if exc.response.is_stream_consumed or not exc.response.is_closed else b""
+        request_id = headers.get("request-id") or headers.get("x-request-id")
+        error_type = _error_type(exc.body)
+        if exc.status_code < 400:
+            # An error event inside a 200 stream (overloaded_error, api_error): transient.
+            retryable = error_type not in (
+                "invalid_request_error",
+                "authentication_error",
+                "permission_error",
+            )
+            return ProviderError(
+                "stream_error",
+                f"{spec.spec}: the stream reported an error: {error_type or exc.message}",
+                status=exc.status_code,
+                retryable=retryable,
+                request_id=request_id,
+                body=monitor.take() or body,
+                headers=headers,
+            )
         return ProviderError(
             "http_status",
             f"{spec.spec}: HTTP {exc.status_code}: {exc.message}",
             status=exc.status_code,
             retryable=status_retryable(exc.status_code),
-            retry_after=parse_retry_after(exc.response.headers),
+            retry_after=parse_retry_after(headers),
+            request_id=request_id,
+            body=body or monitor.take(),
+            headers=headers,
         )
     if isinstance(exc, sdk.APITimeoutError):
         return ProviderError("timeout", f"{spec.spec}: request timed out", retryable=True)
     if isinstance(exc, sdk.APIConnectionError):
-        return ProviderError("connection", f"{spec.spec}: cannot connect ({exc})", retryable=True)
+        cause = exc.__cause__
+        detail = f"{type(cause).__name__}: {cause}" if cause else str(exc)
+        return ProviderError(
+            "connection", f"{spec.spec}: cannot connect or connection lost ({detail})", retryable=True
+        )
+    if isinstance(exc, sdk.APIError):
+        # openai raises APIError for an error chunk inside a stream.
+        error_type = _error_type(getattr(exc, "body", None))
+        return ProviderError(
+            "stream_error",
+            f"{spec.spec}: the stream reported an error: {error_type or exc}",
+            retryable=error_type != "invalid_request_error",
+            body=monitor.take(),
+        )
     return ProviderError("api", f"{spec.spec}: {exc}")
+
+
+def _error_type(body: Any) -> str | None:
+    if isinstance(body, dict):
+        error = body.get("error", body)
+        if isinstance(error, dict):
+            return error.get("type") or error.get("code")
+    return None
+
+
+def transport_error(exc: Exception, spec: ModelSpec, monitor: CallMonitor) -> ProviderError:
+    """A connection reset or a malformed chunk while reading a stream (outside the SDK's request)."""
+    return ProviderError(
+        "connection",
+        f"{spec.spec}: connection lost while streaming ({type(exc).__name__}: {exc})",
+        retryable=True,
+        body=monitor.take(),
+    )
+
+
+def bad_body(spec: ModelSpec, monitor: CallMonitor, exc: Exception) -> ProviderError:
+    """A 200 reply the SDK could not read (a proxy's HTML page, cut-off JSON): transient."""
+    headers = monitor.headers()
+    body = monitor.take()
+    return ProviderError(
+        "bad_body",
+        f"{spec.spec}: the reply is not a valid API response ({type(exc).__name__}): "
+        f"{body_snippet(body, headers.get('content-type'))}",
+        status=200,
+        retryable=True,
+        request_id=headers.get("request-id") or headers.get("x-request-id"),
+        body=body,
+        headers=headers,
+    )
+
+
+def truncated(spec: ModelSpec, monitor: CallMonitor, what: str) -> ProviderError:
+    return ProviderError(
+        "truncated",
+        f"{spec.spec}: the stream ended before its final event ({what}); the partial text is not an answer",
+        retryable=True,
+        body=monitor.take(),
+        headers=monitor.headers(),
+    )
 
 
 def api_key(spec: ModelSpec) -> str | None:
@@ -132,6 +297,7 @@ def api_key(spec: ModelSpec) -> str | None:
     value = os.environ.get(env)
     if not value:
         raise StartError(f"model {spec.spec}: environment variable {env} is not set (it holds the API key)")
+    SCRUBBER.add(env, value)
     return value
 
 
@@ -141,22 +307,12 @@ class Provider:
     def __init__(self, spec: ModelSpec, params: GenerationParams) -> None:
         self.spec = spec
         self.params = params
-        self.recorder = BodyRecorder()
+        self.monitor = CallMonitor()
 
-    def complete(self, messages: Sequence[dict[str, str]]) -> Completion:
+    def complete(
+        self, messages: Sequence[dict[str, str]], cancel: threading.Event | None = None
+    ) -> Completion:
         raise NotImplementedError
 
     def close(self) -> None:
         """Release the SDK client."""
-
-
-def make_provider(spec: ModelSpec, params: GenerationParams) -> Provider:
-    """Build the provider for a spec, checking its key before any call is made."""
-    key = api_key(spec)
-    if spec.provider == "anthropic":
-        from .anthropic_provider import AnthropicProvider
-
-        return AnthropicProvider(spec, params, key)
-    from .openai_provider import OpenAIProvider
-
-    return OpenAIProvider(spec, params, key)

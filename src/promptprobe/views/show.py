@@ -1,16 +1,16 @@
 """Showing and exporting recorded samples: for reading raw outputs and for incident write-ups."""
 
 import base64
-import json
 import unicodedata
 from pathlib import Path
 from typing import Any
 
-from .errors import InputError
-from .probeset import parse_probeset
-from .store import load_run, read_jsonl
+from ..engine.store import load_run
+from ..errors import InputError
+from ..jsonio import dumps_pretty, iter_jsonl
+from ..probeset import parse_probeset
 
-HEADER_CLASSES = ("present", "absent", "misplaced", "error")
+HEADER_CLASSES = ("present", "absent", "misplaced", "empty", "error")
 NAMED = {
     "\ufeff": "BOM",
     "\u200b": "ZWSP",
@@ -56,7 +56,7 @@ def select_samples(
         raise InputError(f"--header must be one of {', '.join(HEADER_CLASSES)}, got {header!r}")
     chosen = []
     for record in samples:
-        state = "error" if record.get("error") else record["header"]["header"]
+        state = "error" if record.get("error") else (record.get("header") or {}).get("header")
         if sample and record["sample_id"] != sample:
             continue
         if case and record["case_id"] != case:
@@ -114,6 +114,8 @@ def show(run_dir: Path, sample: str | None = None, case: str | None = None, head
 
 
 def _cell(value: Any) -> str:
+    if value is None:
+        return "-"  # an attachment never says "None"
     return str(value).replace("|", "\\|").replace("\n", " ")
 
 
@@ -138,7 +140,13 @@ def export(
         manifest["probeset"]["source"].encode("utf-8"), Path(manifest["probeset"]["path"])
     )
     questions = {c.id: c.question for c in probeset.cases}
-    retrievals = {(r["case_id"], r["repeat"]): r for r in read_jsonl(run_dir / "retrievals.jsonl")}
+    # The snapshot each sample used: the last successful retrieval of its (case, repeat).
+    wanted = {(r["case_id"], r["repeat"]) for r in chosen}
+    retrievals: dict[tuple[str, int], dict[str, Any]] = {}
+    for r in iter_jsonl(run_dir / "retrievals.jsonl"):
+        key = (r["case_id"], r["repeat"])
+        if key in wanted and (r.get("error") is None or key not in retrievals):
+            retrievals[key] = r
     prompts = {p["name"]: p["sha256"] for p in manifest["prompts"]}
     items = []
     for record in chosen:
@@ -154,15 +162,13 @@ def export(
             }
         )
     if fmt == "json":
-        return json.dumps(
+        return dumps_pretty(
             {
                 "run": str(run_dir),
                 "probeset": manifest["probeset"]["name"],
                 "tool_version": manifest.get("tool_version"),
                 "samples": items,
-            },
-            ensure_ascii=False,
-            indent=2,
+            }
         )
     out = [
         f"# promptprobe export: {manifest['probeset']['name']}",
@@ -183,7 +189,7 @@ def export(
             ("request id", response.get("request_id")),
             ("stop reason", response.get("stop_reason")),
             ("started", record["started_at"]),
-            ("latency", f"{record['latency_ms']} ms"),
+            ("latency", f"{record['latency_ms']} ms" if record.get("latency_ms") is not None else None),
             ("attempts", record["attempts"]),
         ]
         if record.get("raw"):
@@ -198,13 +204,18 @@ def export(
                 "Header classification:",
                 "",
                 "```json",
-                json.dumps(record["header"], ensure_ascii=False),
+                dumps_pretty(record["header"]),
                 "```",
             ]
         retrieval = item["retrieval"]
         if retrieval:
             out += ["", "Retrieved passages:", ""]
-            out += [f"{i}. `{p['id']}` (score {p['score']})" for i, p in enumerate(retrieval["passages"], 1)]
+            out += [
+                f"{i}. `{p['id']}`" + (f" (score {p['score']})" if p.get("score") is not None else "")
+                for i, p in enumerate(retrieval["passages"], 1)
+            ]
+            if not retrieval["passages"] and not retrieval.get("error"):
+                out.append("(nothing was retrieved)")
             if retrieval.get("error"):
                 out.append(f"Retrieval failed: {retrieval['error']}")
         if item["raw_text"] is not None:

@@ -2,18 +2,21 @@
 
 Works on the exact text the model returned. Nothing here changes that text; the only
 normalised copy is the one searched for near misses, and its matches map back to raw spans.
+The header check records the classification as a sample's `header` object; its metrics are
+the header classes and what the header declared against the case's `expect`.
 """
 
 import re
 import unicodedata
 from collections.abc import Sequence
-from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
-from .errors import InputError
+from ..probeset import Case
+from .base import Check, Metric, SampleView
+from .settings import CheckSettings, HeaderConfig
 
-DEFAULT_MARKERS = ("[[ANSWER]]", "[[NO_ANSWER]]")
-DEFAULT_NO_ANSWER = "[[NO_ANSWER]]"
+HEADER_CLASSES = ("present", "absent", "misplaced", "empty")
 WHERE_ORDER = ("fenced", "decorated", "leading_whitespace", "trailing", "late_line", "inline")
 
 # Invisible characters a model emits that are not whitespace to str.isspace().
@@ -23,28 +26,6 @@ DECORATION = frozenset("*_`~>#-+|\"'“”‘’„«»「」『』")
 FENCE = re.compile(r"^[ \t]*(`{3,}|~{3,})")
 OPEN_BRACKETS = "[［【〔〖(（{｛<＜"
 CLOSE_BRACKETS = "]］】〕〗)）}｝>＞"
-
-
-@dataclass(frozen=True)
-class HeaderConfig:
-    markers: tuple[str, ...] = DEFAULT_MARKERS
-    no_answer: str = DEFAULT_NO_ANSWER
-    allow_leading_whitespace: bool = False
-
-    def __post_init__(self) -> None:
-        if not self.markers or any(not isinstance(m, str) or not m for m in self.markers):
-            raise InputError("header markers must be a non-empty list of non-empty strings")
-        if self.no_answer not in self.markers:
-            raise InputError(
-                f"header no_answer {self.no_answer!r} is not one of the markers {list(self.markers)}"
-            )
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "markers": list(self.markers),
-            "no_answer": self.no_answer,
-            "allow_leading_whitespace": self.allow_leading_whitespace,
-        }
 
 
 def _blank(chars: str) -> bool:
@@ -109,7 +90,8 @@ def _where(text: str, at: int, marker: str) -> str:
     return "inline"
 
 
-def _near_miss_pattern(markers: Sequence[str]) -> re.Pattern[str]:
+@lru_cache(maxsize=32)
+def _near_miss_pattern(markers: tuple[str, ...]) -> re.Pattern[str]:
     """Bracketed look-alikes of each marker: other brackets, case, spaces or hyphens for `_`."""
     alternatives = []
     for marker in markers:
@@ -127,25 +109,44 @@ def _near_miss_pattern(markers: Sequence[str]) -> re.Pattern[str]:
 
 
 def _near_miss(text: str, markers: Sequence[str]) -> str | None:
+    pattern = _near_miss_pattern(tuple(markers))
+    if text.isascii() or unicodedata.is_normalized("NFKC", text):
+        # Nothing would fold (the common case): search the text itself.
+        match = pattern.search(text)
+        return match.group() if match else None
     # Search a per-character NFKC copy (full-width letters and brackets fold) and map back.
     starts: list[int] = []
     pieces = []
     for index, char in enumerate(text):
-        folded = unicodedata.normalize("NFKC", char)
+        folded = unicodedata.normalize("NFKC", char) if not char.isascii() else char
         pieces.append(folded)
         starts.extend([index] * len(folded))
     folded_text = "".join(pieces)
     starts.append(len(text))
-    match = _near_miss_pattern(markers).search(folded_text)
+    match = pattern.search(folded_text)
     if match is None:
         return None
     raw_end = starts[match.end() - 1] + 1
     return text[starts[match.start()] : raw_end]
 
 
-def classify(text: str, config: HeaderConfig | None = None) -> dict[str, Any]:
-    """Classify the header of one raw output; the keys are DESIGN.md's `header` object."""
+def classify(text: str | None, config: HeaderConfig | None = None) -> dict[str, Any]:
+    """Classify the header of one raw output; the keys are the `header` object of docs/runs.md.
+
+    `None` or "" (the model returned no text: a null content, a refusal, a tool call) is
+    `empty`, its own state.
+    """
     config = config or HeaderConfig()
+    if not text:
+        return {
+            "header": "empty",
+            "where": None,
+            "line": None,
+            "declared": "answer",
+            "marker": None,
+            "extra_markers": 0,
+            "near_miss": None,
+        }
     found = _find_markers(text, config.markers)
     if not found:
         return {
@@ -165,8 +166,69 @@ def classify(text: str, config: HeaderConfig | None = None) -> dict[str, Any]:
         "where": None if present else _where(text, at, marker),
         "line": text.count("\n", 0, at) + 1,
         # Production's filter reads only the start: a misplaced marker means "answer".
-        "declared": marker if present else "answer",
+        "declared": "no_answer" if present and marker == config.no_answer else "answer",
         "marker": marker,
         "extra_markers": len(found) - 1,
         "near_miss": None,
     }
+
+
+# -- the check ------------------------------------------------------------------------------
+
+
+def header_class(sample: dict[str, Any]) -> str | None:
+    """present, absent, misplaced or empty; None for a sample that failed."""
+    header = sample.get("header")
+    return header["header"] if header else None
+
+
+def declared_no_answer(sample: dict[str, Any]) -> bool:
+    header = sample.get("header")
+    return bool(header) and header["declared"] == "no_answer"
+
+
+def _always(case: Case, settings: CheckSettings) -> bool:
+    return True
+
+
+def _is(header: str) -> Any:
+    return lambda sample, case, settings: header_class(sample) == header
+
+
+class HeaderCheck(Check):
+    key = "header"
+    metrics = (
+        Metric("header_present", True, "the output starts with a header marker", _always, _is("present")),
+        Metric("header_absent", False, "no header marker anywhere in the output", _always, _is("absent")),
+        Metric(
+            "header_misplaced",
+            False,
+            "a marker is in the output but not at its start",
+            _always,
+            _is("misplaced"),
+        ),
+        Metric(
+            "declared_correct",
+            True,
+            "what the header declared matches the case's expect (cases with expect)",
+            lambda case, settings: case.expect is not None,
+            lambda sample, case, settings: declared_no_answer(sample) == (case.expect == "no_answer"),
+        ),
+        Metric(
+            "refusal_recall",
+            True,
+            "expect = no_answer and the header declared no_answer",
+            lambda case, settings: case.expect == "no_answer",
+            lambda sample, case, settings: declared_no_answer(sample),
+        ),
+        Metric(
+            "false_refusal",
+            False,
+            "expect = answer but the header declared no_answer",
+            lambda case, settings: case.expect == "answer",
+            lambda sample, case, settings: declared_no_answer(sample),
+        ),
+    )
+
+    def evaluate(self, view: SampleView) -> dict[str, Any]:
+        return classify(view.text, view.settings.header)

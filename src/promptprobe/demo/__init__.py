@@ -1,9 +1,11 @@
 """The demo target: a SIMULATED help-desk model behind the OpenAI Chat Completions wire format.
 
 Provider APIs cannot be reached offline and no small packaged model follows a header
-protocol, so the demo serves a documented, seeded behaviour model (demo_behaviour.toml). The
+protocol, so the demo serves a documented, seeded behaviour model (behaviour.toml). The
 real `openai` provider calls it over HTTP, so a demo run takes the same code path as a real one.
 Every reply names itself SIMULATED in its `model` field and an `x-promptprobe-simulated` header.
+Its knowledge base, probe set, prompts, target config and post-filter ship in this package, so
+`probe demo` works from any directory.
 """
 
 import hashlib
@@ -18,9 +20,11 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from .errors import InputError
-from .localindex import tokenize
-from .tomlfile import parse_toml
+from ..errors import InputError
+from ..tokens import tokenize
+from ..tomlfile import parse_toml
+
+DATA = resources.files(__name__)
 
 SIMULATED = "SIMULATED by promptprobe demo"
 PASSAGE = re.compile(r"^\[(\d+)\] (.*?)(?=^\[\d+\] |\Z)", re.DOTALL | re.MULTILINE)
@@ -37,13 +41,15 @@ class Behaviour:
     wrong_decision: float
     always: dict[str, float]
     exception: dict[str, float]
+    pointer_marker_first: float
+    pointer_otherwise: float
 
 
 def load_behaviour(path: str | Path | None = None) -> Behaviour:
     """The behaviour file: the packaged one, or the user's."""
     if path is None:
-        data = resources.files("promptprobe").joinpath("demo_behaviour.toml").read_bytes()
-        source = Path("demo_behaviour.toml")
+        data = DATA.joinpath("behaviour.toml").read_bytes()
+        source = Path("behaviour.toml")
     else:
         source = Path(path)
         try:
@@ -58,6 +64,8 @@ def load_behaviour(path: str | Path | None = None) -> Behaviour:
             wrong_decision=float(table["decide"]["wrong_decision"]),
             always={k: float(v) for k, v in table["always_header"].items()},
             exception={k: float(v) for k, v in table["exception_only"].items()},
+            pointer_marker_first=float(table["pointer"]["marker_first"]),
+            pointer_otherwise=float(table["pointer"]["otherwise"]),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise InputError(f"{source}: missing or bad behaviour setting ({exc})") from None
@@ -141,13 +149,15 @@ def generate(messages: list[dict[str, Any]], behaviour: Behaviour, occurrence: i
         }[style]
     if "[[NO_ANSWER]]" in system and not answer:
         style = _pick(rng, behaviour.exception, "omitted")
+        chance = behaviour.pointer_marker_first if style == "first_line" else behaviour.pointer_otherwise
+        close = f" {pointer}" if rng.random() < chance else ""
         return {
-            "first_line": f"[[NO_ANSWER]]\n{body} {pointer}",
+            "first_line": f"[[NO_ANSWER]]\n{body}{close}",
             "after_pointer": f"{body} {pointer}\n[[NO_ANSWER]]\n",
-            "at_end": f"{body} {pointer} [[NO_ANSWER]]",
-            "fenced": f"{body}\n```\n[[NO_ANSWER]]\n```\n{pointer}",
-            "near_miss": f"[[NO ANSWER]]\n{body} {pointer}",
-            "omitted": f"{body} {pointer}",
+            "at_end": f"{body}{close} [[NO_ANSWER]]",
+            "fenced": f"{body}\n```\n[[NO_ANSWER]]\n```\n{pointer if close else ''}".rstrip("\n"),
+            "near_miss": f"[[NO ANSWER]]\n{body}{close}",
+            "omitted": f"{body}{close}",
         }[style]
     return body if answer else f"{body} {pointer}"
 
@@ -164,6 +174,9 @@ class DemoServer:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            # Headers and body go out in separate writes: without this each reply waits ~40 ms
+            # for the client's delayed ACK.
+            disable_nagle_algorithm = True
 
             def log_message(self, *args: Any) -> None:
                 """Requests are recorded by the client; the console stays readable."""
@@ -297,23 +310,33 @@ class DemoResult:
     errors: int
 
 
-def run_demo(
-    root: Path, runs_dir: Path, port: int = 0, stream: bool = False, progress: Any = None
-) -> DemoResult:
-    """Start the demo server, probe both example prompts through the local retriever, report
-    and compare them, and stop the server (also on failure or Ctrl-C)."""
-    from .compare import compare_runs, render_comparison
-    from .config import load_config
-    from .models import parse_model_spec
-    from .probeset import load_probeset
-    from .prompts import load_prompt
-    from .providers import GenerationParams
-    from .report import build_report, render_report
-    from .runner import Runner, RunOptions
+PROMPTS = ("exception-only", "always-header")
 
-    config = load_config(root / "examples" / "demo" / "probe.toml")
-    probeset = load_probeset(root / "probes" / "refusal-header.toml")
-    prompts = [load_prompt(root / "prompts" / f"{name}.md") for name in ("exception-only", "always-header")]
+
+def demo_inputs() -> tuple[Any, Any, list[Any]]:
+    """The packaged target config, probe set and the two prompt versions."""
+    from ..config import load_config
+    from ..probeset import load_probeset
+    from ..prompts import load_prompt
+
+    with resources.as_file(DATA) as folder:
+        config = load_config(folder / "probe.toml")
+        probeset = load_probeset(folder / "refusal-header.toml")
+        prompts = [load_prompt(folder / "prompts" / f"{name}.md") for name in PROMPTS]
+    return config, probeset, prompts
+
+
+def run_demo(runs_dir: Path, port: int = 0, stream: bool = False, progress: Any = None) -> DemoResult:
+    """Start the demo server; probe both example prompts through the local retriever; report and
+    compare them; decide the same comparison sequentially; stop the server (also on failure)."""
+    from ..engine.run import ProbeRun, RunOptions
+    from ..engine.sequential import SequentialRule, SequentialRun
+    from ..models import parse_model_spec
+    from ..providers import GenerationParams
+    from ..views.compare import compare_runs, render_comparison
+    from ..views.report import build_report, render_report
+
+    config, probeset, prompts = demo_inputs()
     try:
         server = DemoServer("127.0.0.1", port).start()
     except OSError as exc:
@@ -325,31 +348,41 @@ def run_demo(
             concurrency=config.run.concurrency,
             params=GenerationParams(stream=stream),
             runs_dir=runs_dir,
+            seed=1,
         )
-        runner = Runner(probeset, prompts, [model], config, options)
-        if progress is not None:
-            with progress(runner.counts["planned"]) as bar:
-                runner.on_sample = lambda record: bar.update(1)
-                outcome = runner.run()
-        else:
-            outcome = runner.run()
+        fixed = ProbeRun(probeset, prompts, [model], config, options)
+        outcome = _run(fixed, progress)
+        rule = SequentialRule(metric="header_present")
+        sequential = SequentialRun.new(probeset, prompts, [model], config, options, rule)
+        decided = _run(sequential, progress)
     finally:
         server.stop()
+    a, b = (f"{outcome.path}#prompt={name}" for name in PROMPTS)
     report = render_report(build_report(outcome.path))
-    comparison = render_comparison(
-        compare_runs(
-            f"{outcome.path}#prompt=exception-only",
-            f"{outcome.path}#prompt=always-header",
-            ["header_present"],
-        )
-    )
+    comparison = render_comparison(compare_runs(a, b, ["header_present"]))
+    seq_a, seq_b = (f"{decided.path}#prompt={name}" for name in PROMPTS)
+    seq_result = compare_runs(seq_a, seq_b, ["header_present"])["results"][0]
+    per_arm = decided.recorded // 2
     text = "\n".join(
         [
             f"run: {outcome.path}",
             report,
             "",
-            f"$ probe compare '{outcome.path}#prompt=exception-only' '{outcome.path}#prompt=always-header'",
+            f"$ probe compare '{a}' '{b}'",
             comparison,
+            "",
+            f"$ probe run ... --until-decided   (run: {decided.path})",
+            f"sequential: {seq_result['verdict']} after {decided.recorded} samples ({per_arm} per arm), "
+            f"against {outcome.planned} for the fixed plan above "
+            f"(e = {seq_result.get('e_value', 0):.3g}, decides at {1 / rule.alpha:g})",
         ]
     )
-    return DemoResult(outcome.path, text, outcome.errors)
+    return DemoResult(outcome.path, text, outcome.errors + decided.errors)
+
+
+def _run(runner: Any, progress: Any) -> Any:
+    if progress is None:
+        return runner.execute()
+    with progress(runner.plan.samples) as bar:
+        runner.on_record = bar.update
+        return runner.execute()

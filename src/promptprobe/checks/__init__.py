@@ -1,0 +1,78 @@
+"""Checks: each turns a recorded sample into details and yes/no metrics (one module each).
+
+The registry here is the one place metrics are listed: report, compare, the gate, sequential
+runs and the HTML view read names and directions from `METRICS`. A new check registers here
+(or through `register`) and needs no change anywhere else.
+"""
+
+from collections.abc import Iterable
+from typing import Any
+
+from .assertions import AssertionsCheck
+from .base import Check, CheckError, Metric, SampleView
+from .citations import CitationsCheck
+from .filter_parity import FilterCheck
+from .header import HeaderCheck
+from .retrieval import RetrievalCheck
+from .settings import CheckSettings, CitationConfig, FilterConfig, HeaderConfig
+
+CHECK_TYPES: list[type[Check]] = []
+METRICS: dict[str, Metric] = {}
+
+
+def register(check_type: type[Check]) -> type[Check]:
+    """Add a check and its metrics to the registry; metric names must be unique."""
+    for metric in check_type.metrics:
+        if metric.name in METRICS:
+            raise ValueError(f"metric {metric.name!r} is registered twice")
+        METRICS[metric.name] = metric
+    CHECK_TYPES.append(check_type)
+    return check_type
+
+
+for _check in (HeaderCheck, FilterCheck, CitationsCheck, RetrievalCheck, AssertionsCheck):
+    register(_check)
+
+
+def metric_names() -> tuple[str, ...]:
+    return tuple(METRICS)
+
+
+def build_checks(settings: CheckSettings) -> list[Check]:
+    """The active checks for these settings, in registry order (the filter before the rest)."""
+    return [check_type(settings) for check_type in CHECK_TYPES if check_type.active(settings)]
+
+
+def run_checks(checks: Iterable[Check], view: SampleView) -> tuple[dict[str, Any] | None, dict[str, Any]]:
+    """(the header object, the other checks' details) for one sample; CheckError on failure."""
+    header = None
+    found: dict[str, Any] = {}
+    for check in checks:
+        result = check.evaluate(
+            SampleView(view.case, view.text, view.passages, view.response, view.settings, found)
+        )
+        if result is None:
+            continue
+        if check.key == "header":
+            header = result
+        else:
+            found[check.key] = result
+    return header, found
+
+
+__all__ = [
+    "CHECK_TYPES",
+    "METRICS",
+    "Check",
+    "CheckError",
+    "CheckSettings",
+    "CitationConfig",
+    "FilterConfig",
+    "HeaderConfig",
+    "Metric",
+    "SampleView",
+    "build_checks",
+    "metric_names",
+    "register",
+    "run_checks",
+]

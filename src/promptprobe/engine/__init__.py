@@ -1,0 +1,1 @@
+"""The engine: plan, scheduler, sample executor, store, resume, cost and sequential rounds."""

@@ -1,0 +1,507 @@
+"""A probe run from start to finish: check every key and import before any call, write the
+manifest first, let the scheduler work through the plan, and finish the manifest whatever
+happened (complete, interrupted, failed). `resume_run` finishes a run from its own manifest.
+"""
+
+import hashlib
+import os
+import random
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from .. import __version__
+from ..assemble import Assembler, default_messages, production_assembler
+from ..checks import CheckSettings, build_checks
+from ..config import TargetConfig, load_config
+from ..errors import InputError, ProbeError, StartError
+from ..jsonio import iter_jsonl, loads
+from ..models import ModelSpec, parse_model_spec
+from ..probeset import ProbeSet, parse_probeset
+from ..prompts import PromptVersion, prompt_from_bytes
+from ..providers import GenerationParams, Provider, make_provider
+from ..retrievers import Retriever, make_retriever, redact
+from .cost import PriceTable, load_prices
+from .executor import Executor, Retrieved
+from .limiter import Limiter
+from .plan import Plan, Unit, make_arms, sample_id
+from .retry import RetryPolicy
+from .scheduler import Scheduler, Tally
+from .store import PRIVATE_UMASK, SCHEMA_VERSION, RunStore, StorageError, load_manifest, run_state, utc_now
+
+LARGE_PLAN = 100_000  # model calls above which a run asks for --yes
+
+
+@dataclass
+class RunOptions:
+    repeats: int | None = None  # None: the config's, else the probe set's
+    params: GenerationParams = field(default_factory=GenerationParams)
+    concurrency: int = 8
+    max_attempts: int = 6
+    backoff_initial: float = 1.0
+    max_retry_wait: float = 60.0
+    rpm: float = 0.0
+    runs_dir: Path = Path("runs")
+    seed: int | None = None  # orders the plan; random (and recorded) when not given
+    sleep: Callable[[float], None] | None = None  # tests record retry waits instead of sleeping
+    umask: int = PRIVATE_UMASK
+    max_cost: float | None = None
+    top_k: int | None = None
+    yes: bool = False  # run a plan larger than LARGE_PLAN calls
+
+    def policy(self) -> RetryPolicy:
+        return RetryPolicy(self.max_attempts, self.backoff_initial, self.max_retry_wait, self.sleep)
+
+
+@dataclass
+class RunOutcome:
+    path: Path
+    planned: int
+    recorded: int
+    errors: int
+    status: str
+    stopped_by: str | None = None
+    cost: float | None = None  # None when a model's price is unknown
+
+
+def endpoint(spec: ModelSpec) -> str:
+    """Models behind one endpoint share its rate limits."""
+    return f"{spec.provider}@{spec.base_url or 'default'}"
+
+
+class ProbeRun:
+    """One run being executed. Build it (keys are checked and production code imported here,
+    before any call), then `execute()`; `cancel()` from another thread or a signal handler."""
+
+    def __init__(
+        self,
+        probeset: ProbeSet,
+        prompts: Sequence[PromptVersion],
+        models: Sequence[ModelSpec],
+        config: TargetConfig,
+        options: RunOptions,
+        on_record: Callable[[dict[str, Any]], None] | None = None,
+    ) -> None:
+        self.probeset = probeset
+        self.config = config
+        self.options = options
+        self.settings: CheckSettings = config.checks.with_top_k(options.top_k)
+        arms = make_arms(prompts, models)
+        self.seed = options.seed if options.seed is not None else random.SystemRandom().randrange(2**32)
+        repeats = options.repeats or config.run.repeats or probeset.repeats
+        self.plan = Plan(probeset.cases, tuple(arms), repeats, self.seed)
+        if self.plan.samples > LARGE_PLAN and not options.yes:
+            raise InputError(
+                f"this plan makes {self.plan.samples:,} model calls ({len(probeset.cases)} cases x "
+                f"{repeats} repeats x {len(arms)} arms); add --yes to run it, or --dry-run to price it"
+            )
+        self.on_record = on_record
+        self.cancel_event = threading.Event()
+        self.prices: PriceTable = load_prices(config.prices)
+        if options.max_cost is not None:
+            unknown = [m.spec for m in models if self.prices.lookup(m) is None]
+            if unknown:
+                raise InputError(
+                    f"--max-cost needs a price for every model; none is known for {', '.join(unknown)} "
+                    "(add it under [prices] in probe.toml)"
+                )
+        # Every key is checked and all production code imported before any call is made.
+        self.providers: dict[str, Provider] = {m.spec: make_provider(m, options.params) for m in models}
+        try:
+            self.retriever: Retriever = make_retriever(config.retrieval, config.base_dir)
+            self.assemble: Assembler = (
+                production_assembler(config.assemble_function)
+                if config.assemble_function
+                else default_messages
+            )
+            self.checks = build_checks(self.settings)
+        except BaseException:
+            self.close()
+            raise
+        limiters: dict[str, Limiter] = {}
+        self.limiters = {m.spec: limiters.setdefault(endpoint(m), Limiter(options.rpm)) for m in models}
+        self.store: RunStore | None = None
+        self.skip: Callable[[str], bool] = lambda sid: False
+        self.reuse: dict[tuple[str, int], Retrieved] = {}
+        self.tally = Tally()
+        self.created = ""
+        self.resumes: list[dict[str, Any]] = []
+        self.extra_manifest: dict[str, Any] = {}
+
+    # -- the manifest ----------------------------------------------------------------------
+
+    def manifest(
+        self, status: str, finished: str | None, counts: dict[str, int], stopped_by: str | None = None
+    ) -> dict[str, Any]:
+        params = self.options.params
+        probeset = self.probeset
+        config = self.config
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "tool": "promptprobe",
+            "tool_version": __version__,
+            "created": self.created,
+            "finished": finished,
+            "status": status,
+            "stopped_by": stopped_by,
+            "pid": os.getpid(),
+            "probeset": {
+                "name": probeset.name,
+                "path": str(probeset.path),
+                "sha256": probeset.sha256,
+                "copy": "probeset.toml",
+                "source": probeset.source.decode("utf-8"),
+                "cases": [c.id for c in probeset.cases],
+            },
+            "prompts": [
+                {"name": p.name, "path": str(p.path), "sha256": p.sha256, "copy": self.prompt_copy(p)}
+                for p in dict.fromkeys(a.prompt for a in self.plan.arms)
+            ],
+            "models": [m.to_dict() for m in dict.fromkeys(a.model for a in self.plan.arms)],
+            "arms": [a.to_dict() for a in self.plan.arms],
+            "parameters": {
+                "max_tokens": params.max_tokens,
+                "temperature": params.temperature,
+                "seed": params.seed,
+                "stream": params.stream,
+                "timeout": params.timeout,
+                "concurrency": self.options.concurrency,
+                "max_attempts": self.options.max_attempts,
+                "max_retry_wait": self.options.max_retry_wait,
+                "rpm": self.options.rpm,
+                "max_cost": self.options.max_cost,
+            },
+            "target": {
+                "config": str(config.path) if config.path else None,
+                "config_sha256": config.sha256,
+                "retrieval": redact(config.retrieval),
+                "assemble": config.assemble_function,
+            },
+            "header": self.settings.header.to_dict(),
+            "checks": self.settings.to_dict(),
+            "prices": config.prices,
+            "repeats": self.plan.repeats,
+            "seed": self.seed,
+            "counts": counts,
+            "resumes": self.resumes,
+            **self.extra_manifest,
+        }
+
+    @staticmethod
+    def prompt_copy(prompt: PromptVersion) -> str:
+        return f"prompts/{prompt.name}{prompt.path.suffix}"
+
+    # -- running ---------------------------------------------------------------------------
+
+    def cancel(self) -> None:
+        """Stop: no new call starts; waits and streams in flight end at once."""
+        self.cancel_event.set()
+
+    def preflight(self) -> Retrieved | None:
+        """Retrieve the first question before creating anything: a target that is down stops here."""
+        first = self.plan.case_order(1)[0]
+        retrieved = self.executor_for(None).retrieve(first)
+        if retrieved.error is not None and retrieved.error.unreachable:
+            self.close()
+            raise StartError(f"{retrieved.error}; nothing was run")
+        return retrieved
+
+    def executor_for(self, store: RunStore | None) -> Executor:
+        return Executor(
+            store,  # type: ignore[arg-type]  # the preflight retrieval writes nothing
+            self.retriever,
+            self.assemble,
+            self.providers,
+            self.limiters,
+            self.checks,
+            self.settings,
+            self.options.policy(),
+            self.cancel_event,
+        )
+
+    def start(self) -> None:
+        """Create the run directory with its copies and a `running` manifest."""
+        self.created = utc_now()
+        try:
+            store = RunStore.create(self.options.runs_dir, self.probeset.name, self.options.umask)
+        except BaseException:
+            self.close()
+            raise
+        self.store = store
+        try:
+            store.write_bytes("probeset.toml", self.probeset.source)
+            for arm in self.plan.arms:
+                store.write_bytes(self.prompt_copy(arm.prompt), arm.prompt.source)
+            store.write_manifest(self.manifest("running", None, self.counts()))
+        except BaseException:
+            store.release()
+            self.close()
+            raise
+
+    def counts(self) -> dict[str, int]:
+        return {"planned": self.plan.samples, "recorded": self.tally.recorded, "errors": self.tally.errors}
+
+    def scheduler(self, **kwargs: Any) -> Scheduler:
+        """A scheduler over this run's executor (one per pass: a sequential run makes one per round)."""
+        assert self.store is not None
+        return Scheduler(
+            self.plan,
+            self.executor_for(self.store),
+            self.options.concurrency,
+            self.cancel_event,
+            prices=self.prices,
+            max_cost=self.options.max_cost,
+            on_record=self.on_record,
+            tally=self.tally,
+            **kwargs,
+        )
+
+    def open(self) -> None:
+        """Check the target, then create the run directory (a resumed run opens its own)."""
+        first = self.preflight()
+        self.start()
+        if first is not None:
+            unit = Unit(self.plan.case_order(1)[0], 1)
+            self.reuse[(unit.case.id, unit.repeat)] = first
+            self.executor_for(self.store).record_retrieval(unit, first)
+
+    def run_units(self, units: Iterable[Unit]) -> Scheduler:
+        """Work through `units` (the run must be open); the scheduler says how it ended."""
+        scheduler = self.scheduler(skip=self.skip, reuse=self.reuse)
+        try:
+            scheduler.run(units)
+        except BaseException:
+            self.cancel()
+            self.finish("interrupted", None)
+            raise
+        return scheduler
+
+    def execute(self) -> RunOutcome:
+        """Run the plan and finish the manifest; raises the reason a run stopped early."""
+        self.open()
+        return self.conclude(self.run_units(self.plan.units()))
+
+    def conclude(self, scheduler: Scheduler) -> RunOutcome:
+        if scheduler.abort is not None:
+            self.finish("failed", None)
+            raise scheduler.abort
+        if self.cancel_event.is_set():
+            status = "interrupted"
+        elif scheduler.stopped_by:
+            status = "interrupted"
+        else:
+            status = "complete"
+        return self.finish(status, scheduler.stopped_by)
+
+    def finish(self, status: str, stopped_by: str | None) -> RunOutcome:
+        assert self.store is not None
+        store = self.store
+        store.close_writes()
+        counts = self.counts()
+        try:
+            store.write_manifest(self.manifest(status, utc_now(), counts, stopped_by))
+        except StorageError:
+            if status != "failed":
+                raise
+            # The disk is full: the manifest says "running" and readers see a killed run.
+        finally:
+            store.release()
+            self.close()
+        cost = self.tally.cost if self.tally.cost_known else None
+        return RunOutcome(
+            store.path, counts["planned"], counts["recorded"], counts["errors"], status, stopped_by, cost
+        )
+
+    def close(self) -> None:
+        if getattr(self, "retriever", None) is not None:
+            self.retriever.close()
+        for provider in getattr(self, "providers", {}).values():
+            provider.close()
+
+
+def run_probe(
+    probeset: ProbeSet,
+    prompts: Sequence[PromptVersion],
+    models: Sequence[ModelSpec],
+    config: TargetConfig,
+    options: RunOptions,
+    on_record: Callable[[dict[str, Any]], None] | None = None,
+) -> RunOutcome:
+    """Run every case x repeat x prompt x model and record it; see docs/runs.md for the layout."""
+    return ProbeRun(probeset, prompts, models, config, options, on_record).execute()
+
+
+# -- resume ---------------------------------------------------------------------------------
+
+
+class ResumedRun(ProbeRun):
+    """A run finished from its own manifest: exactly the samples missing or errored are run."""
+
+    def __init__(self, path: Path, manifest: dict[str, Any], options: RunOptions, **kwargs: Any) -> None:
+        self.path = path
+        self.previous = manifest
+        super().__init__(**kwargs, options=options)
+        self.created = manifest["created"]
+        self.resumes = list(manifest.get("resumes") or [])
+        self.extra_manifest = {k: manifest[k] for k in ("sequential",) if k in manifest}
+        self.kept = 0
+        self.kept_errors = 0
+
+    def prepare(self) -> tuple[set[str], dict[tuple[str, int], Retrieved]]:
+        """Open the run, cut torn lines, set errored samples aside; what is done, what to reuse."""
+        store = RunStore.open(self.path)
+        self.store = store
+        for name in ("samples.jsonl", "retrievals.jsonl"):
+            store.repair_tail(name)
+        done: set[str] = set()
+        kept_lines: list[bytes] = []
+        superseded: list[bytes] = []
+        samples_path = self.path / "samples.jsonl"
+        if samples_path.is_file():
+            with open(samples_path, "rb") as handle:
+                for line in handle:
+                    if not line.strip():
+                        continue
+                    record = loads(line)
+                    if record.get("error") or record["sample_id"] in done:
+                        superseded.append(line if line.endswith(b"\n") else line + b"\n")
+                    else:
+                        done.add(record["sample_id"])
+                        kept_lines.append(line if line.endswith(b"\n") else line + b"\n")
+        if superseded:
+            # Earlier attempts are kept in superseded.jsonl; samples.jsonl keeps one record per id.
+            for line in superseded:
+                store.append("superseded.jsonl", loads(line))
+            temp = self.path / "samples.jsonl.tmp"
+            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, store.file_mode)
+            try:
+                for line in kept_lines:
+                    os.write(fd, line)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(temp, samples_path)
+        self.kept = len(done)
+        missing_units = {
+            (unit.case.id, unit.repeat)
+            for unit in self.plan.units()
+            if any(sample_id(unit.case.id, unit.repeat, a) not in done for a in self.plan.arms)
+        }
+        reuse: dict[tuple[str, int], Retrieved] = {}
+        for record in iter_jsonl(self.path / "retrievals.jsonl"):
+            key = (record["case_id"], record["repeat"])
+            if key in missing_units and record.get("error") is None:
+                reuse[key] = Executor.recorded_retrieval(record)
+        self.resumes.append(
+            {"at": utc_now(), "pid": os.getpid(), "kept": len(done), "set_aside": len(superseded)}
+        )
+        store.write_manifest(self.manifest("running", None, self.counts()))
+        return done, reuse
+
+    def counts(self) -> dict[str, int]:
+        return {
+            "planned": self.plan.samples,
+            "recorded": self.kept + self.tally.recorded,
+            "errors": self.tally.errors,
+        }
+
+    def open(self) -> None:
+        done, self.reuse = self.prepare()
+        self.skip = done.__contains__
+
+
+def _verified(path: Path, relative: str, sha256: str, what: str) -> bytes:
+    data = (path / relative).read_bytes()
+    if hashlib.sha256(data).hexdigest() != sha256:
+        raise InputError(f"{path / relative}: the {what} copy does not match its sha256 in the manifest")
+    return data
+
+
+def resume_run(
+    path: str | Path,
+    options: RunOptions | None = None,
+    on_record: Callable[[dict[str, Any]], None] | None = None,
+    prompts: Sequence[PromptVersion] | None = None,
+    models: Sequence[ModelSpec] | None = None,
+    probeset: ProbeSet | None = None,
+) -> ResumedRun:
+    """A run to finish from its manifest. Prompts, models or a probe set given here must be the
+    ones the run used (same sha256 / specs), else it is refused."""
+    path = Path(path)
+    manifest = load_manifest(path)
+    state = run_state(path, manifest)
+    if state == "running":
+        raise InputError(f"{path}: the run is still going (pid {manifest.get('pid')}); nothing to resume")
+    if state == "complete" and manifest["counts"].get("errors", 0) == 0:
+        recorded = sum(1 for _ in iter_jsonl(path / "samples.jsonl"))
+        if recorded >= manifest["counts"]["planned"]:
+            raise InputError(f"{path}: the run is complete with no failed samples; nothing to resume")
+    recorded_probeset = parse_probeset(
+        _verified(path, manifest["probeset"]["copy"], manifest["probeset"]["sha256"], "probe set"),
+        Path(manifest["probeset"]["path"]),
+    )
+    if probeset is not None and probeset.sha256 != recorded_probeset.sha256:
+        raise InputError(f"{probeset.path}: differs from the probe set this run used (sha256 changed)")
+    recorded_prompts = [
+        prompt_from_bytes(p["name"], Path(p["path"]), _verified(path, p["copy"], p["sha256"], "prompt"))
+        for p in manifest["prompts"]
+    ]
+    if prompts is not None and sorted(p.sha256 for p in prompts) != sorted(
+        p.sha256 for p in recorded_prompts
+    ):
+        raise InputError(
+            "the prompts given differ from the ones this run used (sha256); resume takes them "
+            "from the run itself: give no --prompt"
+        )
+    recorded_models = [parse_model_spec(m["spec"], m.get("api_key_env")) for m in manifest["models"]]
+    if models is not None and sorted(m.spec for m in models) != sorted(m.spec for m in recorded_models):
+        raise InputError("the models given differ from the ones this run used; give no --model")
+    target = manifest.get("target") or {}
+    config_path = target.get("config")
+    if config_path:
+        config = load_config(config_path)
+        if target.get("config_sha256") and config.sha256 != target["config_sha256"]:
+            raise InputError(
+                f"{config_path}: the target config changed since the run started (sha256); "
+                "resume needs the same target"
+            )
+    else:
+        config = TargetConfig()
+    settings = CheckSettings.from_dict(manifest.get("checks") or {"header": manifest.get("header")})
+    config = replace(config, checks=replace(settings, top_k=None))
+    parameters = manifest.get("parameters") or {}
+    base = options or RunOptions()
+    params = GenerationParams(
+        max_tokens=parameters.get("max_tokens", 1024),
+        temperature=parameters.get("temperature"),
+        seed=parameters.get("seed"),
+        stream=parameters.get("stream", False),
+        timeout=parameters.get("timeout", 120.0),
+    )
+    run_options = replace(
+        base,
+        repeats=manifest["repeats"],
+        params=params,
+        concurrency=parameters.get("concurrency", base.concurrency),
+        max_attempts=parameters.get("max_attempts", base.max_attempts),
+        max_retry_wait=parameters.get("max_retry_wait", base.max_retry_wait),
+        rpm=parameters.get("rpm", base.rpm) or 0.0,
+        seed=manifest["seed"],
+        top_k=settings.top_k,
+        yes=True,
+    )
+    return ResumedRun(
+        path,
+        manifest,
+        run_options,
+        probeset=recorded_probeset,
+        prompts=recorded_prompts,
+        models=recorded_models,
+        config=config,
+        on_record=on_record,
+    )
+
+
+__all__ = ["ProbeError", "ProbeRun", "RunOptions", "RunOutcome", "resume_run", "run_probe"]

@@ -1,0 +1,268 @@
+"""The run directory: manifest first, samples appended and flushed as they finish, raw bytes.
+
+Everything is written so that a crash at any moment leaves a readable run: the manifest is
+replaced atomically, each JSON line goes out in one write and is fsynced, a failed write is
+cut back so nothing is torn, and a lock held for the life of the run tells a run still going
+from one that was killed. Directories are 0700 and files 0600 unless the run is shared: raw
+outputs hold production answers. Every byte written passes through the secret scrubber.
+"""
+
+import errno
+import fcntl
+import hashlib
+import os
+import secrets
+import threading
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from ..errors import InputError, StartError
+from ..jsonio import dumps_line, dumps_pretty, iter_jsonl, loads, warn
+from ..redaction import SCRUBBER
+
+SCHEMA_VERSION = 2
+PRIVATE_UMASK = 0o077
+LOCK_FILE = ".lock"
+
+
+class StorageError(StartError):
+    """The run directory cannot be written (disk full, permissions): the run stops (exit 3)."""
+
+
+class StoreClosed(Exception):
+    """A worker finished after the run was closed (a cancelled call): its result is dropped."""
+
+
+def utc_now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _storage_error(exc: OSError, path: Path) -> StorageError:
+    if exc.errno == errno.ENOSPC:
+        reason = "the disk is full"
+    elif exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        reason = "it is not writable"
+    elif exc.errno == errno.EFBIG:
+        reason = "the file size limit was reached"
+    else:
+        reason = exc.strerror or str(exc)
+    return StorageError(f"cannot write {path}: {reason}")
+
+
+class RunStore:
+    """Writes one run directory."""
+
+    def __init__(self, path: Path, umask: int = PRIVATE_UMASK) -> None:
+        self.path = path
+        self.umask = umask
+        self.lock = threading.Lock()
+        self.lock_handle: Any = None
+        self.closed = False
+
+    @property
+    def file_mode(self) -> int:
+        return 0o666 & ~self.umask
+
+    @property
+    def dir_mode(self) -> int:
+        return 0o777 & ~self.umask
+
+    @classmethod
+    def create(cls, runs_dir: Path, probeset_name: str, umask: int = PRIVATE_UMASK) -> "RunStore":
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
+        safe_name = "".join(c if c.isalnum() or c in "._-" else "-" for c in probeset_name)
+        path = runs_dir / f"{stamp}-{safe_name}-{secrets.token_hex(3)}"
+        store = cls(path, umask)
+        try:
+            runs_dir.mkdir(parents=True, exist_ok=True)
+            for folder in (path, path / "raw", path / "prompts"):
+                folder.mkdir(mode=store.dir_mode)
+                os.chmod(folder, store.dir_mode)  # mkdir's mode is filtered by the process umask
+        except OSError as exc:
+            raise StartError(
+                f"--runs-dir {runs_dir}: cannot create a run directory there ({exc.strerror or exc})"
+            ) from None
+        store.acquire()
+        return store
+
+    @classmethod
+    def open(cls, path: Path) -> "RunStore":
+        """An existing run, to be resumed: its own permissions are kept."""
+        mode = os.stat(path).st_mode & 0o777
+        store = cls(path, 0o777 & ~mode)
+        store.acquire()
+        return store
+
+    # -- the lock --------------------------------------------------------------------------
+
+    def acquire(self) -> None:
+        """Hold the run's lock for as long as this process works on it."""
+        lock_path = self.path / LOCK_FILE
+        try:
+            handle = open(os.open(lock_path, os.O_RDWR | os.O_CREAT, self.file_mode), "r+")
+        except OSError as exc:
+            raise _storage_error(exc, lock_path) from None
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            owner = handle.read().strip()
+            handle.close()
+            raise InputError(
+                f"{self.path}: another probe process{f' (pid {owner})' if owner else ''} is working on this run"
+            ) from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(str(os.getpid()))
+        handle.flush()
+        self.lock_handle = handle
+
+    def release(self) -> None:
+        if self.lock_handle is not None:
+            self.lock_handle.close()  # closing drops the flock
+            self.lock_handle = None
+
+    # -- writes ----------------------------------------------------------------------------
+
+    def _open_file(self, path: Path, flags: int) -> int:
+        return os.open(path, flags, self.file_mode)
+
+    def write_manifest(self, manifest: dict[str, Any]) -> None:
+        """Write beside and rename, so a crash or a full disk never leaves half a manifest."""
+        temp = self.path / "manifest.json.tmp"
+        data = SCRUBBER.bytes(dumps_pretty(manifest).encode("utf-8") + b"\n")
+        try:
+            fd = self._open_file(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+            try:
+                os.write(fd, data)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(temp, self.path / "manifest.json")
+        except OSError as exc:
+            temp.unlink(missing_ok=True)
+            raise _storage_error(exc, self.path / "manifest.json") from None
+
+    def close_writes(self) -> None:
+        """From now on sample writes are refused (StoreClosed): the run is being finished."""
+        with self.lock:
+            self.closed = True
+
+    def write_bytes(self, relative: str, data: bytes) -> dict[str, Any]:
+        """A whole file, scrubbed of secrets; returns its path, sha256 and size."""
+        if self.closed:
+            raise StoreClosed(relative)
+        data = SCRUBBER.bytes(data)
+        path = self.path / relative
+        try:
+            fd = self._open_file(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            path.unlink(missing_ok=True)
+            raise _storage_error(exc, path) from None
+        return {"path": relative, "sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
+
+    def append(self, name: str, record: dict[str, Any]) -> None:
+        """One JSON line, written whole and fsynced; on failure the file is cut back to before it."""
+        line = SCRUBBER.bytes(dumps_line(record))
+        path = self.path / name
+        with self.lock:
+            if self.closed:
+                raise StoreClosed(name)
+            try:
+                fd = self._open_file(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+            except OSError as exc:
+                raise _storage_error(exc, path) from None
+            try:
+                size = os.fstat(fd).st_size
+                try:
+                    written = os.write(fd, line)
+                    if written != len(line):
+                        raise OSError(errno.ENOSPC, "short write")
+                    os.fsync(fd)
+                except OSError as exc:
+                    os.ftruncate(fd, size)
+                    raise _storage_error(exc, path) from None
+            finally:
+                os.close(fd)
+
+    def append_sample(self, record: dict[str, Any]) -> None:
+        self.append("samples.jsonl", record)
+
+    def append_retrieval(self, record: dict[str, Any]) -> None:
+        self.append("retrievals.jsonl", record)
+
+    # -- recovery --------------------------------------------------------------------------
+
+    def repair_tail(self, name: str) -> bool:
+        """Cut a torn last line off a JSON-lines file before appending to it; True if cut."""
+        path = self.path / name
+        if not path.is_file():
+            return False
+        with open(path, "rb+") as handle:
+            handle.seek(0, os.SEEK_END)
+            size = handle.tell()
+            if size == 0:
+                return False
+            handle.seek(max(0, size - 1))
+            if handle.read(1) == b"\n":
+                return False
+            # Find the start of the last line.
+            chunk = min(size, 1 << 20)
+            handle.seek(size - chunk)
+            tail = handle.read(chunk)
+            start = size - chunk + tail.rfind(b"\n") + 1 if b"\n" in tail else 0
+            handle.seek(start)
+            last = handle.read()
+            try:
+                loads(last)
+            except ValueError:
+                handle.truncate(start)
+                return True
+            handle.write(b"\n")  # a whole record that only lacks its newline
+            return False
+
+
+def run_state(path: Path, manifest: dict[str, Any]) -> str:
+    """The manifest's status, or `killed` for a run marked running whose process is gone."""
+    status = manifest.get("status", "unknown")
+    if status != "running":
+        return status
+    lock_path = path / LOCK_FILE
+    if not lock_path.exists():
+        return "killed"
+    try:
+        with open(lock_path) as handle:
+            fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return "running"
+    except OSError:
+        return "running"  # cannot tell: say what the manifest says
+    return "killed"
+
+
+def load_manifest(run_dir: Path) -> dict[str, Any]:
+    manifest_path = run_dir / "manifest.json"
+    if not manifest_path.is_file():
+        raise InputError(f"{run_dir}: not a run directory (no manifest.json)")
+    try:
+        return loads(manifest_path.read_bytes())
+    except ValueError as exc:
+        raise InputError(f"{manifest_path}: not valid JSON ({exc})") from None
+
+
+def iter_samples(run_dir: Path, on_warning: Any = warn) -> Iterator[dict[str, Any]]:
+    """The samples of a run in file order (resume never leaves two records for one id)."""
+    yield from iter_jsonl(run_dir / "samples.jsonl", on_warning)
+
+
+def load_run(run_dir: str | Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The manifest and the samples of a recorded run (for small runs and tests)."""
+    run_dir = Path(run_dir)
+    return load_manifest(run_dir), list(iter_samples(run_dir))

@@ -1,0 +1,69 @@
+"""Strict JSON for every file and every `--format json` output (orjson: fast, and NaN or
+infinity become null instead of the bare `NaN` that other JSON readers refuse).
+
+Readers of JSON-lines files stream them, and ignore a torn last line (a crash mid-write)
+with a warning instead of refusing the whole run.
+"""
+
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from .errors import InputError
+
+
+def dumps_line(value: Any) -> bytes:
+    """One compact JSON line, newline included."""
+    return orjson.dumps(value, option=orjson.OPT_APPEND_NEWLINE)
+
+
+def dumps_pretty(value: Any) -> str:
+    return orjson.dumps(value, option=orjson.OPT_INDENT_2).decode("utf-8")
+
+
+def loads(data: bytes | str) -> Any:
+    return orjson.loads(data)
+
+
+def warn(message: str) -> None:
+    print(f"warning: {message}", file=sys.stderr)
+
+
+def iter_jsonl(path: Path, on_warning: Callable[[str], None] = warn) -> Iterator[dict[str, Any]]:
+    """Records of a JSON-lines file in order; a torn last line is skipped with a warning."""
+    if not path.is_file():
+        return
+    with open(path, "rb") as handle:
+        previous: bytes | None = None
+        number = 0
+        for line in handle:
+            if previous is not None:
+                record = _parse(previous, path, number, last=False, on_warning=on_warning)
+                if record is not None:
+                    yield record
+            number += 1
+            previous = line
+        if previous is not None and previous.strip():
+            record = _parse(previous, path, number, last=True, on_warning=on_warning)
+            if record is not None:
+                yield record
+
+
+def _parse(line: bytes, path: Path, number: int, last: bool, on_warning: Callable[[str], None]) -> Any:
+    if not line.strip():
+        return None
+    try:
+        return orjson.loads(line)
+    except orjson.JSONDecodeError:
+        if last and not line.endswith(b"\n"):
+            on_warning(f"{path}: the last line (line {number}) is torn (cut off mid-write) and is ignored")
+            return None
+        # Lines are written whole and fsynced, so a bad line elsewhere means the file was edited.
+        raise InputError(f"{path}: line {number} is not valid JSON") from None
+
+
+def read_jsonl(path: Path, on_warning: Callable[[str], None] = warn) -> list[dict[str, Any]]:
+    return [record for record in iter_jsonl(path, on_warning) if record is not None]

@@ -1,0 +1,57 @@
+"""Importing production's own code (`module:function`), with the current directory first on the
+import path, so a probe run from the project's root calls what production calls."""
+
+import importlib
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from .errors import InputError
+
+
+def import_function(reference: str, what: str) -> Callable[..., Any]:
+    """Import `module:function`; every way this can fail is an InputError naming `what`."""
+    module_name, _, attribute = reference.partition(":")
+    if not module_name or not attribute:
+        raise InputError(f'{what} {reference!r}: expected "module:function"')
+    cwd = os.getcwd()
+    if sys.path[:1] != [cwd]:
+        sys.path.insert(0, cwd)
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise InputError(f"{what} {reference!r}: cannot import {module_name!r} ({exc})") from None
+    except SyntaxError as exc:
+        raise InputError(
+            f"{what} {reference!r}: {exc.filename or module_name}, line {exc.lineno}: "
+            f"syntax error ({exc.msg})"
+        ) from None
+    except SystemExit as exc:
+        raise InputError(
+            f"{what} {reference!r}: importing {module_name!r} called sys.exit({exc.code})"
+        ) from None
+    except Exception as exc:  # production code may raise anything while importing
+        raise InputError(
+            f"{what} {reference!r}: importing {module_name!r} raised {type(exc).__name__}: {exc}"
+        ) from None
+    function: Any = module
+    for part in attribute.split("."):
+        function = getattr(function, part, None)
+        if function is None:
+            raise InputError(f"{what} {reference!r}: {module_name!r} has no {attribute!r}")
+    if not callable(function):
+        raise InputError(f"{what} {reference!r}: not callable")
+    return function
+
+
+class ProductionExit(Exception):
+    """Production code called sys.exit while being called: the probe cannot go on (exit 2)."""
+
+
+def call_production(function: Callable[..., Any], reference: str, what: str, *args: Any) -> Any:
+    """Call production code; sys.exit inside it becomes an InputError instead of ending the probe."""
+    try:
+        return function(*args)
+    except SystemExit as exc:
+        raise InputError(f"{what} {reference!r} called sys.exit({exc.code}) while probing") from None

@@ -1,0 +1,92 @@
+"""The verdict rules: which test decides, and what it says, for two arms' per-case counts.
+
+- Paired design (the same questions on both sides): the stratified exact conditional test.
+- Unpaired design: the permutation test over cases of the difference in mean per-case rates.
+- Generalisation (paired): the exact sign test over the cases that moved, "likely" only with
+  at least 5 of them; its interval is for the mean per-case difference B - A.
+All differences are B - A: B the candidate, A the baseline.
+"""
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .intervals import t_critical
+from .tests import case_permutation, sign_test, stratified_exact
+
+MIN_MOVED_FOR_GENERALISATION = 5
+PAIRED_TEST = "stratified exact conditional (exact CMH)"
+UNPAIRED_TEST = "permutation over cases"
+
+Counts = tuple[int, int]  # (successes, trials)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    test: str
+    p_value: float
+    verdict: str  # "A>B", "B>A" or "indistinguishable"
+
+
+def _word(p_value: float, alpha: float, b_ahead: bool) -> str:
+    if p_value > alpha:
+        return "indistinguishable"
+    return "B>A" if b_ahead else "A>B"
+
+
+def paired_verdict(a: Sequence[Counts], b: Sequence[Counts], alpha: float = 0.05) -> Verdict:
+    """`a[i]` and `b[i]` are the same case's counts under each arm."""
+    result = stratified_exact([(ka, na, kb, nb) for (ka, na), (kb, nb) in zip(a, b, strict=True)])
+    return Verdict(PAIRED_TEST, result.p_value, _word(result.p_value, alpha, not result.a_ahead))
+
+
+def unpaired_verdict(
+    a: Sequence[Counts], b: Sequence[Counts], alpha: float = 0.05, resamples: int | None = None
+) -> Verdict:
+    rates_a = [k / n for k, n in a if n]
+    rates_b = [k / n for k, n in b if n]
+    options = {} if resamples is None else {"resamples": resamples}
+    p = case_permutation(rates_a, rates_b, **options)
+    b_ahead = sum(rates_b) / len(rates_b) > sum(rates_a) / len(rates_a)
+    return Verdict(UNPAIRED_TEST, p, _word(p, alpha, b_ahead))
+
+
+@dataclass(frozen=True)
+class Generalisation:
+    cases: int
+    up: int  # cases where B's rate is higher
+    down: int
+    p_value: float
+    likely: bool
+    mean_diff: float
+    interval: tuple[float, float] | None
+
+
+def generalisation(
+    a: Sequence[Counts], b: Sequence[Counts], alpha: float = 0.05, confidence: float = 0.95
+) -> Generalisation:
+    """Would other questions like these move too? Sign test over the per-case differences.
+
+    The interval is mean ± t(G-1)·SE of the per-case differences B - A, where SE uses their
+    spread but never less than the binomial noise of each case's own counts (rates smoothed
+    as (k+1)/(n+2)), so that identical differences do not give a zero-width interval; it is
+    clipped to [-1, 1].
+    """
+    diffs = [kb / nb - ka / na for (ka, na), (kb, nb) in zip(a, b, strict=True)]
+    g = len(diffs)
+    up = sum(d > 0 for d in diffs)
+    down = sum(d < 0 for d in diffs)
+    p = sign_test(up, down)
+    mean = sum(diffs) / g if g else 0.0
+    interval = None
+    if g >= 2:
+        spread = sum((d - mean) ** 2 for d in diffs) / (g - 1)
+        noise = 0.0
+        for (ka, na), (kb, nb) in zip(a, b, strict=True):
+            pa, pb = (ka + 1) / (na + 2), (kb + 1) / (nb + 2)
+            noise += pa * (1 - pa) / na + pb * (1 - pb) / nb
+        se = math.sqrt(max(spread, noise / g) / g)
+        half = t_critical(g - 1, confidence) * se
+        interval = (max(-1.0, mean - half), min(1.0, mean + half))
+    likely = up + down >= MIN_MOVED_FOR_GENERALISATION and p <= alpha
+    return Generalisation(g, up, down, p, likely, mean, interval)

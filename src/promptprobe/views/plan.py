@@ -1,0 +1,159 @@
+"""`probe plan`: decide the sample size before changing the prompt.
+
+Every input is checked here (finite; rates in [0, 1]; alpha in (0, 0.5]; power in [0.5, 1);
+ICC in [0, 1]) and a bad one is an InputError naming the flag.
+"""
+
+import math
+from typing import Any
+
+from ..errors import InputError
+from ..jsonio import dumps_pretty
+from ..stats.planning import (
+    detectable_difference,
+    gate_block_probability,
+    n_per_arm,
+    paired_repeats,
+    unpaired_repeats,
+    validate,
+)
+
+
+def _check(name: str, value: float | None, low: float, high: float, **kwargs: bool) -> None:
+    if value is None:
+        return
+    try:
+        validate(name, value, low, high, **kwargs)
+    except ValueError as exc:
+        raise InputError(f"--{exc}") from None
+
+
+def check_flags(
+    p1: float | None = None,
+    p2: float | None = None,
+    alpha: float = 0.05,
+    power: float = 0.8,
+    icc: float | None = None,
+    p: float | None = None,
+) -> None:
+    _check("p1", p1, 0, 1)
+    _check("p2", p2, 0, 1)
+    _check("p", p, 0, 1)
+    _check("icc", icc, 0, 1)
+    _check("alpha", alpha, 0, 0.5, low_open=True)
+    _check("power", power, 0.5, 1, high_open=True)
+
+
+def plan_sample_size(
+    p1: float,
+    p2: float,
+    alpha: float = 0.05,
+    power: float = 0.8,
+    cases: int | None = None,
+    icc: float | None = None,
+) -> dict[str, Any]:
+    check_flags(p1, p2, alpha, power, icc)
+    if p1 == p2:
+        raise InputError("--p1 and --p2 are equal: there is no difference to detect")
+    result: dict[str, Any] = {
+        "p1": p1,
+        "p2": p2,
+        "n_per_arm": n_per_arm(p1, p2, alpha, power),
+        "alpha": alpha,
+        "power": power,
+    }
+    if cases is not None and icc is not None:
+        paired = paired_repeats(p1, p2, cases, icc, alpha, power)
+        unpaired = unpaired_repeats(p1, p2, cases, icc, alpha, power)
+        result.update(
+            cases=cases,
+            icc=icc,
+            repeats=paired.repeats,
+            paired_power=paired.power,
+            repeats_unpaired=unpaired.repeats,
+            unpaired_cases_needed=unpaired.cases_needed,
+        )
+    return result
+
+
+def plan_mdd(n: int, p1: float, alpha: float = 0.05, power: float = 0.8) -> dict[str, Any]:
+    check_flags(p1=p1, alpha=alpha, power=power)
+    return {
+        "n": n,
+        "p1": p1,
+        "alpha": alpha,
+        "power": power,
+        "detectable_difference": detectable_difference(n, p1, alpha, power),
+    }
+
+
+def plan_gate(p: float, k: int) -> dict[str, Any]:
+    check_flags(p=p)
+    return {"p": p, "block_probability": {str(i): gate_block_probability(p, i) for i in range(1, k + 1)}}
+
+
+def render_plan(result: dict[str, Any], fmt: str = "table") -> str:
+    if fmt == "json":
+        return dumps_pretty(result)
+    if "rounds" in result:
+        from .sequential_plan import render_sequential_plan
+
+        return render_sequential_plan(result)
+    if "block_probability" in result:
+        lines = [
+            f"a gate that fails a case when any of k runs fails, at {100 * result['p']:.0f}% "
+            "per-run success, blocks it:"
+        ]
+        lines += [f"  k={k}: {100 * v:.1f}%" for k, v in result["block_probability"].items()]
+        lines.append(
+            "More repeats make such a gate redder, not more reliable: each extra run is one more "
+            "chance to fail. Gate on a rate with an interval instead (probe compare "
+            "--fail-if-worse), which more repeats make sharper."
+        )
+        return "\n".join(lines)
+    if "detectable_difference" in result:
+        d = result["detectable_difference"]
+        parts = []
+        for name, word in (("down", "drop"), ("up", "rise")):
+            if d[name] is None:
+                parts.append(f"no {word} is detectable")
+            else:
+                parts.append(
+                    f"a {word} of {abs(100 * d[name]):.1f} points (to {100 * (result['p1'] + d[name]):.1f}%)"
+                )
+        return (
+            f"with {result['n']} samples per arm at {100 * result['p1']:.1f}%, the smallest "
+            f"detectable change (alpha {result['alpha']:g}, power {result['power']:g}) is "
+            + " or ".join(parts)
+        )
+    text = (
+        f"to tell {100 * result['p1']:.1f}% from {100 * result['p2']:.1f}% with independent samples you need "
+        f"{result['n_per_arm']} samples per arm (two-sided alpha {result['alpha']:g}, power {result['power']:g})"
+    )
+    if "cases" in result:
+        cases, icc = result["cases"], result["icc"]
+        if result["repeats"] is None:
+            text += (
+                f"\npaired (the same {cases} cases under both versions, as one probe run asks them): "
+                f"more than 200 repeats per case (simulated power at 200: {100 * result['paired_power']:.0f}%)"
+            )
+        else:
+            text += (
+                f"\npaired (the same {cases} cases under both versions, as one probe run asks them) at ICC "
+                f"{icc:g}: {result['repeats']} repeats per case ({result['repeats'] * cases} samples per arm; "
+                f"simulated power {100 * result['paired_power']:.0f}%)"
+            )
+        if result["repeats_unpaired"] is None:
+            text += (
+                f"\nunpaired (different questions per version): no number of repeats gets there with {cases} "
+                f"cases at ICC {icc:g}; it needs at least {result['unpaired_cases_needed']} cases a side"
+            )
+        else:
+            text += (
+                f"\nunpaired (different questions per version): {result['repeats_unpaired']} repeats per case"
+            )
+        if math.isfinite(icc) and icc > 0:
+            text += (
+                "\nthe ICC is how alike repeats of one question are; `probe report` shows the DEFF a run had"
+            )
+    return text

@@ -1,0 +1,384 @@
+"""Reports: per arm (prompt x model), each metric's k/n with its Wilson and cluster-adjusted
+intervals and its failures, tokens, latency and cost; per case the header counts; what the
+retrieval did; and a sequential run's decision."""
+
+import math
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from ..checks import METRICS
+from ..counts import ArmCounts, CountsTable, build_counts
+from ..jsonio import dumps_pretty
+from ..stats.intervals import clustered_rate
+from .tables import table
+
+LEGEND = (
+    "DEFF: design effect, 1 + (m-1)·ICC: how much repeating a question inflates the variance "
+    "(ICC: how alike the repeats of one question are).\n"
+    "n_eff: effective sample size, n / DEFF: what the samples are worth as independent ones.\n"
+    "95% adjusted: an interval for the rate over questions like these that keeps its 95% coverage "
+    "however many repeats each question has (Wilson at n / DEFF with the ICC's 99% upper limit, t on G-1)."
+)
+
+
+def metric_object(
+    per_case: dict[str, list[int]], higher_is_better: bool, confidence: float = 0.95
+) -> dict[str, Any]:
+    """The report's metric object from per-case [successes, trials, failures]."""
+    cells = list(per_case.values())
+    result = clustered_rate([c[0] for c in cells], [c[1] for c in cells], confidence)
+    return {
+        "k": result.k,
+        "n": result.n,
+        "errors": sum(c[2] for c in cells),
+        "rate": result.rate,
+        "wilson": list(result.wilson),
+        "deff": result.deff,
+        "n_eff": result.n_eff,
+        "wilson_eff": list(result.wilson_eff),
+        "higher_is_better": higher_is_better,
+    }
+
+
+def _percentile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    position = (len(ordered) - 1) * q
+    low, high = math.floor(position), math.ceil(position)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def _usage(arm: ArmCounts) -> dict[str, Any]:
+    latencies = list(arm.latencies)
+    return {
+        "input_tokens": arm.input_tokens,
+        "output_tokens": arm.output_tokens,
+        "cost_usd": None if arm.cost_unknown else round(arm.cost, 6),
+        "latency_ms": {"median": _percentile(latencies, 0.5), "p90": _percentile(latencies, 0.9)},
+    }
+
+
+def _arm(arm: ArmCounts, counts: CountsTable, by_tag: bool) -> dict[str, Any]:
+    metrics = {
+        name: metric_object(per_case, METRICS[name].higher_is_better)
+        for name, per_case in arm.metrics.items()
+        if per_case
+    }
+    cases = []
+    for case_id in counts.case_order:
+        states = arm.headers.get(case_id, Counter())
+        n = sum(states.values())
+        if n:
+            cases.append(
+                {
+                    "case_id": case_id,
+                    "n": n,
+                    **{s: states[s] for s in ("present", "absent", "misplaced", "empty", "errors")},
+                }
+            )
+    result: dict[str, Any] = {
+        "prompt": arm.prompt,
+        "model": arm.model,
+        "samples": arm.samples,
+        "errors": arm.errors,
+        "error_kinds": dict(arm.error_kinds),
+        "metrics": metrics,
+        "cases": cases,
+        "usage": _usage(arm),
+    }
+    if by_tag:
+        result["by_tag"] = _by_tag(arm, counts)
+    return result
+
+
+def _by_tag(arm: ArmCounts, counts: CountsTable) -> dict[str, dict[str, Any]]:
+    """Each metric over the cases carrying each tag (a case with two tags counts in both)."""
+    tags: dict[str, list[str]] = {}
+    for case in counts.probeset.cases:
+        for tag in case.tags or ("(untagged)",):
+            tags.setdefault(tag, []).append(case.id)
+    grouped = {}
+    for tag, case_ids in tags.items():
+        grouped[tag] = {
+            name: metric_object(
+                {c: per_case[c] for c in case_ids if c in per_case}, METRICS[name].higher_is_better
+            )
+            for name, per_case in arm.metrics.items()
+            if any(c in per_case for c in case_ids)
+        }
+    return grouped
+
+
+def retrieval_view(counts: CountsTable) -> dict[str, Any]:
+    """Per case: distinct snapshots within the run, empty retrievals, expected-source hit rates;
+    and paraphrases (same must_retrieve, different question) whose hit rates differ."""
+    cases = []
+    hit_rates: dict[str, float] = {}
+    for case in counts.probeset.cases:
+        snapshots = counts.snapshots.get(case.id, Counter())
+        hits = [arm.metrics["retrieval_hit"].get(case.id) for arm in counts.arms]
+        hits = [h for h in hits if h]
+        row: dict[str, Any] = {
+            "case_id": case.id,
+            "snapshots": len(snapshots),
+            "empty": counts.empty_retrievals.get(case.id, 0),
+        }
+        if case.must_retrieve and hits:
+            k, n = sum(h[0] for h in hits), sum(h[1] for h in hits)
+            row["retrieval_hit"] = [k, n]
+            hit_rates[case.id] = k / n if n else 0.0
+        cases.append(row)
+    groups: dict[tuple[str, ...], list[str]] = {}
+    for case in counts.probeset.cases:
+        if case.must_retrieve and case.id in hit_rates:
+            groups.setdefault(tuple(sorted(case.must_retrieve)), []).append(case.id)
+    paraphrases = [
+        {
+            "must_retrieve": list(expected),
+            "cases": [
+                {"case_id": c, "question": counts.cases[c].question, "hit_rate": hit_rates[c]}
+                for c in case_ids
+            ],
+        }
+        for expected, case_ids in groups.items()
+        if len(case_ids) > 1 and len({round(hit_rates[c], 9) for c in case_ids}) > 1
+    ]
+    return {
+        "cases": cases,
+        "changed_within_run": [c["case_id"] for c in cases if c["snapshots"] > 1],
+        "paraphrases": paraphrases,
+    }
+
+
+def sequential_view(counts: CountsTable) -> dict[str, Any] | None:
+    rule = counts.manifest.get("sequential")
+    if not rule:
+        return None
+    rounds = counts.sequential
+    last = rounds[-1] if rounds else None
+    return {
+        "rule": rule,
+        "rounds": len(rounds),
+        "max_rounds": rule.get("max_rounds"),
+        "decision": last.get("decision") if last else None,
+        "e_value": last.get("e_value") if last else None,
+        "threshold": rule.get("threshold"),
+        "stopped": bool(last and last.get("stop")),
+    }
+
+
+def build_report(counts: CountsTable | str | Path, by_tag: bool = False) -> dict[str, Any]:
+    """The report of a recorded run, in the JSON shape of docs/json.md."""
+    if not isinstance(counts, CountsTable):
+        counts = build_counts(counts)
+    return {
+        "run": str(counts.run),
+        "probeset": counts.probeset.name,
+        "probeset_sha256": counts.probeset.sha256,
+        "status": counts.state,
+        "planned": counts.planned,
+        "recorded": counts.recorded,
+        "simulated": counts.simulated,
+        "classification": counts.classification,
+        "checks": counts.settings.to_dict(),
+        "arms": [_arm(arm, counts, by_tag) for arm in counts.arms],
+        "retrieval": retrieval_view(counts),
+        "sequential": sequential_view(counts),
+        "warnings": counts.warnings,
+    }
+
+
+# -- text -----------------------------------------------------------------------------------
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.1f}%"
+
+
+def _interval(bounds: list[float]) -> str:
+    return f"{100 * bounds[0]:.1f}-{100 * bounds[1]:.1f}%"
+
+
+def _cost(value: float | None) -> str:
+    return "cost unknown" if value is None else f"${value:.4f}"
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f} ms"
+
+
+def sequential_sentence(view: dict[str, Any]) -> str:
+    rounds, cap = view["rounds"], view["max_rounds"]
+    decision = view["decision"] or "undecided"
+    e, threshold = view["e_value"], view["threshold"]
+    evidence = (
+        f"e = {e:.3g} {'>=' if e is not None and e >= threshold else '<'} {threshold:g}"
+        if e is not None
+        else "no round finished"
+    )
+    if view["stopped"] and decision != "indistinguishable":
+        return f"sequential: stopped after round {rounds} of {cap}: {decision}, {evidence}"
+    if view["stopped"]:
+        return f"sequential: reached the cap of {cap} rounds: indistinguishable, {evidence}"
+    return f"sequential: {rounds} of {cap} rounds so far, not decided ({evidence})"
+
+
+def render_report(report: dict[str, Any], fmt: str = "table", width: int | None = None) -> str:
+    """The report as text: `table` (plain, fits the terminal), `md` (GitHub markdown) or `json`."""
+    if fmt == "json":
+        return dumps_pretty(report)
+    out = [
+        f"run {report['run']}  probe set {report['probeset']}  status {report['status']}  "
+        f"samples {report['recorded']}/{report['planned']}"
+    ]
+    if report.get("classification") is not None:
+        out.append(f"classification {report['classification']} (an offline reclassification)")
+    if report.get("simulated"):
+        out.append("NOTE: the model in this run is SIMULATED (the built-in demo server), not a real model.")
+    for warning in report.get("warnings") or []:
+        out.append(f"warning: {warning}")
+    if report.get("sequential"):
+        out.append(sequential_sentence(report["sequential"]))
+    # A column that is the same for every arm is said once above the table instead.
+    prompts = {arm["prompt"] for arm in report["arms"]}
+    models = {arm["model"] for arm in report["arms"]}
+    arm_columns = [("prompt", prompts), ("model", models)]
+    for key, values in arm_columns:
+        if len(values) == 1:
+            out.append(f"{key}: {next(iter(values))}")
+    varying = [key for key, values in arm_columns if len(values) > 1]
+    rows = []
+    for arm in report["arms"]:
+        for name, m in arm["metrics"].items():
+            rows.append(
+                [
+                    *(arm[key] for key in varying),
+                    name,
+                    f"{m['k']}/{m['n']}",
+                    _pct(m["rate"]),
+                    _interval(m["wilson"]),
+                    f"{m['deff']:.2f}",
+                    f"{m['n_eff']:.1f}",
+                    _interval(m["wilson_eff"]),
+                    m["errors"],
+                ]
+            )
+    headers = [*varying, "metric", "k/n", "rate", "95% Wilson", "DEFF", "n_eff", "95% adjusted", "errors"]
+    out += ["", table(rows, headers, fmt, optional=("n_eff", "DEFF", "95% Wilson"), width=width)]
+    out += ["", LEGEND if fmt != "md" else LEGEND.replace("\n", "  \n")]
+    usage_rows = [
+        [
+            *(arm[key] for key in varying),
+            arm["samples"],
+            arm["errors"],
+            f"{arm['usage']['input_tokens']:,}",
+            f"{arm['usage']['output_tokens']:,}",
+            _cost(arm["usage"]["cost_usd"]),
+            _ms(arm["usage"]["latency_ms"]["median"]),
+            _ms(arm["usage"]["latency_ms"]["p90"]),
+        ]
+        for arm in report["arms"]
+    ]
+    out += [
+        "",
+        table(
+            usage_rows,
+            [
+                *varying,
+                "samples",
+                "errors",
+                "tokens in",
+                "tokens out",
+                "cost",
+                "latency median",
+                "latency p90",
+            ],
+            fmt,
+            optional=("latency p90",),
+            width=width,
+        ),
+    ]
+    for arm in report["arms"]:
+        out.append("")
+        label = ", ".join(f"{key} {arm[key]}" for key in varying) or f"prompt {arm['prompt']}"
+        out.append(f"per case ({label}):")
+        show_empty = any(c["empty"] for c in arm["cases"])
+        case_headers = [
+            "case",
+            "n",
+            "present",
+            "misplaced",
+            "absent",
+            *(["empty"] if show_empty else []),
+            "errors",
+        ]
+        out.append(
+            table(
+                [
+                    [
+                        c["case_id"],
+                        c["n"],
+                        c["present"],
+                        c["misplaced"],
+                        c["absent"],
+                        *([c["empty"]] if show_empty else []),
+                        c["errors"],
+                    ]
+                    for c in arm["cases"]
+                ],
+                case_headers,
+                fmt,
+                width=width,
+            )
+        )
+        if arm["errors"]:
+            kinds = ", ".join(f"{n} {kind}" for kind, n in sorted(arm["error_kinds"].items()))
+            out.append(
+                f"{arm['errors']} of {arm['samples']} samples failed after retries ({kinds}); "
+                "they stay in every denominator as that metric's unfavourable outcome. "
+                "See samples.jsonl for each message."
+            )
+        if arm.get("by_tag"):
+            out.append("")
+            out.append(f"by tag ({label}):")
+            tag_rows = [
+                [tag, name, f"{m['k']}/{m['n']}", _pct(m["rate"]), _interval(m["wilson_eff"]), m["errors"]]
+                for tag, metrics in arm["by_tag"].items()
+                for name, m in metrics.items()
+            ]
+            out.append(
+                table(tag_rows, ["tag", "metric", "k/n", "rate", "95% adjusted", "errors"], fmt, width=width)
+            )
+    out += _retrieval_lines(report["retrieval"])
+    return "\n".join(out)
+
+
+def _retrieval_lines(view: dict[str, Any]) -> list[str]:
+    lines: list[str] = []
+    changed = view["changed_within_run"]
+    if changed:
+        lines += [
+            "",
+            f"retrieval: repeats of {len(changed)} case(s) got different passages within this run: "
+            + ", ".join(changed),
+        ]
+    empty = [c for c in view["cases"] if c["empty"]]
+    if empty:
+        lines += [
+            "",
+            "retrieval: empty results (nothing retrieved) for "
+            + ", ".join(f"{c['case_id']} ({c['empty']})" for c in empty),
+        ]
+    hits = [c for c in view["cases"] if "retrieval_hit" in c]
+    if hits:
+        lines += [
+            "",
+            "expected sources per case (retrieval_hit): "
+            + ", ".join(f"{c['case_id']} {c['retrieval_hit'][0]}/{c['retrieval_hit'][1]}" for c in hits),
+        ]
+    for group in view["paraphrases"]:
+        lines += ["", f"paraphrases expecting {', '.join(group['must_retrieve'])} differ in retrieval_hit:"]
+        lines += [f"  {c['case_id']}: {100 * c['hit_rate']:.0f}%  {c['question']}" for c in group["cases"]]
+    return lines
