@@ -5,8 +5,9 @@ A test scripts replies with a `responder(request) -> Reply`; every request is re
 """
 
 import json
+import socket
+import struct
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -32,7 +33,11 @@ class Reply:
     body: bytes | None = None  # a raw body, sent as is
     headers: dict[str, str] = field(default_factory=dict)
     stop: str | None = None
-    delay: float = 0.0
+    delay: float = 0.0  # before anything is sent (a hang when long)
+    trickle: float = 0.0  # seconds between bytes of the body (a stream trickling)
+    cut: int | None = None  # send only the first `cut` bytes of the body, then close
+    reset: bool = False  # with `cut`: close with a TCP reset instead of a clean close
+    content_type: str | None = None
 
 
 Responder = Callable[[Request], Reply]
@@ -128,10 +133,12 @@ class LocalServer:
         self.responder: Responder = responder or (lambda request: Reply("[[ANSWER]]\nok"))
         self.requests: list[Request] = []
         self.lock = threading.Lock()
+        self.stopping = threading.Event()  # ends hangs and trickles when the test is done
         server = self
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True  # headers and body in separate writes: no delayed-ACK stall
 
             def log_message(self, *args: Any) -> None:
                 """Keep test output quiet."""
@@ -143,11 +150,11 @@ class LocalServer:
                 with server.lock:
                     server.requests.append(request)
                 reply = server.responder(request)
-                if reply.delay:
-                    time.sleep(reply.delay)
+                if reply.delay and server.stopping.wait(reply.delay):
+                    return
                 body, content_type = server.render(request, reply)
                 self.send_response(reply.status)
-                self.send_header("content-type", content_type)
+                self.send_header("content-type", reply.content_type or content_type)
                 self.send_header("content-length", str(len(body)))
                 for name, value in reply.headers.items():
                     self.send_header(name, value)
@@ -155,6 +162,20 @@ class LocalServer:
                 self.send_header("connection", "close")
                 self.close_connection = True
                 self.end_headers()
+                if reply.cut is not None:
+                    self.wfile.write(body[: reply.cut])
+                    self.wfile.flush()
+                    if reply.reset:
+                        self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                    self.connection.close()
+                    return
+                if reply.trickle:
+                    for index in range(len(body)):
+                        self.wfile.write(body[index : index + 1])
+                        self.wfile.flush()
+                        if server.stopping.wait(reply.trickle):
+                            return
+                    return
                 self.wfile.write(body)
 
             do_POST = _handle
@@ -166,7 +187,7 @@ class LocalServer:
 
     def render(self, request: Request, reply: Reply) -> tuple[bytes, str]:
         if reply.body is not None or reply.text is None:
-            return reply.body or b"", reply.headers.pop("content-type", "application/json")
+            return reply.body or b"", "application/json"
         payload = request.json
         model = payload.get("model", "test-model")
         stream = payload.get("stream", False)
@@ -190,5 +211,6 @@ class LocalServer:
         return self
 
     def __exit__(self, *exc: Any) -> None:
+        self.stopping.set()
         self.httpd.shutdown()
         self.httpd.server_close()

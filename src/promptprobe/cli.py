@@ -247,9 +247,15 @@ def _models(specs: tuple[str, ...], config: Any) -> list[Any]:
 
 
 class Progress:
-    """A bar on a terminal; off a terminal (CI logs) one line every few seconds on stderr."""
+    """A bar on a terminal; off a terminal (CI logs) one line every few seconds on stderr
+    (PROBE_PROGRESS_INTERVAL seconds, default 5)."""
 
-    def __init__(self, total: int, interval: float = 5.0) -> None:
+    def __init__(self, total: int, interval: float | None = None) -> None:
+        if interval is None:
+            try:
+                interval = float(os.environ.get("PROBE_PROGRESS_INTERVAL", "5"))
+            except ValueError:
+                interval = 5.0  # a malformed setting: the default
         self.total = total
         self.done = 0
         self.errors = 0
@@ -544,7 +550,7 @@ def _execute(runner: Any, fmt: str, total: int) -> None:
             f"interrupted: {recorded} samples recorded in {where}; probe run --resume {where} finishes it",
             err=True,
         )
-        sys.exit(130)
+        sys.exit(128 + (received[0] if received else signal.SIGINT))
     assert outcome is not None
     report = build_report(outcome.path)
     if fmt == "json":

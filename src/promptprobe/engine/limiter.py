@@ -67,14 +67,24 @@ def header_pause(headers: dict[str, Any]) -> float | None:
 
 
 class Limiter:
-    def __init__(self, rpm: float = 0, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        rpm: float = 0,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] | None = None,  # tests record waits instead of sleeping
+    ) -> None:
         self.rpm = rpm
-        self.clock = clock
+        self._clock = clock
+        self.sleep = sleep
+        self.slept = 0.0  # time a recording `sleep` pretended to pass
         self.lock = threading.Lock()
         self.next_slot = 0.0
         self.paused_until = 0.0
         self.pause_length = 0.0
         self.rng = random.Random()
+
+    def clock(self) -> float:
+        return self._clock() + self.slept
 
     def wait(self, cancel: threading.Event) -> None:
         """Block until this worker may send; raises Cancelled if the run is cancelled meanwhile."""
@@ -88,8 +98,13 @@ class Limiter:
                 start = max(start, self.next_slot)
                 self.next_slot = start + 60.0 / self.rpm
             delay = start - now
-        if delay > 0 and cancel.wait(delay):
-            raise Cancelled
+        if delay > 0:
+            if self.sleep is not None:
+                self.sleep(delay)
+                with self.lock:
+                    self.slept += delay
+            elif cancel.wait(delay):
+                raise Cancelled
         if cancel.is_set():
             raise Cancelled
 

@@ -88,15 +88,21 @@ def call_with_retries(
             return call()
         except retryable_kinds as exc:
             log.append(attempt_entry(exc))
-            if limiter is not None and getattr(exc, "status", None) in (429, 529):
-                limiter.pause(policy.wait_for(exc, attempts))
             raise
 
     def wait(state: RetryCallState) -> float:
         error = state.outcome.exception() if state.outcome else None
-        return policy.wait_for(error, state.attempt_number)
+        seconds = policy.wait_for(error, state.attempt_number)
+        last = state.attempt_number >= policy.max_attempts  # tenacity asks before it checks stop
+        if limiter is not None and getattr(error, "status", None) in (429, 529) and not last:
+            # Rate limited or overloaded: the whole endpoint waits, this worker with it.
+            limiter.pause(seconds)
+            return 0.0
+        return seconds
 
     def sleep(seconds: float) -> None:
+        if seconds <= 0:
+            return
         if policy.sleep is not None:
             policy.sleep(seconds)
         elif cancel.wait(seconds):

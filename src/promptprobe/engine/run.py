@@ -121,7 +121,8 @@ class ProbeRun:
             self.close()
             raise
         limiters: dict[str, Limiter] = {}
-        self.limiters = {m.spec: limiters.setdefault(endpoint(m), Limiter(options.rpm)) for m in models}
+        self.limiters = {m.spec: limiters.setdefault(endpoint(m), Limiter(options.rpm, sleep=options.sleep)) for m in models
+        }
         self.store: RunStore | None = None
         self.skip: Callable[[str], bool] = lambda sid: False
         self.reuse: dict[tuple[str, int], Retrieved] = {}
@@ -234,7 +235,9 @@ class ProbeRun:
             store.write_bytes("probeset.toml", self.probeset.source)
             for arm in self.plan.arms:
                 store.write_bytes(self.prompt_copy(arm.prompt), arm.prompt.source)
-            store.write_manifest(self.manifest("running", None, self.counts()))
+            manifest = self.manifest("running", None, self.counts())
+            store.write_manifest(manifest)
+            store.reserve(2 * len(str(manifest)))
         except BaseException:
             store.release()
             self.close()
@@ -299,6 +302,7 @@ class ProbeRun:
         assert self.store is not None
         store = self.store
         store.close_writes()
+        store.give_back_reserve()  # a full disk still has room for the last manifest
         counts = self.counts()
         try:
             store.write_manifest(self.manifest(status, utc_now(), counts, stopped_by))
@@ -397,7 +401,9 @@ class ResumedRun(ProbeRun):
         self.resumes.append(
             {"at": utc_now(), "pid": os.getpid(), "kept": len(done), "set_aside": len(superseded)}
         )
-        store.write_manifest(self.manifest("running", None, self.counts()))
+        manifest = self.manifest("running", None, self.counts())
+        store.write_manifest(manifest)
+        store.reserve(2 * len(str(manifest)))
         return done, reuse
 
     def counts(self) -> dict[str, int]:

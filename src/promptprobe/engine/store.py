@@ -25,6 +25,9 @@ from ..redaction import SCRUBBER
 SCHEMA_VERSION = 2
 PRIVATE_UMASK = 0o077
 LOCK_FILE = ".lock"
+RESERVE_FILE = ".reserve"
+# Space set aside at the start, given back when the disk fills so the final manifest fits.
+MIN_RESERVE = 64 * 1024
 
 
 class StorageError(StartError):
@@ -143,6 +146,22 @@ class RunStore:
         except OSError as exc:
             temp.unlink(missing_ok=True)
             raise _storage_error(exc, self.path / "manifest.json") from None
+
+    def reserve(self, size: int) -> None:
+        """Set space aside now, so that a full disk later still leaves room for the manifest."""
+        try:
+            fd = self._open_file(self.path / RESERVE_FILE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+            try:
+                os.write(fd, b"\0" * max(MIN_RESERVE, size))
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            (self.path / RESERVE_FILE).unlink(missing_ok=True)
+            raise _storage_error(exc, self.path) from None
+
+    def give_back_reserve(self) -> None:
+        (self.path / RESERVE_FILE).unlink(missing_ok=True)
 
     def close_writes(self) -> None:
         """From now on sample writes are refused (StoreClosed): the run is being finished."""

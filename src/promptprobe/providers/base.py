@@ -196,7 +196,10 @@ def sdk_error(
         return aborted_error(aborted, spec, timeout)
     if isinstance(exc, sdk.APIStatusError):
         headers = {k.lower(): v for k, v in exc.response.headers.items()}
-        body = exc.response.content if exc.response.is_stream_consumed or not exc.response.is_closed else b""
+        try:
+            body = exc.response.content
+        except Exception:  # a streamed reply the SDK did not read: the monitor kept what arrived
+            body = monitor.take()
         request_id = headers.get("request-id") or headers.get("x-request-id")
         error_type = _error_type(exc.body)
         if exc.status_code < 400:

@@ -1,0 +1,288 @@
+"""Faults a real provider produces, injected by a local server speaking its wire format: each
+is retried (or not) and recorded the way a user needs it. The real SDKs run over real sockets."""
+
+import json
+import time
+from email.utils import formatdate
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, write_probeset
+from servers import LocalServer, Reply, anthropic_stream, openai_body, openai_stream, sse
+
+from promptprobe.config import load_config
+from promptprobe.engine.run import RunOptions, run_probe
+from promptprobe.jsonio import read_jsonl
+from promptprobe.models import parse_model_spec
+from promptprobe.probeset import load_probeset
+from promptprobe.prompts import load_prompt
+from promptprobe.providers import GenerationParams
+
+PROMPT = ROOT / "prompts" / "always-header.md"
+ANTHROPIC_KEY = "sk-ant-test-key-do-not-echo-000000000000"
+
+
+@pytest.fixture(autouse=True)
+def anthropic_key(monkeypatch):
+    monkeypatch.setenv("ANTHROPIC_API_KEY", ANTHROPIC_KEY)
+
+
+def spec(provider: str, server: LocalServer, model: str = "m") -> str:
+    return f"anthropic:{model}@{server.url}" if provider == "anthropic" else f"openai:{model}@{server.url}/v1"
+
+
+def probe(tmp_path: Path, server: LocalServer, provider: str = "openai", cases: int = 1, waits=None,
+          model: str = "m", **kwargs) -> tuple[Path, list[dict]]:
+    probeset = load_probeset(write_probeset(tmp_path / "p.toml", [(f"c{i}", f"q{i}", None) for i in range(cases)]))
+    defaults = {"runs_dir": tmp_path / "runs", "sleep": (waits.append if waits is not None else lambda s: None),
+                "concurrency": 1, "max_attempts": 3}
+    outcome = run_probe(probeset, [load_prompt(PROMPT)], [parse_model_spec(spec(provider, server, model))],
+                        load_config(None), RunOptions(**(defaults | kwargs)))
+    return outcome.path, read_jsonl(outcome.path / "samples.jsonl")
+
+
+def stream_params(stream: bool) -> dict:
+    return {"params": GenerationParams(stream=stream, timeout=20)}
+
+
+def scripted(*replies: Reply):
+    """Reply with each in turn, then with the last one for ever."""
+    calls = []
+
+    def responder(request):
+        calls.append(request)
+        return replies[min(len(calls), len(replies)) - 1]
+
+    return responder
+
+
+@pytest.mark.parametrize("provider", ["anthropic", "openai"])
+def test_a_stream_cut_before_its_final_event_is_truncated_and_retried(tmp_path, provider):
+    full = (anthropic_stream if provider == "anthropic" else openai_stream)("[[ANSWER]]\nThe whole answer.", "m", None)
+    final = b"event: message_stop" if provider == "anthropic" else b'"finish_reason": "stop"'
+    cut = full.index(final) - 10  # the text so far arrived; the final event did not
+    # A whole HTTP reply whose event stream stops early (a proxy or server that gave up).
+    with LocalServer(scripted(Reply(body=full[:cut], content_type="text/event-stream"),
+                              Reply("[[ANSWER]]\nThe whole answer."))) as server:
+        run, (sample,) = probe(tmp_path, server, provider, **stream_params(True))
+    assert sample["error"] is None and sample["attempts"] == 2
+    assert sample["attempts_log"][0]["kind"] == "truncated"
+    assert "ended before its final event" in sample["attempts_log"][0]["message"]
+    assert (run / sample["raw"]["path"]).read_bytes() == b"[[ANSWER]]\nThe whole answer."
+
+
+def test_a_stream_that_is_always_cut_fails_as_truncated(tmp_path):
+    full = openai_stream("[[ANSWER]]\nhalf", "m", None)
+    with LocalServer(lambda r: Reply(body=full[: len(full) // 2], content_type="text/event-stream")) as server:
+        run, (sample,) = probe(tmp_path, server, **stream_params(True))
+    assert sample["error"]["kind"] == "truncated" and sample["attempts"] == 3
+    assert sample["raw"] is None and sample["header"] is None  # half a text is not an answer
+
+
+def test_anthropic_overloaded_error_event_in_a_stream_is_retried(tmp_path):
+    overloaded = sse([
+        ("message_start", {"type": "message_start", "message": {
+            "id": "msg_1", "type": "message", "role": "assistant", "model": "m", "content": [],
+            "stop_reason": None, "stop_sequence": None, "usage": {"input_tokens": 5, "output_tokens": 1}}}),
+        ("error", {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}),
+    ])
+    with LocalServer(scripted(Reply(body=overloaded, content_type="text/event-stream"),
+                              Reply("[[ANSWER]]\nok"))) as server:
+        _, (sample,) = probe(tmp_path, server, "anthropic", **stream_params(True))
+    assert sample["error"] is None and sample["attempts"] == 2
+    first = sample["attempts_log"][0]
+    assert first["kind"] == "stream_error" and "overloaded_error" in first["message"]
+
+
+def test_openai_error_chunk_in_a_stream_is_retried(tmp_path):
+    broken = b'data: {"error": {"message": "The server had an error", "type": "server_error"}}\n\n'
+    with LocalServer(scripted(Reply(body=broken, content_type="text/event-stream"),
+                              Reply("[[ANSWER]]\nok"))) as server:
+        _, (sample,) = probe(tmp_path, server, **stream_params(True))
+    assert sample["error"] is None and sample["attempts_log"][0]["kind"] == "stream_error"
+
+
+@pytest.mark.parametrize("provider", ["anthropic", "openai"])
+@pytest.mark.parametrize("body,content_type", [
+    (b"<html><body><h1>502 Bad Gateway</h1></body></html>", "text/html"),
+    (b'{"id": "chatcmpl-1", "choices": [{"message"', "application/json"),
+])
+def test_a_proxy_page_or_cut_json_is_transient_then_named(tmp_path, provider, body, content_type):
+    with LocalServer(lambda r: Reply(body=body, content_type=content_type)) as server:
+        _, (sample,) = probe(tmp_path, server, provider)
+    assert sample["error"]["kind"] == "bad_body" and sample["attempts"] == 3  # retried, then recorded
+    assert "the reply is not a valid API response" in sample["error"]["message"]
+    assert body[:20].decode() in sample["error"]["message"]
+    assert all(a["body"] == body.decode() for a in sample["attempts_log"])
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+def test_a_trickling_reply_meets_the_deadline(tmp_path, stream):
+    with LocalServer(lambda r: Reply("[[ANSWER]]\n" + "slow " * 100, trickle=0.05)) as server:
+        started = time.monotonic()
+        _, (sample,) = probe(tmp_path, server, max_attempts=1, params=GenerationParams(stream=stream, timeout=1.0))
+        elapsed = time.monotonic() - started
+    assert sample["error"]["kind"] == "timeout"
+    assert "no complete reply within 1 s" in sample["error"]["message"]
+    assert elapsed < 4  # the reply alone would take 25 s
+
+
+def test_a_connection_reset_mid_stream_is_retried(tmp_path):
+    full = openai_stream("[[ANSWER]]\nfine", "m", None)
+    with LocalServer(scripted(Reply(body=full, cut=40, reset=True, content_type="text/event-stream"),
+                              Reply("[[ANSWER]]\nfine"))) as server:
+        _, (sample,) = probe(tmp_path, server, **stream_params(True))
+    assert sample["error"] is None and sample["attempts_log"][0]["kind"] == "connection"
+
+
+def test_every_attempt_is_logged_with_status_request_id_and_body(tmp_path):
+    replies = [
+        Reply(status=500, body=b'{"error": {"message": "boom 1"}}', headers={"x-request-id": "req_1"}),
+        Reply(status=503, body=b'{"error": {"message": "boom 2"}}', headers={"x-request-id": "req_2"}),
+        Reply("[[ANSWER]]\nok"),
+    ]
+    with LocalServer(scripted(*replies)) as server:
+        _, (sample,) = probe(tmp_path, server)
+    assert sample["attempts"] == 3 and sample["error"] is None
+    assert [(a["status"], a["request_id"]) for a in sample["attempts_log"]] == [(500, "req_1"), (503, "req_2")]
+    assert "boom 1" in sample["attempts_log"][0]["body"]
+
+
+@pytest.mark.parametrize("header,low,high", [
+    ({"retry-after": "HTTP-DATE"}, 1.5, 4.5),  # a date (one-second resolution), honoured
+    ({"retry-after-ms": "1500"}, 1.5, 2.0),
+    ({"retry-after": "2"}, 2.0, 2.7),
+])
+def test_retry_after_in_each_form(tmp_path, header, low, high):
+    if header.get("retry-after") == "HTTP-DATE":
+        header = {"retry-after": formatdate(time.time() + 3, usegmt=True)}
+    waits: list[float] = []
+    with LocalServer(scripted(Reply(status=429, body=b"{}", headers=header), Reply("[[ANSWER]]\nok"))) as server:
+        _, (sample,) = probe(tmp_path, server, waits=waits)
+    assert sample["error"] is None
+    # The endpoint pauses for the wait, plus at most 10% jitter and a stagger of up to a fifth.
+    assert len(waits) == 1 and low <= waits[0] <= high
+
+
+def test_max_retry_wait_caps_a_long_retry_after(tmp_path):
+    waits: list[float] = []
+    with LocalServer(scripted(Reply(status=429, body=b"{}", headers={"retry-after": "600"}),
+                              Reply("[[ANSWER]]\nok"))) as server:
+        probe(tmp_path, server, waits=waits, max_retry_wait=2.0)
+    assert waits and waits[0] <= 2.0 * 1.2  # the cap, plus the stagger of a released pause (a fifth at most)
+
+
+def test_a_429_slows_the_whole_provider_down(tmp_path):
+    """With 4 workers, one 429 with retry-after 1.5 s holds every worker of that provider."""
+    times: list[float] = []
+    limited = []
+
+    def responder(request):
+        now = time.monotonic()
+        if not limited:
+            limited.append(now)
+            return Reply(status=429, body=b"{}", headers={"retry-after": "1.5"})
+        times.append(now)
+        return Reply("[[ANSWER]]\nok", delay=0.05)
+
+    with LocalServer(responder) as server:
+        probe(tmp_path, server, cases=12, concurrency=4, sleep=None)
+    later = [t for t in times if t > limited[0] + 0.2]
+    assert later and min(later) >= limited[0] + 1.4  # nobody called during the pause
+    assert len(times) == 12
+
+
+def test_jitter_spreads_workers_released_by_a_pause(tmp_path):
+    times: list[float] = []
+    limited = []
+
+    def responder(request):
+        if not limited:
+            limited.append(time.monotonic())
+            return Reply(status=429, body=b"{}", headers={"retry-after": "2"})
+        times.append(time.monotonic())
+        return Reply("[[ANSWER]]\nok", delay=0.3)
+
+    with LocalServer(responder) as server:
+        probe(tmp_path, server, cases=8, concurrency=4, sleep=None)
+    released = sorted(t for t in times if t > limited[0] + 1.9)[:4]
+    assert released[-1] - released[0] > 0.02  # not all in the same instant
+
+
+def test_a_key_echoed_in_an_error_body_is_scrubbed(tmp_path):
+    echo = json.dumps({"type": "error", "error": {"type": "authentication_error",
+                                                  "message": f"invalid x-api-key {ANTHROPIC_KEY}"}}).encode()
+    with LocalServer(scripted(Reply(status=500, body=echo), Reply("[[ANSWER]]\nok"))) as server:
+        run, (sample,) = probe(tmp_path, server, "anthropic")
+    assert "[ANTHROPIC_API_KEY removed]" in sample["attempts_log"][0]["body"]
+    for path in run.rglob("*"):
+        if path.is_file():
+            assert ANTHROPIC_KEY.encode() not in path.read_bytes(), path
+
+
+def test_an_intermittent_retrieval_endpoint_is_retried(tmp_path):
+    calls = []
+
+    def search(request):
+        calls.append(request)
+        if len(calls) % 2:
+            return Reply(status=502, body=b"bad gateway", content_type="text/plain")
+        return Reply(body=b'{"results": [{"id": "a", "text": "Alpha", "score": 1}]}')
+
+    probeset = load_probeset(write_probeset(tmp_path / "p.toml", [(f"c{i}", f"q{i}", None) for i in range(3)]))
+    with LocalServer(search) as retrieval, LocalServer() as model:
+        (tmp_path / "probe.toml").write_text(
+            f'[retrieval]\nkind = "http"\nurl = "{retrieval.url}/s"\nbody = {{ q = "{{question}}" }}\n')
+        outcome = run_probe(probeset, [load_prompt(PROMPT)], [parse_model_spec(f"openai:m@{model.url}/v1")],
+                            load_config(tmp_path / "probe.toml"),
+                            RunOptions(runs_dir=tmp_path / "runs", sleep=lambda s: None, concurrency=1))
+    assert outcome.errors == 0
+    retrievals = read_jsonl(outcome.path / "retrievals.jsonl")
+    assert all(r["attempts"] == 2 and r["attempts_log"][0]["status"] == 502 for r in retrievals)
+
+
+def test_a_null_completion_is_empty_not_absent(tmp_path):
+    body = json.loads(openai_body("x", "m", None))
+    body["choices"][0]["message"].update(content=None, refusal="I can't help with that.")
+    with LocalServer(lambda r: Reply(body=json.dumps(body).encode())) as server:
+        run, (sample,) = probe(tmp_path, server)
+    assert sample["header"]["header"] == "empty"
+    assert sample["response"]["refusal"] == "I can't help with that." and sample["response"]["content"] is None
+    assert (run / sample["raw"]["path"]).read_bytes() == b""
+    from promptprobe.views.report import build_report
+
+    (arm,) = build_report(run)["arms"]
+    assert arm["cases"][0]["empty"] == 1 and arm["metrics"]["header_absent"]["k"] == 0
+
+
+@pytest.mark.parametrize("model,key", [("o3-mini", "max_completion_tokens"), ("gpt-5", "max_completion_tokens"),
+                                       ("gpt-4.1", "max_tokens")])
+def test_reasoning_models_get_max_completion_tokens(tmp_path, model, key):
+    with LocalServer() as server:
+        probe(tmp_path, server, model=model, params=GenerationParams(max_tokens=55))
+        body = server.requests[0].json
+    assert body[key] == 55 and ({"max_tokens", "max_completion_tokens"} - {key}).isdisjoint(body)
+
+
+def test_nan_scores_become_null_with_a_note(tmp_path):
+    (tmp_path / "nanrag.py").write_text(
+        'def retrieve(question, history):\n'
+        '    return [{"id": "a", "text": "Alpha", "score": float("nan")}, {"id": "b", "text": "Beta", "score": 1.0}]\n')
+    (tmp_path / "probe.toml").write_text('[retrieval]\nkind = "python"\nfunction = "nanrag:retrieve"\n')
+    import os
+
+    cwd = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        probeset = load_probeset(write_probeset(tmp_path / "p.toml", [("c", "q?", None)]))
+        with LocalServer() as server:
+            outcome = run_probe(probeset, [load_prompt(PROMPT)], [parse_model_spec(f"openai:m@{server.url}/v1")],
+                                load_config(tmp_path / "probe.toml"), RunOptions(runs_dir=tmp_path / "runs"))
+    finally:
+        os.chdir(cwd)
+    for name in ("samples.jsonl", "retrievals.jsonl", "manifest.json"):
+        text = (outcome.path / name).read_text()
+        assert "NaN" not in text and "Infinity" not in text
+    (retrieval,) = read_jsonl(outcome.path / "retrievals.jsonl")
+    assert retrieval["passages"][0]["score"] is None and "nan" in retrieval["passages"][0]["note"]
+    assert read_jsonl(outcome.path / "samples.jsonl")[0]["retrieval"]["scores"] == [None, 1.0]
