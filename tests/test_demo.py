@@ -14,7 +14,8 @@ from promptprobe.errors import InputError
 from promptprobe.retrievers.local import LocalRetriever
 from promptprobe.tokens import tokenize
 from promptprobe.models import parse_model_spec
-from promptprobe.providers import GenerationParams, make_provider
+from promptprobe.providers import make_provider
+from promptprobe.providers.base import GenerationParams
 from promptprobe.jsonio import read_jsonl
 
 ACME = ROOT / "examples" / "acme"

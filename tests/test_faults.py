@@ -16,7 +16,7 @@ from promptprobe.jsonio import read_jsonl
 from promptprobe.models import parse_model_spec
 from promptprobe.probeset import load_probeset
 from promptprobe.prompts import load_prompt
-from promptprobe.providers import GenerationParams
+from promptprobe.providers.base import GenerationParams
 
 PROMPT = ROOT / "prompts" / "always-header.md"
 ANTHROPIC_KEY = "sk-ant-test-key-do-not-echo-000000000000"

@@ -124,7 +124,8 @@ def test_python_retriever_import_errors(tmp_path, monkeypatch):
 
 def test_seed_and_temperature_reach_openai_only_when_set(tmp_path):
     from promptprobe.models import parse_model_spec
-    from promptprobe.providers import GenerationParams, make_provider
+    from promptprobe.providers import make_provider
+    from promptprobe.providers.base import GenerationParams
 
     with LocalServer() as server:
         spec = parse_model_spec(f"openai:m@{server.url}/v1")

@@ -15,7 +15,8 @@ from promptprobe.config import load_config
 from promptprobe.models import parse_model_spec
 from promptprobe.probeset import load_probeset
 from promptprobe.prompts import load_prompt
-from promptprobe.providers import GenerationParams, make_provider
+from promptprobe.providers import make_provider
+from promptprobe.providers.base import GenerationParams
 from promptprobe.views.report import build_report
 from promptprobe.engine.run import ProbeRun, RunOptions, run_probe
 from promptprobe.jsonio import read_jsonl

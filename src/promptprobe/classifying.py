@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from .checks import METRICS, CheckError, CheckSettings, SampleView, build_checks, run_checks
+from .checks import METRICS, CheckError, CheckSettings, SampleView, build_checks, outcomes, run_checks
 from .checks.header import classify, header_class
 from .checks.settings import HeaderConfig
 from .counts import classifications, merged_samples, settings_of
@@ -90,6 +90,7 @@ def reclassify_run(run_dir: Path, settings: CheckSettings | None = None) -> dict
         line: dict[str, Any] = {"sample_id": sample["sample_id"]}
         try:
             line["header"], line["checks"] = run_checks(checks, view)
+            line["outcomes"] = outcomes(dict(sample, **line), case, settings)
         except CheckError as exc:
             line.update(
                 header=None,

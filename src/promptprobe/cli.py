@@ -473,7 +473,7 @@ def run(
     from .config import load_config
     from .probeset import load_probeset
     from .prompts import load_prompt
-    from .providers import GenerationParams
+    from .providers.base import GenerationParams
 
     config = load_config(config_path)
     probeset = load_probeset(probeset_path)

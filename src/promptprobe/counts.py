@@ -8,6 +8,7 @@ A failed sample (no output) stays in every denominator it belongs to and counts 
 metric's unfavourable outcome: a miss where higher is better, an event where lower is better.
 """
 
+import os
 from array import array
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -16,11 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from .checks import METRICS, CheckSettings, Metric
-from .checks.header import header_class
 from .engine.cost import PriceTable, load_prices, usage_tokens
 from .engine.store import iter_samples, load_manifest, run_state
 from .errors import InputError
-from .jsonio import iter_jsonl
+from .jsonio import iter_jsonl, loads
 from .models import parse_model_spec
 from .probeset import Case, ProbeSet, parse_probeset
 
@@ -122,7 +122,12 @@ def merged_samples(
             else:
                 pending[line["sample_id"]] = line
         if override is not None and sample.get("raw") is not None:
-            sample = dict(sample, header=override.get("header"), checks=override.get("checks") or {})
+            sample = dict(
+                sample,
+                header=override.get("header"),
+                checks=override.get("checks") or {},
+                outcomes=override.get("outcomes"),
+            )
             if override.get("error"):
                 sample["error"] = override["error"]
         yield sample
@@ -137,6 +142,12 @@ def settings_of(run_dir: Path, manifest: dict[str, Any], number: int | None) -> 
 
 def _probeset(manifest: dict[str, Any]) -> ProbeSet:
     return parse_probeset(manifest["probeset"]["source"].encode("utf-8"), Path(manifest["probeset"]["path"]))
+
+
+# Above this size a run's samples are counted by one process per core, each over a part of
+# the file (byte ranges cut at line ends), and the partial tables are added up.
+PARALLEL_BYTES = 48 * 1024 * 1024
+MAX_PROCESSES = 4
 
 
 def build_counts(
@@ -158,40 +169,184 @@ def build_counts(
     number = classification if classification is not None else (numbers[-1] if numbers else None)
     settings = settings_of(run_dir, manifest, number).with_top_k(top_k)
     probeset = _probeset(manifest)
-    cases = {c.id: c for c in probeset.cases}
-    arms = [ArmCounts(a["prompt"], a["model"]) for a in manifest["arms"]]
-    by_key = {(a.prompt, a.model): a for a in arms}
-    # Which metrics apply depends on the case and the settings only: work it out once per case.
-    applicable: dict[str, list[tuple[str, Metric]]] = {
-        case_id: [(name, m) for name, m in METRICS.items() if m.applies(case, settings)]
-        for case_id, case in cases.items()
-    }
-    for arm in arms:
-        arm.metrics = {name: {} for name in METRICS}
-        arm.headers = {case_id: Counter() for case_id in cases}
-    prices = load_prices(manifest.get("prices") or {})
-    price_of = _pricer(prices, manifest)
-    table = CountsTable(run_dir, manifest, run_state(run_dir, manifest), probeset, settings, number, arms)
-    for sample in merged_samples(run_dir, number, warn):
-        arm = by_key.get((sample["prompt"], sample["model"]))
-        case = cases.get(sample["case_id"])
-        if arm is None or case is None:
-            warn(
-                f"{run_dir}: sample {sample['sample_id']} belongs to no arm or case of the manifest; ignored"
-            )
-            continue
-        table.recorded += 1
-        _count(arm, sample, case, applicable[case.id], settings, price_of)
-        retrieval = sample.get("retrieval")
-        if retrieval is not None:
-            table.snapshots.setdefault(case.id, Counter())[tuple(retrieval.get("passage_ids") or ())] += 1
-            if retrieval.get("empty") or not retrieval.get("passage_ids"):
-                table.empty_retrievals[case.id] += 1
-        model = (sample.get("response") or {}).get("model") or ""
-        table.simulated = table.simulated or "SIMULATED" in model
+    table = CountsTable(run_dir, manifest, run_state(run_dir, manifest), probeset, settings, number, [])
+    counter = _Counter(table, {"top_k"} if top_k is not None else set())
+    samples_path = run_dir / "samples.jsonl"
+    size = samples_path.stat().st_size if samples_path.is_file() else 0
+    processes = min(MAX_PROCESSES, os.cpu_count() or 1)
+    if number is None and size > PARALLEL_BYTES and processes > 1:
+        _count_in_parallel(counter, samples_path, size, processes, warn)
+    else:
+        for sample in merged_samples(run_dir, number, warn):
+            counter.feed(sample, warn)
+    counter.finish()
     table.sequential = list(iter_jsonl(run_dir / "sequential.jsonl", warn))
     table.warnings = warnings
     return table
+
+
+class _Counter:
+    """Adds samples into a counts table (in one process, or a part of the file in each)."""
+
+    def __init__(self, table: CountsTable, overridden: set[str]) -> None:
+        self.table = table
+        manifest, settings = table.manifest, table.settings
+        cases = {c.id: c for c in table.probeset.cases}
+        table.arms = [ArmCounts(a["prompt"], a["model"]) for a in manifest["arms"]]
+        # Which metrics apply depends on the case and the settings only: work it out once per case.
+        applicable: dict[str, list[tuple[str, Metric]]] = {
+            case_id: [(name, m) for name, m in METRICS.items() if m.applies(case, settings)]
+            for case_id, case in cases.items()
+        }
+        for arm in table.arms:
+            arm.metrics = {name: {} for name in METRICS}
+            arm.headers = {case_id: Counter() for case_id in cases}
+        price_of = _pricer(load_prices(manifest.get("prices") or {}), manifest)
+        self.slots = {
+            (arm.prompt, arm.model, case_id): _Slot(arm, case, applicable[case_id], price_of(arm.model), overridden)
+            for arm in table.arms
+            for case_id, case in cases.items()
+        }
+
+    def feed(self, sample: dict[str, Any], warn: Callable[[str], None]) -> None:
+        table = self.table
+        slot = self.slots.get((sample["prompt"], sample["model"], sample["case_id"]))
+        if slot is None:
+            warn(f"{table.run}: sample {sample['sample_id']} belongs to no arm or case of the manifest; ignored")
+            return
+        table.recorded += 1
+        slot.count(sample, table.settings)
+        retrieval = sample.get("retrieval")
+        if retrieval is not None:
+            ids = retrieval.get("passage_ids") or ()
+            snapshot = table.snapshots.get(slot.case.id)
+            if snapshot is None:
+                snapshot = table.snapshots[slot.case.id] = Counter()
+            snapshot[tuple(ids)] += 1
+            if not ids:
+                table.empty_retrievals[slot.case.id] += 1
+        if not table.simulated:
+            table.simulated = "SIMULATED" in ((sample.get("response") or {}).get("model") or "")
+
+    def finish(self) -> None:
+        for arm in self.table.arms:
+            for per_case in arm.metrics.values():
+                for case_id in [c for c, cell in per_case.items() if cell[1] == 0]:
+                    del per_case[case_id]  # no sample of this arm for this case
+
+    # -- parallel ---------------------------------------------------------------------------
+
+    def partial(self) -> dict[str, Any]:
+        """What one process counted, in a form the parent adds up."""
+        table = self.table
+        return {
+            "recorded": table.recorded,
+            "simulated": table.simulated,
+            "snapshots": table.snapshots,
+            "empty": table.empty_retrievals,
+            "arms": [
+                (arm.samples, arm.errors, arm.error_kinds, arm.metrics, arm.headers, arm.input_tokens,
+                 arm.output_tokens, arm.cost, arm.cost_unknown, arm.latencies)
+                for arm in table.arms
+            ],
+        }
+
+    def add(self, part: dict[str, Any]) -> None:
+        table = self.table
+        table.recorded += part["recorded"]
+        table.simulated = table.simulated or part["simulated"]
+        for case_id, snapshots in part["snapshots"].items():
+            table.snapshots.setdefault(case_id, Counter()).update(snapshots)
+        table.empty_retrievals.update(part["empty"])
+        for arm, (samples, errors, kinds, metrics, headers, tokens_in, tokens_out, cost, unknown, latencies) in zip(
+            table.arms, part["arms"], strict=True
+        ):
+            arm.samples += samples
+            arm.errors += errors
+            arm.error_kinds.update(kinds)
+            for name, per_case in metrics.items():
+                for case_id, cell in per_case.items():
+                    mine = arm.metrics[name].setdefault(case_id, [0, 0, 0])
+                    for i in range(3):
+                        mine[i] += cell[i]
+            for case_id, states in headers.items():
+                arm.headers[case_id].update(states)
+            arm.input_tokens += tokens_in
+            arm.output_tokens += tokens_out
+            arm.cost += cost
+            arm.cost_unknown = arm.cost_unknown or unknown
+            arm.latencies.extend(latencies)
+
+
+def _line_ranges(path: Path, size: int, parts: int) -> list[tuple[int, int]]:
+    """Byte ranges covering the file, each starting at a line start."""
+    cuts = [0]
+    with open(path, "rb") as handle:
+        for i in range(1, parts):
+            handle.seek(size * i // parts)
+            handle.readline()  # to the end of the line this byte falls in
+            cuts.append(max(handle.tell(), cuts[-1]))
+    cuts.append(size)
+    return [(a, b) for a, b in zip(cuts, cuts[1:], strict=False) if b > a]
+
+
+def _count_range(counter: _Counter, path: Path, start: int, end: int, last: bool) -> tuple[dict[str, Any], list[str]]:
+    """Count the lines that start within [start, end), streaming them."""
+    warnings: list[str] = []
+    with open(path, "rb") as handle:
+        handle.seek(start)
+        position = start
+        while position < end:
+            line = handle.readline()
+            if not line:
+                break
+            position += len(line)
+            if not line.strip():
+                continue
+            try:
+                sample = loads(line)
+            except ValueError:
+                if last and position >= end and not line.endswith(b"\n"):
+                    warnings.append(f"{path}: the last line is torn (cut off mid-write) and is ignored")
+                    break
+                raise InputError(f"{path}: the line at byte {position - len(line)} is not valid JSON") from None
+            counter.feed(sample, warnings.append)
+    return counter.partial(), warnings
+
+
+def _count_in_parallel(counter: _Counter, path: Path, size: int, processes: int, warn: Callable[[str], None]) -> None:
+    import multiprocessing
+
+    ranges = _line_ranges(path, size, processes)
+    context = multiprocessing.get_context("fork")  # each child starts from this counter, unpickled
+    children = []
+    for index, (start, end) in enumerate(ranges):
+        receive, send = context.Pipe(duplex=False)
+        child = context.Process(target=_child, args=(send, counter, path, start, end, index == len(ranges) - 1))
+        child.start()
+        send.close()
+        children.append((child, receive))
+    for child, receive in children:
+        try:
+            outcome, payload = receive.recv()
+        except EOFError:
+            outcome, payload = "error", f"{path}: a counting process stopped without an answer"
+        child.join()
+        if outcome == "error":
+            raise InputError(payload)
+        part, warnings = payload
+        counter.add(part)
+        for message in warnings:
+            warn(message)
+
+
+def _child(send: Any, counter: _Counter, path: Path, start: int, end: int, last: bool) -> None:
+    try:
+        send.send(("ok", _count_range(counter, path, start, end, last)))
+    except InputError as exc:
+        send.send(("error", str(exc)))
+    finally:
+        send.close()
 
 
 def _pricer(prices: PriceTable, manifest: dict[str, Any]) -> Callable[[str], Any]:
@@ -206,43 +361,64 @@ def _pricer(prices: PriceTable, manifest: dict[str, Any]) -> Callable[[str], Any
     return price_of
 
 
-def _count(
-    arm: ArmCounts,
-    sample: dict[str, Any],
-    case: Case,
-    metrics: list[tuple[str, Metric]],
-    settings: CheckSettings,
-    price_of: Callable[[str], Any],
-) -> None:
-    arm.samples += 1
-    error = sample.get("error")
-    if error:
-        arm.errors += 1
-        arm.error_kinds[error["kind"]] += 1
-        arm.headers[case.id]["errors"] += 1
-    else:
-        arm.headers[case.id][header_class(sample) or "errors"] += 1
-    for name, metric in metrics:
-        cell = arm.metrics[name].get(case.id)
-        if cell is None:
-            cell = arm.metrics[name][case.id] = [0, 0, 0]
-        cell[1] += 1
+class _Slot:
+    """One (arm, case): where its samples are counted, with the metrics that apply to the case."""
+
+    def __init__(
+        self, arm: ArmCounts, case: Case, metrics: list[tuple[str, Metric]], price: Any, overridden: set[str]
+    ) -> None:
+        self.arm = arm
+        self.case = case
+        self.headers = arm.headers[case.id]
+        self.price = price
+        self.cells = []
+        for name, metric in metrics:
+            cell = arm.metrics[name].setdefault(case.id, [0, 0, 0])
+            # The recorded outcome stands unless a setting it depends on is changed for this report.
+            derive = metric.outcome if overridden.intersection(metric.recompute_on) else None
+            self.cells.append((cell, metric.higher_is_better, name, derive, metric.outcome))
+
+    def count(self, sample: dict[str, Any], settings: CheckSettings) -> None:
+        arm = self.arm
+        arm.samples += 1
+        error = sample.get("error")
         if error:
-            cell[2] += 1
-            # Errors never flatter an arm: a miss where higher is better, an event where lower is.
-            cell[0] += 0 if metric.higher_is_better else 1
-        elif metric.outcome(sample, case, settings):
-            cell[0] += 1
-    latency = sample.get("latency_ms")
-    if latency is not None and not error:
-        arm.latencies.append(latency)
-    usage = (sample.get("response") or {}).get("usage")
-    if usage:
-        tokens_in, tokens_out = usage_tokens(usage)
-        arm.input_tokens += tokens_in
-        arm.output_tokens += tokens_out
-        price = price_of(sample["model"])
-        if price is None:
-            arm.cost_unknown = True
+            arm.errors += 1
+            arm.error_kinds[error["kind"]] += 1
+            self.headers["errors"] += 1
+            for cell, higher_is_better, *_ in self.cells:
+                cell[1] += 1
+                cell[2] += 1
+                # Errors never flatter an arm: a miss where higher is better, an event where lower is.
+                if not higher_is_better:
+                    cell[0] += 1
         else:
-            arm.cost += price.cost(tokens_in, tokens_out)
+            header = sample.get("header")
+            self.headers[header["header"] if header else "errors"] += 1
+            case = self.case
+            recorded = sample.get("outcomes")
+            for cell, _, name, derive, outcome in self.cells:
+                cell[1] += 1
+                if derive is not None or recorded is None or name not in recorded:
+                    # Changed settings, or a run recorded before outcomes were kept: derive it.
+                    hit = (derive or outcome)(sample, case, settings)
+                else:
+                    hit = recorded[name]
+                if hit:
+                    cell[0] += 1
+            latency = sample.get("latency_ms")
+            if latency is not None:
+                arm.latencies.append(latency)
+        response = sample.get("response")
+        usage = response.get("usage") if response else None
+        if usage:
+            if "prompt_tokens" in usage and "completion_tokens" in usage:  # the common OpenAI shape, fast
+                tokens_in, tokens_out = usage["prompt_tokens"] or 0, usage["completion_tokens"] or 0
+            else:
+                tokens_in, tokens_out = usage_tokens(usage)
+            arm.input_tokens += tokens_in
+            arm.output_tokens += tokens_out
+            if self.price is None:
+                arm.cost_unknown = True
+            else:
+                arm.cost += self.price.cost(tokens_in, tokens_out)

@@ -36,33 +36,27 @@ def iter_jsonl(path: Path, on_warning: Callable[[str], None] = warn) -> Iterator
     """Records of a JSON-lines file in order; a torn last line is skipped with a warning."""
     if not path.is_file():
         return
+    loads = orjson.loads
     with open(path, "rb") as handle:
         previous: bytes | None = None
         number = 0
         for line in handle:
             if previous is not None:
-                record = _parse(previous, path, number, last=False, on_warning=on_warning)
-                if record is not None:
-                    yield record
+                try:
+                    yield loads(previous)
+                except orjson.JSONDecodeError:
+                    if previous.strip():
+                        # Lines are written whole and fsynced: a bad line inside means an edited file.
+                        raise InputError(f"{path}: line {number} is not valid JSON") from None
             number += 1
             previous = line
         if previous is not None and previous.strip():
-            record = _parse(previous, path, number, last=True, on_warning=on_warning)
-            if record is not None:
-                yield record
-
-
-def _parse(line: bytes, path: Path, number: int, last: bool, on_warning: Callable[[str], None]) -> Any:
-    if not line.strip():
-        return None
-    try:
-        return orjson.loads(line)
-    except orjson.JSONDecodeError:
-        if last and not line.endswith(b"\n"):
-            on_warning(f"{path}: the last line (line {number}) is torn (cut off mid-write) and is ignored")
-            return None
-        # Lines are written whole and fsynced, so a bad line elsewhere means the file was edited.
-        raise InputError(f"{path}: line {number} is not valid JSON") from None
+            try:
+                yield loads(previous)
+            except orjson.JSONDecodeError:
+                if previous.endswith(b"\n"):
+                    raise InputError(f"{path}: line {number} is not valid JSON") from None
+                on_warning(f"{path}: the last line (line {number}) is torn (cut off mid-write) and is ignored")
 
 
 def read_jsonl(path: Path, on_warning: Callable[[str], None] = warn) -> list[dict[str, Any]]:

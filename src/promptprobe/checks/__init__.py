@@ -9,6 +9,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from .assertions import AssertionsCheck
+from ..probeset import Case
 from .base import Check, CheckError, Metric, SampleView
 from .citations import CitationsCheck
 from .filter_parity import FilterCheck
@@ -43,6 +44,16 @@ def build_checks(settings: CheckSettings) -> list[Check]:
     return [check_type(settings) for check_type in CHECK_TYPES if check_type.active(settings)]
 
 
+def outcomes(sample: dict[str, Any], case: Case, settings: CheckSettings) -> dict[str, bool]:
+    """Each applicable metric's outcome for a sample that has an output (recorded with it, so
+    that counting a large run reads them instead of re-deriving them)."""
+    return {
+        name: bool(metric.outcome(sample, case, settings))
+        for name, metric in METRICS.items()
+        if metric.applies(case, settings)
+    }
+
+
 def run_checks(checks: Iterable[Check], view: SampleView) -> tuple[dict[str, Any] | None, dict[str, Any]]:
     """(the header object, the other checks' details) for one sample; CheckError on failure."""
     header = None
@@ -73,6 +84,7 @@ __all__ = [
     "SampleView",
     "build_checks",
     "metric_names",
+    "outcomes",
     "register",
     "run_checks",
 ]

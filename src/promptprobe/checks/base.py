@@ -43,6 +43,9 @@ class Metric:
     description: str
     applies: Callable[[Case, CheckSettings], bool]
     outcome: Callable[[dict[str, Any], Case, CheckSettings], bool]  # (sample record, case, settings)
+    # Settings a report may change without reclassifying (--top-k): then the recorded outcome
+    # is derived again from the details.
+    recompute_on: tuple[str, ...] = ()
 
 
 class Check:

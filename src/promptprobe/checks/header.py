@@ -25,6 +25,7 @@ INVISIBLE = frozenset("\ufeff\u200b\u200c\u200d\u2060\u180e\u00ad")
 DECORATION = frozenset("*_`~>#-+|\"'“”‘’„«»「」『』")
 FENCE = re.compile(r"^[ \t]*(`{3,}|~{3,})")
 OPEN_BRACKETS = "[［【〔〖(（{｛<＜"
+ASCII_BRACKETS = "[({<])}>"
 CLOSE_BRACKETS = "]］】〕〗)）}｝>＞"
 
 
@@ -108,10 +109,39 @@ def _near_miss_pattern(markers: tuple[str, ...]) -> re.Pattern[str]:
     return re.compile("|".join(alternatives) or r"(?!x)x", re.IGNORECASE)
 
 
+@lru_cache(maxsize=32)
+def _marker_words(markers: tuple[str, ...]) -> tuple[tuple[str, ...], ...]:
+    """Each marker's words, case-folded: a near miss of it contains all of them."""
+    return tuple(tuple(w.casefold() for w in re.findall(r"[^\W_]+", m)) for m in markers)
+
+
 def _near_miss(text: str, markers: Sequence[str]) -> str | None:
     pattern = _near_miss_pattern(tuple(markers))
-    if text.isascii() or unicodedata.is_normalized("NFKC", text):
-        # Nothing would fold (the common case): search the text itself.
+    words = _marker_words(tuple(markers))
+    if text.isascii():
+        # Most outputs: look only around each occurrence of a marker's longest word.
+        lowered = text.lower()
+        starts = []
+        for marker_words in words:
+            if not marker_words or not all(w in lowered for w in marker_words):
+                continue
+            anchor = max(marker_words, key=len)
+            at = lowered.find(anchor)
+            while at >= 0:
+                low, high = max(0, at - 40), at + len(anchor) + 40
+                window = text[low:high]
+                # A near miss has a bracket (or the underscore of a bare NO_ANSWER) beside the word.
+                if "_" in window or any(c in window for c in ASCII_BRACKETS):
+                    match = pattern.search(text, low, high)
+                    if match:
+                        starts.append((match.start(), match.group()))
+                at = lowered.find(anchor, at + 1)
+        return min(starts)[1] if starts else None
+    if unicodedata.is_normalized("NFKC", text):
+        # Nothing would fold: search the text itself, if a marker's words are in it at all.
+        folded = text.casefold()
+        if not any(w and all(part in folded for part in w) for w in words):
+            return None
         match = pattern.search(text)
         return match.group() if match else None
     # Search a per-character NFKC copy (full-width letters and brackets fold) and map back.

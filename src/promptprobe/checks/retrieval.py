@@ -33,6 +33,7 @@ class RetrievalCheck(Check):
             "every must_retrieve id was retrieved (within the first K with --top-k)",
             lambda case, settings: bool(case.must_retrieve),
             lambda sample, case, settings: hit(sample, case, settings.top_k),
+            recompute_on=("top_k",),
         ),
     )
 

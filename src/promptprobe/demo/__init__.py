@@ -332,7 +332,7 @@ def run_demo(runs_dir: Path, port: int = 0, stream: bool = False, progress: Any 
     from ..engine.run import ProbeRun, RunOptions
     from ..engine.sequential import SequentialRule, SequentialRun
     from ..models import parse_model_spec
-    from ..providers import GenerationParams
+    from ..providers.base import GenerationParams
     from ..views.compare import compare_runs, render_comparison
     from ..views.report import build_report, render_report
 

@@ -7,10 +7,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..assemble import AssembleError, Assembler
-from ..checks import Check, CheckError, CheckSettings, SampleView, run_checks
+from ..checks import Check, CheckError, CheckSettings, SampleView, outcomes, run_checks
 from ..jsonio import dumps_pretty
 from ..probeset import Case
-from ..providers import Completion, Provider, ProviderError
+from ..providers.base import Completion, Provider, ProviderError
 from ..retrievers import Passage, RetrievalError, Retriever, snapshot_digest
 from .limiter import Cancelled, Limiter
 from .plan import Arm, Unit, sample_id
@@ -204,3 +204,5 @@ class Executor:
             record["header"], record["checks"] = run_checks(self.checks, view)
         except CheckError as exc:
             record["error"] = {"kind": exc.kind, "message": str(exc), "attempts": record["attempts"]}
+            return
+        record["outcomes"] = outcomes(record, unit.case, self.settings)

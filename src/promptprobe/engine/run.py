@@ -21,7 +21,8 @@ from ..jsonio import iter_jsonl, loads
 from ..models import ModelSpec, parse_model_spec
 from ..probeset import ProbeSet, parse_probeset
 from ..prompts import PromptVersion, prompt_from_bytes
-from ..providers import GenerationParams, Provider, make_provider
+from ..providers import make_provider
+from ..providers.base import GenerationParams, Provider
 from ..retrievers import Retriever, make_retriever, redact
 from .cost import PriceTable, load_prices
 from .executor import Executor, Retrieved

@@ -292,9 +292,10 @@ class Scheduler:
         ]
         for worker in workers:
             worker.start()
-        while any(w.is_alive() for w in workers):
-            if self.cancel.wait(0.1):
-                break
+        for worker in workers:
+            # Join in turn, waking often enough to notice a cancel (the last one ends the loop at once).
+            while worker.is_alive() and not self.cancel.is_set():
+                worker.join(0.05)
         deadline = time.monotonic() + GRACE_SECONDS
         for worker in workers:
             worker.join(max(0.0, deadline - time.monotonic()))

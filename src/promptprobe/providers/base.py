@@ -6,7 +6,6 @@ response body, so a reply trickling one byte a second still ends on time and Ctr
 stream at once.
 """
 
-import email.utils
 import os
 import threading
 import time
@@ -100,6 +99,8 @@ def parse_retry_after(headers: Any, now: float | None = None) -> float | None:
         return max(0.0, float(value))
     except ValueError:
         pass  # not seconds: an HTTP date
+    import email.utils  # only when a server sends a date
+
     try:
         when = email.utils.parsedate_to_datetime(value)
     except (TypeError, ValueError):

@@ -17,7 +17,7 @@ from ..counts import ArmCounts, CountsTable, build_counts
 from ..errors import InputError
 from ..jsonio import dumps_pretty
 from ..stats.intervals import icc_anova, newcombe
-from ..stats.planning import n_per_arm, paired_repeats, unpaired_repeats
+from ..stats.planning import MAX_REPEATS, n_per_arm, paired_repeats, unpaired_repeats
 from ..stats.tests import boschloo_affordable, boschloo_p
 from ..stats.verdict import generalisation, paired_verdict, unpaired_verdict
 from .report import metric_object
@@ -138,7 +138,9 @@ def _repeats_hint(a: Side, b: Side, rate_a: float, rate_b: float, alpha: float) 
         icc_anova([c[0] for c in s.per_case.values()], [c[1] for c in s.per_case.values()]) for s in (a, b)
     ]
     icc = sum(iccs) / 2
-    paired = paired_repeats(rate_a, rate_b, cases, icc, alpha, trials=HINT_TRIALS) if cases >= 1 else None
+    ran = min(sum(c[1] for c in s.per_case.values()) for s in (a, b)) / cases
+    # A run that already has MAX_REPEATS per case and cannot tell them apart needs more than that.
+    paired = paired_repeats(rate_a, rate_b, cases, icc, alpha, trials=HINT_TRIALS) if ran < MAX_REPEATS else None
     unpaired = unpaired_repeats(rate_a, rate_b, cases, icc, alpha)
     return {
         "cases": cases,

@@ -3,10 +3,10 @@ that matter least first and then wrapping the widest text; markdown tables are l
 
 import os
 import shutil
+import textwrap
 from collections.abc import Sequence
 from typing import Any
 
-from tabulate import tabulate
 
 MIN_WIDTH = 40
 
@@ -39,19 +39,22 @@ def table(
 
     `optional` names the columns that may be dropped to fit, least important first.
     """
+    from tabulate import tabulate  # only when a table is printed (not for --format json)
+
     if fmt == "md":
         return tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True)
     limit = width or terminal_width()
     keep = list(range(len(headers)))
 
     def render(columns: list[int], maxwidths: list[int] | None = None) -> str:
-        return tabulate(
-            [[row[i] for i in columns] for row in rows],
-            headers=[headers[i] for i in columns],
-            tablefmt="simple",
-            disable_numparse=True,
-            maxcolwidths=maxwidths,
-        )
+        body = [[row[i] for i in columns] for row in rows]
+        if maxwidths:
+            # Wrapped here: tabulate's own maxcolwidths mis-parses cells such as "5,670".
+            body = [
+                [textwrap.fill(str(cell), width, break_long_words=True) for cell, width in zip(row, maxwidths)]
+                for row in body
+            ]
+        return tabulate(body, headers=[headers[i] for i in columns], tablefmt="simple", disable_numparse=True)
 
     text = render(keep)
     for name in optional:

@@ -1,0 +1,122 @@
+"""Wall time of a whole `probe run` against a local model that answers after 200 ms.
+
+240 samples (12 cases x 10 repeats x 2 prompts) at concurrency 16: the ideal is
+240 x 0.2 / 16 = 3 s. Prints the whole command's time and the time from the first call to the
+last record, each over that ideal (targets 1.4 and 1.2), and the peak memory of pricing a
+1,000,000-sample plan with --dry-run (target under 200 MB).
+
+    .venv/bin/python benchmarks/run_speed.py [--runs 3]
+"""
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+PROBE = str(Path(sys.executable).parent / "probe")
+ROOT = Path(__file__).resolve().parent.parent
+DELAY = 0.2
+
+
+class Model:
+    def __init__(self) -> None:
+        self.first: float | None = None
+        self.calls = 0
+        model = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True
+
+            def log_message(self, *args: object) -> None:
+                """Quiet."""
+
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("content-length") or 0))
+                model.first = model.first or time.time()
+                model.calls += 1
+                time.sleep(DELAY)
+                body = json.dumps({
+                    "id": "c", "object": "chat.completion", "created": 0, "model": "bench",
+                    "choices": [{"index": 0, "message": {"role": "assistant", "content": "[[ANSWER]]\nok"},
+                                 "finish_reason": "stop"}],
+                    "usage": {"prompt_tokens": 100, "completion_tokens": 5, "total_tokens": 105},
+                }).encode()
+                self.send_response(200)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        ThreadingHTTPServer.request_queue_size = 128
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+
+
+def probeset(folder: Path) -> Path:
+    path = folder / "bench.toml"
+    path.write_text("repeats = 10\n" + "".join(
+        f'[[case]]\nid = "c{i}"\nquestion = "Question {i}?"\n' for i in range(12)))
+    return path
+
+
+def one_run(folder: Path) -> tuple[float, float]:
+    model = Model()
+    runs = folder / "runs"
+    started = time.time()
+    subprocess.run([PROBE, "run", str(probeset(folder)), "--prompt", str(ROOT / "prompts" / "always-header.md"),
+                    "--prompt", f"b={ROOT / 'prompts' / 'exception-only.md'}", "--model", f"openai:bench@{model.url}",
+                    "--concurrency", "16", "--runs-dir", str(runs), "--format", "json"],
+                   check=True, stdout=subprocess.DEVNULL, cwd=folder)
+    whole = time.time() - started
+    (run,) = runs.iterdir()
+    last_record = (run / "samples.jsonl").stat().st_mtime
+    model.httpd.shutdown()
+    assert model.calls == 240, model.calls
+    return whole, last_record - (model.first or started)
+
+
+def dry_run_memory(folder: Path) -> float:
+    path = folder / "million.toml"
+    path.write_text("".join(f'[[case]]\nid = "c{i}"\nquestion = "Question {i}?"\n' for i in range(10)))
+    subprocess.run([PROBE, "run", str(path), "--prompt", str(ROOT / "prompts" / "always-header.md"),
+                    "--prompt", f"b={ROOT / 'prompts' / 'exception-only.md'}", "--model", "openai:gpt-4.1-mini",
+                    "-n", "50000", "--dry-run"], check=True, stdout=subprocess.DEVNULL, cwd=folder)
+    return resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=3)
+    args = parser.parse_args()
+    ideal = 240 * DELAY / 16
+    results = []
+    for _ in range(args.runs):
+        with tempfile.TemporaryDirectory() as folder:
+            results.append(one_run(Path(folder)))
+    whole = sorted(r[0] for r in results)[len(results) // 2]
+    calls = sorted(r[1] for r in results)[len(results) // 2]
+    print(f"240 samples, model answering after {DELAY * 1000:.0f} ms, concurrency 16; ideal {ideal:.1f} s "
+          f"(median of {args.runs} runs)")
+    print("| measure | seconds | over the ideal | target |")
+    print("|---|---:|---:|---:|")
+    print(f"| whole `probe run` command | {whole:.2f} | {whole / ideal:.2f} | 1.4 |")
+    print(f"| first call to last record | {calls:.2f} | {calls / ideal:.2f} | 1.2 |")
+    with tempfile.TemporaryDirectory() as folder:
+        print(f"\n--dry-run of a 1,000,000-sample plan: peak memory {dry_run_memory(Path(folder)):.0f} MB "
+              "(target 200 MB)")
+
+
+if __name__ == "__main__":
+    main()

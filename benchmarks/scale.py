@@ -1,0 +1,88 @@
+"""Speed and memory of reading runs at scale, on synthetic run directories (benchmarks/synthetic.py).
+
+Prints, each from a fresh `probe` process (wall time and peak memory of the whole command,
+children included):
+- `probe report` on 240, 100,000 and 1,000,000 samples (targets: 0.3 s at 240, 1.5 s at 100k,
+  memory under 150 MB at 1M);
+- `probe compare --all` on the 100k run (each run directory is read once for all metrics);
+- `probe compare` of two 25,000-sample arms (Boschloo is skipped above its affordable size);
+- the header classifier on 1 KB outputs without a header (target: 25,000 outputs/s).
+
+    .venv/bin/python benchmarks/scale.py [--work DIR] [--skip-million]
+"""
+
+import argparse
+import random
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from synthetic import make_run  # noqa: E402
+
+PROBE = str(Path(sys.executable).parent / "probe")
+
+
+def timed(*args: str) -> tuple[float, float]:
+    """(seconds, peak MB of the command and its children)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    started = time.perf_counter()
+    subprocess.run([PROBE, *args], check=True, stdout=subprocess.DEVNULL)
+    seconds = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return seconds, max(after, before) / 1024
+
+
+def best_of(runs: int, *args: str) -> tuple[float, float]:
+    results = [timed(*args) for _ in range(runs)]
+    return min(r[0] for r in results), max(r[1] for r in results)
+
+
+def classifier_rate(n: int = 20000) -> float:
+    from promptprobe.checks.header import classify
+
+    rng = random.Random(1)
+    words = "the plan costs per user month support billing invoice team starter enterprise".split()
+    outputs = []
+    for _ in range(n):
+        text = " ".join(rng.choice(words) for _ in range(180))[:1024]
+        outputs.append(text)
+    started = time.perf_counter()
+    for text in outputs:
+        classify(text)
+    return n / (time.perf_counter() - started)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--work", type=Path, default=None, help="Where to write the synthetic runs.")
+    parser.add_argument("--skip-million", action="store_true", help="Skip the 1,000,000-sample run (~1 GB).")
+    args = parser.parse_args()
+    work = args.work or Path(tempfile.mkdtemp(prefix="probe-scale-"))
+    print(f"synthetic runs in {work}")
+    rows = []
+    small = make_run(work / "r240", 240, cases=10)
+    rows.append(("probe report, 240 samples", *best_of(5, "report", str(small)), "0.3 s"))
+    big = make_run(work / "r100k", 100_000)
+    rows.append(("probe report, 100,000 samples", *best_of(3, "report", str(big)), "1.5 s"))
+    rows.append(("probe compare --all, 100,000 samples", *best_of(3, "compare", f"{big}#prompt=prompt-0",
+                                                                   f"{big}#prompt=prompt-1", "--all"), "-"))
+    pair = make_run(work / "r50k", 50_000, cases=20)
+    rows.append(("probe compare, 25,000 vs 25,000", *best_of(3, "compare", f"{pair}#prompt=prompt-0",
+                                                              f"{pair}#prompt=prompt-1"), "-"))
+    if not args.skip_million:
+        huge = make_run(work / "r1m", 1_000_000)
+        rows.append(("probe report, 1,000,000 samples", *timed("report", str(huge)), "150 MB"))
+    print("| command | wall time | peak memory | target |")
+    print("|---|---:|---:|---|")
+    for name, seconds, megabytes, target in rows:
+        print(f"| {name} | {seconds:.2f} s | {megabytes:.0f} MB | {target} |")
+    rate = classifier_rate()
+    print(f"\nheader classifier, 1 KB outputs without a header: {rate:,.0f} outputs/s (target 25,000)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,111 @@
+"""What a run costs: the price table, --dry-run, --max-cost, and tokens, latency and cost per
+arm in the report."""
+
+import json
+
+import pytest
+from click.testing import CliRunner
+from conftest import ROOT, run_dir_of, write_probeset
+from servers import LocalServer, Reply, openai_body
+
+from promptprobe.cli import main
+from promptprobe.engine.cost import load_prices, usage_tokens
+from promptprobe.errors import InputError
+from promptprobe.models import parse_model_spec
+
+PROMPT = str(ROOT / "prompts" / "always-header.md")
+
+
+def test_price_table_matches_the_longest_prefix_and_can_be_extended():
+    prices = load_prices()
+    assert prices.taken  # the date the built-in prices were copied
+    sonnet = prices.lookup(parse_model_spec("anthropic:claude-sonnet-4-5-20250929"))
+    assert (sonnet.input, sonnet.output) == (3.0, 15.0)
+    mini = prices.lookup(parse_model_spec("openai:gpt-4.1-mini"))
+    assert (mini.input, mini.output) == (0.4, 1.6)  # not gpt-4.1's price: the longer key wins
+    assert prices.lookup(parse_model_spec("openai:llama3@http://localhost:11434/v1")) is None
+    assert prices.lookup(parse_model_spec("openai:gpt-4.1@http://proxy.internal/v1")) is None  # not OpenAI's price
+    extended = load_prices({"openai:llama3@http://localhost:11434/v1": {"input": 0, "output": 0},
+                            "openai:gpt-4.1-mini": {"input": 0.5, "output": 2}})
+    assert extended.lookup(parse_model_spec("openai:llama3@http://localhost:11434/v1")).cost(10**6, 10**6) == 0
+    assert extended.lookup(parse_model_spec("openai:gpt-4.1-mini")).input == 0.5
+    with pytest.raises(InputError, match="must be a number of USD >= 0"):
+        load_prices({"openai:x": {"input": -1, "output": 1}})
+    with pytest.raises(InputError, match="must be a model spec"):
+        load_prices({"gpt-4": {"input": 1, "output": 1}})
+
+
+def test_usage_tokens_for_both_apis():
+    assert usage_tokens({"input_tokens": 100, "output_tokens": 20, "cache_read_input_tokens": 50}) == (150, 20)
+    assert usage_tokens({"prompt_tokens": 120, "completion_tokens": 17, "total_tokens": 137}) == (120, 17)
+    assert usage_tokens({}) == (0, 0)
+
+
+def probeset(tmp_path, cases=10):
+    return str(write_probeset(tmp_path / "p.toml", [(f"c{i}", f"question {i}", None) for i in range(cases)]))
+
+
+def test_dry_run_prices_the_plan_without_a_call(tmp_path):
+    result = CliRunner().invoke(main, ["run", probeset(tmp_path), "--prompt", PROMPT, "--prompt", f"b={PROMPT}",
+                                       "--model", "anthropic:claude-sonnet-4-5", "--model", "openai:m@http://127.0.0.1:9/v1",
+                                       "-n", "3", "--max-tokens", "100", "--dry-run", "--runs-dir", str(tmp_path / "runs")])
+    assert result.exit_code == 0, result.output  # no key needed, nothing called, nothing written
+    assert not (tmp_path / "runs").exists()
+    assert "120 model calls and 30 retrievals" in result.stdout
+    assert "cost unknown" in result.stdout  # the local model has no price: never a guess
+    data = json.loads(CliRunner().invoke(main, ["run", probeset(tmp_path), "--prompt", PROMPT, "--model",
+                                                "anthropic:claude-sonnet-4-5", "-n", "3", "--max-tokens", "100",
+                                                "--dry-run", "--format", "json"]).stdout)
+    (arm,) = data["arms"]
+    assert arm["calls"] == 30 and arm["output_tokens_max"] == 3000
+    prompt_tokens = -(-len((ROOT / "prompts" / "always-header.md").read_text()) // 4)
+    assert arm["input_tokens"] >= 30 * prompt_tokens
+    assert arm["cost_usd"] == pytest.approx((arm["input_tokens"] * 3 + 3000 * 15) / 1e6)
+    assert data["cost_usd"] == arm["cost_usd"]
+
+
+def test_max_cost_refuses_a_plan_estimated_above_it(tmp_path):
+    result = CliRunner().invoke(main, ["run", probeset(tmp_path), "--prompt", PROMPT, "--model",
+                                       "anthropic:claude-sonnet-4-5", "--max-cost", "0.001",
+                                       "--runs-dir", str(tmp_path / "runs")])
+    assert result.exit_code == 2
+    assert "above --max-cost $0.00" in result.stderr and not (tmp_path / "runs").exists()
+
+
+def test_max_cost_needs_a_price(tmp_path):
+    result = CliRunner().invoke(main, ["run", probeset(tmp_path), "--prompt", PROMPT, "--model",
+                                       "openai:m@http://127.0.0.1:9/v1", "--max-cost", "5"])
+    assert result.exit_code == 2 and "--max-cost needs a price" in result.stderr
+
+
+def test_max_cost_stops_scheduling_when_recorded_usage_reaches_it(tmp_path):
+    body = json.loads(openai_body("[[ANSWER]]\nok", "m", None))
+    body["usage"] = {"prompt_tokens": 5000, "completion_tokens": 17, "total_tokens": 5017}
+    with LocalServer(lambda r: Reply(body=json.dumps(body).encode())) as server:
+        spec = f"openai:m@{server.url}/v1"
+        (tmp_path / "probe.toml").write_text(f'[run]\nconcurrency = 1\n[prices]\n"{spec}" = {{ input = 1000, output = 1000 }}\n')
+        result = CliRunner().invoke(main, ["run", probeset(tmp_path), "--prompt", PROMPT, "--model", spec,
+                                           "--max-tokens", "17", "--max-cost", "9", "--config", str(tmp_path / "probe.toml"),
+                                           "--runs-dir", str(tmp_path / "runs")])
+    assert result.exit_code == 1, result.output
+    assert "stopped at --max-cost" in result.stderr
+    manifest = json.loads((run_dir_of(result) / "manifest.json").read_text())
+    assert manifest["stopped_by"] == "max_cost" and manifest["status"] == "interrupted"
+    assert 2 <= manifest["counts"]["recorded"] < 10  # 5.017 USD a call: stops once 9 is reached
+
+
+def test_report_shows_tokens_latency_and_cost_per_arm(tmp_path):
+    with LocalServer(lambda r: Reply("[[ANSWER]]\nok", delay=0.02)) as server:
+        spec = f"openai:m@{server.url}/v1"
+        (tmp_path / "probe.toml").write_text(f'[prices]\n"{spec}" = {{ input = 2, output = 8 }}\n')
+        priced = CliRunner().invoke(main, ["run", probeset(tmp_path, 4), "--prompt", PROMPT, "--model", spec,
+                                           "--config", str(tmp_path / "probe.toml"), "--runs-dir", str(tmp_path / "a")])
+        unpriced = CliRunner().invoke(main, ["run", probeset(tmp_path, 4), "--prompt", PROMPT, "--model", spec,
+                                             "--runs-dir", str(tmp_path / "b")])
+    report = json.loads(CliRunner().invoke(main, ["report", str(run_dir_of(priced)), "--json"]).stdout)
+    usage = report["arms"][0]["usage"]
+    assert usage["input_tokens"] == 4 * 120 and usage["output_tokens"] == 4 * 17
+    assert usage["cost_usd"] == pytest.approx((480 * 2 + 68 * 8) / 1e6)
+    assert usage["latency_ms"]["median"] >= 20 and usage["latency_ms"]["p90"] >= usage["latency_ms"]["median"]
+    text = CliRunner().invoke(main, ["report", str(run_dir_of(unpriced))]).stdout
+    assert "cost unknown" in text and "latency median" in text and "tokens in" in text
