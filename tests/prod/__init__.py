@@ -1,0 +1,1 @@
+"""Production code the tests import as `[filter]`/`[retrieval]` functions would be imported."""
