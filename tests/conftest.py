@@ -1,4 +1,5 @@
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -85,3 +86,21 @@ def run_dir_of(result) -> Path:
         if line.startswith("run: "):
             return Path(line.removeprefix("run: "))
     return Path(json.loads(result.stdout)["run"])
+
+
+@pytest.fixture(scope="session")
+def demo_run(tmp_path_factory):
+    """`probe demo` once per test session: (the CliRunner result, the fixed run's directory)."""
+    from click.testing import CliRunner
+
+    from promptprobe.cli import main
+
+    folder = tmp_path_factory.mktemp("demo")
+    cwd = os.getcwd()
+    os.chdir(folder)  # the demo's data ships in the package: any directory will do
+    try:
+        result = CliRunner().invoke(main, ["demo", "--runs-dir", str(folder / "runs")])
+    finally:
+        os.chdir(cwd)
+    assert result.exit_code == 0, result.output
+    return result, run_dir_of(result)

@@ -101,12 +101,8 @@ def test_demo_server_speaks_chat_completions_to_the_real_sdk(stream):
         assert json.loads(completion.body)["choices"][0]["message"]["content"] == completion.text
 
 
-def test_probe_demo_end_to_end_from_any_directory(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)  # the demo's data ships in the package
-    threads_before = threading.active_count()
-    result = CliRunner().invoke(main, ["demo", "--runs-dir", str(tmp_path / "runs")])
-    assert result.exit_code == 0, result.output
-    run_dir = run_dir_of(result)
+def test_probe_demo_end_to_end_from_any_directory(demo_run):
+    result, run_dir = demo_run  # run from an empty directory: the demo's data ships in the package
     assert "samples 72/72" in result.stdout
     assert "NOTE: the model in this run is SIMULATED" in result.stdout
     assert "probe compare" in result.stdout and "header_present" in result.stdout
@@ -134,4 +130,12 @@ def test_probe_demo_end_to_end_from_any_directory(tmp_path, monkeypatch):
     compare = CliRunner().invoke(main, ["compare", f"{run_dir}#prompt=exception-only",
                                         f"{run_dir}#prompt=always-header", "--json"])
     assert json.loads(compare.stdout)["design"] == "paired"
-    assert threading.active_count() <= threads_before  # the server stopped
+    assert not [t for t in threading.enumerate() if "serve_forever" in t.name]  # the demo server stopped
+
+
+def test_why_finds_the_support_pointer_on_the_demo(demo_run):
+    _, run_dir = demo_run
+    result = CliRunner().invoke(main, ["why", f"{run_dir}#prompt=exception-only", "--format", "json"])
+    assert result.exit_code == 0, result.output
+    top = [row["phrase"] for row in json.loads(result.stdout)["phrases"][:3]]
+    assert any("support@acme.example" in phrase or "reach a person" in phrase for phrase in top), top
