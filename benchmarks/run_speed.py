@@ -42,12 +42,22 @@ class Model:
                 model.first = model.first or time.time()
                 model.calls += 1
                 time.sleep(DELAY)
-                body = json.dumps({
-                    "id": "c", "object": "chat.completion", "created": 0, "model": "bench",
-                    "choices": [{"index": 0, "message": {"role": "assistant", "content": "[[ANSWER]]\nok"},
-                                 "finish_reason": "stop"}],
-                    "usage": {"prompt_tokens": 100, "completion_tokens": 5, "total_tokens": 105},
-                }).encode()
+                body = json.dumps(
+                    {
+                        "id": "c",
+                        "object": "chat.completion",
+                        "created": 0,
+                        "model": "bench",
+                        "choices": [
+                            {
+                                "index": 0,
+                                "message": {"role": "assistant", "content": "[[ANSWER]]\nok"},
+                                "finish_reason": "stop",
+                            }
+                        ],
+                        "usage": {"prompt_tokens": 100, "completion_tokens": 5, "total_tokens": 105},
+                    }
+                ).encode()
                 self.send_response(200)
                 self.send_header("content-type", "application/json")
                 self.send_header("content-length", str(len(body)))
@@ -66,8 +76,9 @@ class Model:
 
 def probeset(folder: Path) -> Path:
     path = folder / "bench.toml"
-    path.write_text("repeats = 10\n" + "".join(
-        f'[[case]]\nid = "c{i}"\nquestion = "Question {i}?"\n' for i in range(12)))
+    path.write_text(
+        "repeats = 10\n" + "".join(f'[[case]]\nid = "c{i}"\nquestion = "Question {i}?"\n' for i in range(12))
+    )
     return path
 
 
@@ -75,10 +86,28 @@ def one_run(folder: Path) -> tuple[float, float]:
     model = Model()
     runs = folder / "runs"
     started = time.time()
-    subprocess.run([PROBE, "run", str(probeset(folder)), "--prompt", str(ROOT / "prompts" / "always-header.md"),
-                    "--prompt", f"b={ROOT / 'prompts' / 'exception-only.md'}", "--model", f"openai:bench@{model.url}",
-                    "--concurrency", "16", "--runs-dir", str(runs), "--format", "json"],
-                   check=True, stdout=subprocess.DEVNULL, cwd=folder)
+    subprocess.run(
+        [
+            PROBE,
+            "run",
+            str(probeset(folder)),
+            "--prompt",
+            str(ROOT / "prompts" / "always-header.md"),
+            "--prompt",
+            f"b={ROOT / 'prompts' / 'exception-only.md'}",
+            "--model",
+            f"openai:bench@{model.url}",
+            "--concurrency",
+            "16",
+            "--runs-dir",
+            str(runs),
+            "--format",
+            "json",
+        ],
+        check=True,
+        stdout=subprocess.DEVNULL,
+        cwd=folder,
+    )
     whole = time.time() - started
     (run,) = runs.iterdir()
     last_record = (run / "samples.jsonl").stat().st_mtime
@@ -90,9 +119,25 @@ def one_run(folder: Path) -> tuple[float, float]:
 def dry_run_memory(folder: Path) -> float:
     path = folder / "million.toml"
     path.write_text("".join(f'[[case]]\nid = "c{i}"\nquestion = "Question {i}?"\n' for i in range(10)))
-    subprocess.run([PROBE, "run", str(path), "--prompt", str(ROOT / "prompts" / "always-header.md"),
-                    "--prompt", f"b={ROOT / 'prompts' / 'exception-only.md'}", "--model", "openai:gpt-4.1-mini",
-                    "-n", "50000", "--dry-run"], check=True, stdout=subprocess.DEVNULL, cwd=folder)
+    subprocess.run(
+        [
+            PROBE,
+            "run",
+            str(path),
+            "--prompt",
+            str(ROOT / "prompts" / "always-header.md"),
+            "--prompt",
+            f"b={ROOT / 'prompts' / 'exception-only.md'}",
+            "--model",
+            "openai:gpt-4.1-mini",
+            "-n",
+            "50000",
+            "--dry-run",
+        ],
+        check=True,
+        stdout=subprocess.DEVNULL,
+        cwd=folder,
+    )
     return resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
 
 
@@ -107,15 +152,19 @@ def main() -> None:
             results.append(one_run(Path(folder)))
     whole = sorted(r[0] for r in results)[len(results) // 2]
     calls = sorted(r[1] for r in results)[len(results) // 2]
-    print(f"240 samples, model answering after {DELAY * 1000:.0f} ms, concurrency 16; ideal {ideal:.1f} s "
-          f"(median of {args.runs} runs)")
+    print(
+        f"240 samples, model answering after {DELAY * 1000:.0f} ms, concurrency 16; ideal {ideal:.1f} s "
+        f"(median of {args.runs} runs)"
+    )
     print("| measure | seconds | over the ideal | target |")
     print("|---|---:|---:|---:|")
     print(f"| whole `probe run` command | {whole:.2f} | {whole / ideal:.2f} | 1.4 |")
     print(f"| first call to last record | {calls:.2f} | {calls / ideal:.2f} | 1.2 |")
     with tempfile.TemporaryDirectory() as folder:
-        print(f"\n--dry-run of a 1,000,000-sample plan: peak memory {dry_run_memory(Path(folder)):.0f} MB "
-              "(target 200 MB)")
+        print(
+            f"\n--dry-run of a 1,000,000-sample plan: peak memory {dry_run_memory(Path(folder)):.0f} MB "
+            "(target 200 MB)"
+        )
 
 
 if __name__ == "__main__":

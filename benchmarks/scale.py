@@ -68,11 +68,21 @@ def main() -> None:
     rows.append(("probe report, 240 samples", *best_of(5, "report", str(small)), "0.3 s"))
     big = make_run(work / "r100k", 100_000)
     rows.append(("probe report, 100,000 samples", *best_of(3, "report", str(big)), "1.5 s"))
-    rows.append(("probe compare --all, 100,000 samples", *best_of(3, "compare", f"{big}#prompt=prompt-0",
-                                                                   f"{big}#prompt=prompt-1", "--all"), "-"))
+    rows.append(
+        (
+            "probe compare --all, 100,000 samples",
+            *best_of(3, "compare", f"{big}#prompt=prompt-0", f"{big}#prompt=prompt-1", "--all"),
+            "-",
+        )
+    )
     pair = make_run(work / "r50k", 50_000, cases=20)
-    rows.append(("probe compare, 25,000 vs 25,000", *best_of(3, "compare", f"{pair}#prompt=prompt-0",
-                                                              f"{pair}#prompt=prompt-1"), "-"))
+    rows.append(
+        (
+            "probe compare, 25,000 vs 25,000",
+            *best_of(3, "compare", f"{pair}#prompt=prompt-0", f"{pair}#prompt=prompt-1"),
+            "-",
+        )
+    )
     if not args.skip_million:
         huge = make_run(work / "r1m", 1_000_000)
         rows.append(("probe report, 1,000,000 samples", *timed("report", str(huge)), "150 MB"))

@@ -31,8 +31,10 @@ def main() -> None:
     args = parser.parse_args()
     started = time.perf_counter()
     cap, _ = default_max_rounds(CASES, 0.05)
-    print(f"{args.trials} simulated runs per row, {CASES} cases, ICC {ICC}, alpha 0.05, checked after every "
-          f"round, at least 2 rounds, cap {cap} rounds (the default for {CASES} cases)")
+    print(
+        f"{args.trials} simulated runs per row, {CASES} cases, ICC {ICC}, alpha 0.05, checked after every "
+        f"round, at least 2 rounds, cap {cap} rounds (the default for {CASES} cases)"
+    )
     error = 1.96 * math.sqrt(0.05 * 0.95 / args.trials)
     print(f"\nfalse alarms under the null (Monte Carlo error at 5%: ±{error:.1%}):")
     print("| both arms | rounds watched | Beta(1/2,1/2) mixture (shipped) | uniform mixture |")
@@ -41,8 +43,9 @@ def main() -> None:
         for rate in (0.5, 0.8, 0.95):
             shares = []
             for a in (KT, 1.0):
-                stops, _ = simulate_rounds(rate, rate, CASES, ICC, max_rounds=horizon, trials=args.trials,
-                                           seed=SEED, a=a)
+                stops, _ = simulate_rounds(
+                    rate, rate, CASES, ICC, max_rounds=horizon, trials=args.trials, seed=SEED, a=a
+                )
                 shares.append(float((stops > 0).mean()))
             print(f"| {rate:g} | {horizon} | {shares[0]:.1%} | {shares[1]:.1%} |")
     print("\nsamples per arm to a decision (undecided runs count at the cap):")
@@ -51,12 +54,15 @@ def main() -> None:
     for p1, p2 in ((0.9, 0.7), (0.9, 0.5)):
         fixed = paired_repeats(p1, p2, CASES, ICC).repeats
         for a, name in ((KT, "Beta(1/2,1/2)"), (1.0, "uniform")):
-            stops, direction = simulate_rounds(p1, p2, CASES, ICC, max_rounds=cap, trials=args.trials,
-                                               seed=SEED, a=a)
+            stops, direction = simulate_rounds(
+                p1, p2, CASES, ICC, max_rounds=cap, trials=args.trials, seed=SEED, a=a
+            )
             rounds = np.where(stops > 0, stops, cap)
             right = float(((stops > 0) & (direction < 0)).mean())  # B worse: A>B is the right call
-            print(f"| {p1:g} vs {p2:g} | {name} | {np.median(rounds) * CASES:.0f} | "
-                  f"{np.percentile(rounds, 80) * CASES:.0f} | {right:.1%} | {fixed * CASES} |")
+            print(
+                f"| {p1:g} vs {p2:g} | {name} | {np.median(rounds) * CASES:.0f} | "
+                f"{np.percentile(rounds, 80) * CASES:.0f} | {right:.1%} | {fixed * CASES} |"
+            )
     print(f"\ntook {time.perf_counter() - started:.0f} s")
 
 

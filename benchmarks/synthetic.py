@@ -18,7 +18,8 @@ def make_run(path: Path, samples: int, cases: int = 20, arms: int = 2, seed: int
     (path / "raw").mkdir(exist_ok=True)
     case_ids = [f"case-{i:03d}" for i in range(cases)]
     source = "".join(
-        f'[[case]]\nid = "{c}"\nquestion = "Question number {i}?"\nexpect = "{"no_answer" if i % 2 else "answer"}"\n'
+        f'[[case]]\nid = "{c}"\nquestion = "Question number {i}?"\n'
+        f'expect = "{"no_answer" if i % 2 else "answer"}"\n'
         f'must_retrieve = ["doc-{i % 7}"]\n\n'
         for i, c in enumerate(case_ids)
     )
@@ -30,23 +31,52 @@ def make_run(path: Path, samples: int, cases: int = 20, arms: int = 2, seed: int
         "created": "2026-11-30T00:00:00.000Z",
         "finished": "2026-11-30T01:00:00.000Z",
         "status": "complete",
-        "probeset": {"name": "synthetic", "path": "probes/synthetic.toml", "sha256": hashlib.sha256(source.encode()).hexdigest(),
-                     "copy": "probeset.toml", "source": source, "cases": case_ids},
-        "prompts": [{"name": p, "path": f"prompts/{p}.md", "sha256": "0" * 64, "copy": f"prompts/{p}.md"} for p in prompts],
-        "models": [{"spec": "openai:gpt-4.1-mini", "provider": "openai", "model": "gpt-4.1-mini", "base_url": None,
-                    "api_key_env": "OPENAI_API_KEY"}],
+        "probeset": {
+            "name": "synthetic",
+            "path": "probes/synthetic.toml",
+            "sha256": hashlib.sha256(source.encode()).hexdigest(),
+            "copy": "probeset.toml",
+            "source": source,
+            "cases": case_ids,
+        },
+        "prompts": [
+            {"name": p, "path": f"prompts/{p}.md", "sha256": "0" * 64, "copy": f"prompts/{p}.md"}
+            for p in prompts
+        ],
+        "models": [
+            {
+                "spec": "openai:gpt-4.1-mini",
+                "provider": "openai",
+                "model": "gpt-4.1-mini",
+                "base_url": None,
+                "api_key_env": "OPENAI_API_KEY",
+            }
+        ],
         "arms": [{"arm": i + 1, "prompt": p, "model": "openai:gpt-4.1-mini"} for i, p in enumerate(prompts)],
-        "header": {"markers": ["[[ANSWER]]", "[[NO_ANSWER]]"], "no_answer": "[[NO_ANSWER]]",
-                   "allow_leading_whitespace": False},
-        "checks": {"header": {"markers": ["[[ANSWER]]", "[[NO_ANSWER]]"], "no_answer": "[[NO_ANSWER]]",
-                              "allow_leading_whitespace": False}, "filter": None, "citations": None, "top_k": None},
+        "header": {
+            "markers": ["[[ANSWER]]", "[[NO_ANSWER]]"],
+            "no_answer": "[[NO_ANSWER]]",
+            "allow_leading_whitespace": False,
+        },
+        "checks": {
+            "header": {
+                "markers": ["[[ANSWER]]", "[[NO_ANSWER]]"],
+                "no_answer": "[[NO_ANSWER]]",
+                "allow_leading_whitespace": False,
+            },
+            "filter": None,
+            "citations": None,
+            "top_k": None,
+        },
         "repeats": repeats,
         "seed": seed,
         "counts": {"planned": repeats * cases * arms, "recorded": repeats * cases * arms, "errors": 0},
     }
     (path / "manifest.json").write_text(dumps_pretty(manifest))
     rng = random.Random(seed)
-    headers = [classify(t) for t in ("[[ANSWER]]\nok", "[[NO_ANSWER]]\nsorry", "sorry\n[[NO_ANSWER]]", "plain")]
+    headers = [
+        classify(t) for t in ("[[ANSWER]]\nok", "[[NO_ANSWER]]\nsorry", "sorry\n[[NO_ANSWER]]", "plain")
+    ]
     probeset = parse_probeset(source.encode(), Path("synthetic.toml"))
     settings = CheckSettings.from_dict(manifest["checks"])
     recorded_outcomes = {}  # what the executor records with each sample, per (case, header)
@@ -58,17 +88,32 @@ def make_run(path: Path, samples: int, cases: int = 20, arms: int = 2, seed: int
                     which = rng.randrange(4) if a else rng.randrange(2)
                     header = headers[which]
                     record = {
-                        "sample_id": sid, "case_id": case_id, "repeat": repeat, "prompt": prompt,
-                        "model": "openai:gpt-4.1-mini", "started_at": "2026-11-30T00:00:00.000Z",
-                        "latency_ms": rng.randrange(300, 3000), "attempts": 1, "attempts_log": [],
-                        "retrieval": {"passage_ids": [f"doc-{(i + k) % 7}" for k in range(3)],
-                                      "scores": [12.5, 9.25, 3.0], "sha256": "ab" * 32, "empty": False},
-                        "response": {"stop_reason": "stop", "usage": {"prompt_tokens": 812, "completion_tokens": 96,
-                                                                      "total_tokens": 908},
-                                     "request_id": f"req_{rng.getrandbits(64):016x}", "model": "gpt-4.1-mini-2025-04-14",
-                                     "body": f"raw/{sid}.body"},
+                        "sample_id": sid,
+                        "case_id": case_id,
+                        "repeat": repeat,
+                        "prompt": prompt,
+                        "model": "openai:gpt-4.1-mini",
+                        "started_at": "2026-11-30T00:00:00.000Z",
+                        "latency_ms": rng.randrange(300, 3000),
+                        "attempts": 1,
+                        "attempts_log": [],
+                        "retrieval": {
+                            "passage_ids": [f"doc-{(i + k) % 7}" for k in range(3)],
+                            "scores": [12.5, 9.25, 3.0],
+                            "sha256": "ab" * 32,
+                            "empty": False,
+                        },
+                        "response": {
+                            "stop_reason": "stop",
+                            "usage": {"prompt_tokens": 812, "completion_tokens": 96, "total_tokens": 908},
+                            "request_id": f"req_{rng.getrandbits(64):016x}",
+                            "model": "gpt-4.1-mini-2025-04-14",
+                            "body": f"raw/{sid}.body",
+                        },
                         "raw": {"path": f"raw/{sid}.txt", "sha256": "cd" * 32, "bytes": 412},
-                        "header": header, "checks": {"retrieval": {"ranks": {f"doc-{i % 7}": 1}}}, "error": None,
+                        "header": header,
+                        "checks": {"retrieval": {"ranks": {f"doc-{i % 7}": 1}}},
+                        "error": None,
                     }
                     key = (i, which)
                     if key not in recorded_outcomes:

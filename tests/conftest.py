@@ -99,7 +99,8 @@ def demo_run(tmp_path_factory):
     cwd = os.getcwd()
     os.chdir(folder)  # the demo's data ships in the package: any directory will do
     try:
-        result = CliRunner().invoke(main, ["demo", "--runs-dir", str(folder / "runs")])
+        # 100 columns: the width the README's excerpt of the demo was printed at.
+        result = CliRunner(env={"COLUMNS": "100"}).invoke(main, ["demo", "--runs-dir", str(folder / "runs")])
     finally:
         os.chdir(cwd)
     assert result.exit_code == 0, result.output

@@ -3,7 +3,6 @@ expected sources with ranks and top-k, paraphrases, assertions, tags, retrieval 
 retrievals, and offline reclassification that moves samples and changes the report."""
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -120,7 +119,7 @@ FIRST_SEARCH = {"How much is Team?": ["pricing", "billing"], "What does the Team
                 "Who is the CEO?": ["about"], "zzz": []}
 
 
-def write_target(tmp_path: Path, retrieval_url: str, filter_function: str = "prod.widget:filter_reply") -> Path:
+def write_target(tmp_path: Path, retrieval_url: str, filter_function: str = "prodcode.widget:filter_reply") -> Path:
     path = tmp_path / "probe.toml"
     path.write_text(f"""
 [retrieval]
@@ -137,7 +136,7 @@ no_answer_status = "refused"
     return path
 
 
-def record(tmp_path: Path, search: dict, name: str = "runs", filter_function: str = "prod.widget:filter_reply",
+def record(tmp_path: Path, search: dict, name: str = "runs", filter_function: str = "prodcode.widget:filter_reply",
            repeats: int = 2, replies: dict = REPLIES) -> Path:
     (tmp_path / "p.toml").write_text(f"repeats = {repeats}\n" + PROBESET)
     with LocalServer(search_for(search)) as retrieval, \
@@ -209,7 +208,7 @@ def test_every_check_on_a_recorded_run(tmp_path):
 
 def test_a_present_header_passes_filter_parity(tmp_path):
     replies = dict(REPLIES, **{"Who is the CEO?": "[[NO_ANSWER]]\nI can't say."})
-    run = record(tmp_path, FIRST_SEARCH, replies=replies, filter_function="prod.widget:filter_as_tuple")
+    run = record(tmp_path, FIRST_SEARCH, replies=replies, filter_function="prodcode.widget:filter_as_tuple")
     refuse = next(s for s in read_jsonl(run / "samples.jsonl") if s["case_id"] == "refuse")
     assert refuse["checks"]["filter"]["status"] == "refused" and refuse["outcomes"]["status_correct"] is True
     assert refuse["checks"]["filter"]["text"] == "I can't say." and refuse["outcomes"]["marker_leaked"] is False
@@ -223,7 +222,7 @@ def test_a_filter_that_raises_is_that_samples_error(tmp_path):
                                            str(ROOT / "prompts" / "always-header.md"), "--model",
                                            f"openai:m@{model.url}/v1", "--runs-dir", str(tmp_path / "runs"),
                                            "--config", str(write_target(tmp_path, retrieval.url,
-                                                                        "prod.widget:broken_filter"))])
+                                                                        "prodcode.widget:broken_filter"))])
     assert result.exit_code == 1
     samples = read_jsonl(run_dir_of(result) / "samples.jsonl")
     assert all(s["error"]["kind"] == "filter" and "widget crashed" in s["error"]["message"] for s in samples)
@@ -268,7 +267,7 @@ def test_reclassification_moves_samples_offline_and_the_report_follows(tmp_path)
     assert before["arms"][0]["metrics"]["header_present"]["k"] == 6
     config = tmp_path / "escalate.toml"
     config.write_text('[header]\nmarkers = ["[[ANSWER]]", "[[NO_ANSWER]]", "I\'m sorry"]\n'
-                      'no_answer = "[[NO_ANSWER]]"\n[filter]\nfunction = "prod.widget:filter_reply"\n'
+                      'no_answer = "[[NO_ANSWER]]"\n[filter]\nfunction = "prodcode.widget:filter_reply"\n'
                       'no_answer_status = "refused"\n[citations]\n')
     result = CliRunner().invoke(main, ["classify", str(run), "--config", str(config), "--format", "table"])
     assert result.exit_code == 0, result.output

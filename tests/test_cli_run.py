@@ -2,7 +2,6 @@
 
 import json
 import socket
-from pathlib import Path
 
 from click.testing import CliRunner
 from conftest import ROOT, run_dir_of, write_config, write_probeset

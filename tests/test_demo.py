@@ -2,21 +2,20 @@
 
 import json
 import threading
-from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from conftest import ROOT, run_dir_of
+from conftest import ROOT
 
 from promptprobe.cli import main
 from promptprobe.demo import DemoServer, generate, load_behaviour
 from promptprobe.errors import InputError
-from promptprobe.retrievers.local import LocalRetriever
-from promptprobe.tokens import tokenize
+from promptprobe.jsonio import read_jsonl
 from promptprobe.models import parse_model_spec
 from promptprobe.providers import make_provider
 from promptprobe.providers.base import GenerationParams
-from promptprobe.jsonio import read_jsonl
+from promptprobe.retrievers.local import LocalRetriever
+from promptprobe.tokens import tokenize
 
 ACME = ROOT / "examples" / "acme"
 

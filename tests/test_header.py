@@ -5,10 +5,10 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from promptprobe.cli import main
-from promptprobe.errors import InputError
 from promptprobe.checks.header import classify
 from promptprobe.checks.settings import HeaderConfig
+from promptprobe.cli import main
+from promptprobe.errors import InputError
 
 NA = "[[NO_ANSWER]]"
 ANS = "[[ANSWER]]"

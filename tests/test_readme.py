@@ -62,11 +62,9 @@ def test_every_command_has_help_with_an_example():
         assert "Example" in (command.epilog or ""), name
 
 
-def test_demo_excerpt_is_what_the_demo_prints(tmp_path, monkeypatch):
+def test_demo_excerpt_is_what_the_demo_prints(demo_run):
     excerpt = README.split("<!-- demo-output:start -->\n```text\n", 1)[1].split("```\n<!-- demo-output:end -->")[0]
-    monkeypatch.chdir(ROOT)
-    result = CliRunner().invoke(main, ["demo", "--runs-dir", str(tmp_path)])
-    assert result.exit_code == 0, result.output
+    result, _ = demo_run
     printed = set(result.stdout.splitlines())
     missing = [line for line in excerpt.splitlines() if line and line not in printed]
     assert missing == []

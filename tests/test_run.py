@@ -7,19 +7,19 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from conftest import ROOT, run_dir_of, write_config, write_probeset
+from conftest import ROOT, write_config, write_probeset
 from servers import LocalServer, Reply
 
 from promptprobe.cli import main
 from promptprobe.config import load_config
+from promptprobe.engine.run import ProbeRun, RunOptions, run_probe
+from promptprobe.jsonio import read_jsonl
 from promptprobe.models import parse_model_spec
 from promptprobe.probeset import load_probeset
 from promptprobe.prompts import load_prompt
 from promptprobe.providers import make_provider
 from promptprobe.providers.base import GenerationParams
 from promptprobe.views.report import build_report
-from promptprobe.engine.run import ProbeRun, RunOptions, run_probe
-from promptprobe.jsonio import read_jsonl
 
 TRICKY = {
     "crlf": "[[ANSWER]]\r\nLine one.\r\nLine two.\r\n",

@@ -9,13 +9,13 @@ from conftest import ROOT, write_probeset
 from servers import LocalServer, Reply
 
 from promptprobe.cli import main
-from promptprobe.jsonio import read_jsonl
 from promptprobe.config import load_config
-from promptprobe.views.show import visible
+from promptprobe.engine.run import RunOptions, run_probe
+from promptprobe.jsonio import read_jsonl
 from promptprobe.models import parse_model_spec
 from promptprobe.probeset import load_probeset
 from promptprobe.prompts import load_prompt
-from promptprobe.engine.run import RunOptions, run_probe
+from promptprobe.views.show import visible
 
 OUTPUTS = {
     "bom": "\ufeff[[NO_ANSWER]]\r\nNot covered.  \r\n",

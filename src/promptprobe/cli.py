@@ -237,13 +237,13 @@ def classify(
 
 
 def _models(specs: tuple[str, ...], config: Any) -> list[Any]:
-    from .models import parse_model_spec
+    from .providers import parse_spec
 
     if not specs:
         return list(config.run.models)
     # A spec also listed in probe.toml keeps its api_key_env from there.
     configured = {m.spec: m for m in config.run.models}
-    return [configured.get(spec) or parse_model_spec(spec) for spec in specs]
+    return [configured.get(spec) or parse_spec(spec) for spec in specs]
 
 
 class Progress:
@@ -691,7 +691,9 @@ def compare(
             )
         emit(dumps_pretty(payload), output)
     else:
-        emit(render_comparison(comparison, fmt), output)
+        from .views.tables import color_enabled
+
+        emit(render_comparison(comparison, fmt, color=output is None and color_enabled(sys.stdout)), output)
         for result in comparison["results"]:
             if result["a"]["errors"] or result["b"]["errors"]:
                 click.echo(
@@ -707,7 +709,8 @@ def compare(
 
 
 @main.command(
-    epilog="Examples: probe plan --p1 0.85 --p2 1.0   |   probe plan --p1 0.85 --p2 1.0 --cases 10 --icc 0.5   |   "
+    epilog="Examples: probe plan --p1 0.85 --p2 1.0   |   "
+    "probe plan --p1 0.85 --p2 1.0 --cases 10 --icc 0.5   |   "
     "probe plan --n 30 --p1 0.85   |   probe plan --gate-any-of 5 --p 0.87   |   "
     "probe plan --sequential --p1 0.9 --p2 0.7 --cases 10"
 )

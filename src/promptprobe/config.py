@@ -9,7 +9,8 @@ from typing import Any
 
 from .checks.settings import CheckSettings, CitationConfig, FilterConfig, HeaderConfig
 from .errors import InputError
-from .models import ModelSpec, parse_model_spec
+from .models import ModelSpec
+from .providers import parse_spec
 from .tomlfile import check_keys, parse_toml, read_input
 
 RETRIEVAL_KINDS = ("http", "python", "none", "local")
@@ -143,12 +144,12 @@ def _models(value: Any, where: str) -> tuple[ModelSpec, ...]:
     for item in value:
         try:
             if isinstance(item, str):
-                specs.append(parse_model_spec(item))
+                specs.append(parse_spec(item))
             elif isinstance(item, dict):
                 check_keys(item, MODEL_KEYS, f"model {item.get('spec', '?')!r}")
                 if not isinstance(item.get("spec"), str):
                     raise InputError("a model table needs 'spec'")
-                specs.append(parse_model_spec(item["spec"], _typed(item, "api_key_env", str, "model")))
+                specs.append(parse_spec(item["spec"], _typed(item, "api_key_env", str, "model")))
             else:
                 raise InputError("each model is a spec string or { spec, api_key_env }")
         except InputError as exc:

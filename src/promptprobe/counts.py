@@ -203,7 +203,9 @@ class _Counter:
             arm.headers = {case_id: Counter() for case_id in cases}
         price_of = _pricer(load_prices(manifest.get("prices") or {}), manifest)
         self.slots = {
-            (arm.prompt, arm.model, case_id): _Slot(arm, case, applicable[case_id], price_of(arm.model), overridden)
+            (arm.prompt, arm.model, case_id): _Slot(
+                arm, case, applicable[case_id], price_of(arm.model), overridden
+            )
             for arm in table.arms
             for case_id, case in cases.items()
         }
@@ -212,7 +214,10 @@ class _Counter:
         table = self.table
         slot = self.slots.get((sample["prompt"], sample["model"], sample["case_id"]))
         if slot is None:
-            warn(f"{table.run}: sample {sample['sample_id']} belongs to no arm or case of the manifest; ignored")
+            warn(
+                f"{table.run}: sample {sample['sample_id']} belongs to no arm or case of the manifest; "
+                "ignored"
+            )
             return
         table.recorded += 1
         slot.count(sample, table.settings)
@@ -245,8 +250,18 @@ class _Counter:
             "snapshots": table.snapshots,
             "empty": table.empty_retrievals,
             "arms": [
-                (arm.samples, arm.errors, arm.error_kinds, arm.metrics, arm.headers, arm.input_tokens,
-                 arm.output_tokens, arm.cost, arm.cost_unknown, arm.latencies)
+                (
+                    arm.samples,
+                    arm.errors,
+                    arm.error_kinds,
+                    arm.metrics,
+                    arm.headers,
+                    arm.input_tokens,
+                    arm.output_tokens,
+                    arm.cost,
+                    arm.cost_unknown,
+                    arm.latencies,
+                )
                 for arm in table.arms
             ],
         }
@@ -258,9 +273,18 @@ class _Counter:
         for case_id, snapshots in part["snapshots"].items():
             table.snapshots.setdefault(case_id, Counter()).update(snapshots)
         table.empty_retrievals.update(part["empty"])
-        for arm, (samples, errors, kinds, metrics, headers, tokens_in, tokens_out, cost, unknown, latencies) in zip(
-            table.arms, part["arms"], strict=True
-        ):
+        for arm, (
+            samples,
+            errors,
+            kinds,
+            metrics,
+            headers,
+            tokens_in,
+            tokens_out,
+            cost,
+            unknown,
+            latencies,
+        ) in zip(table.arms, part["arms"], strict=True):
             arm.samples += samples
             arm.errors += errors
             arm.error_kinds.update(kinds)
@@ -290,7 +314,9 @@ def _line_ranges(path: Path, size: int, parts: int) -> list[tuple[int, int]]:
     return [(a, b) for a, b in zip(cuts, cuts[1:], strict=False) if b > a]
 
 
-def _count_range(counter: _Counter, path: Path, start: int, end: int, last: bool) -> tuple[dict[str, Any], list[str]]:
+def _count_range(
+    counter: _Counter, path: Path, start: int, end: int, last: bool
+) -> tuple[dict[str, Any], list[str]]:
     """Count the lines that start within [start, end), streaming them."""
     warnings: list[str] = []
     with open(path, "rb") as handle:
@@ -309,12 +335,16 @@ def _count_range(counter: _Counter, path: Path, start: int, end: int, last: bool
                 if last and position >= end and not line.endswith(b"\n"):
                     warnings.append(f"{path}: the last line is torn (cut off mid-write) and is ignored")
                     break
-                raise InputError(f"{path}: the line at byte {position - len(line)} is not valid JSON") from None
+                raise InputError(
+                    f"{path}: the line at byte {position - len(line)} is not valid JSON"
+                ) from None
             counter.feed(sample, warnings.append)
     return counter.partial(), warnings
 
 
-def _count_in_parallel(counter: _Counter, path: Path, size: int, processes: int, warn: Callable[[str], None]) -> None:
+def _count_in_parallel(
+    counter: _Counter, path: Path, size: int, processes: int, warn: Callable[[str], None]
+) -> None:
     import multiprocessing
 
     ranges = _line_ranges(path, size, processes)
@@ -322,7 +352,9 @@ def _count_in_parallel(counter: _Counter, path: Path, size: int, processes: int,
     children = []
     for index, (start, end) in enumerate(ranges):
         receive, send = context.Pipe(duplex=False)
-        child = context.Process(target=_child, args=(send, counter, path, start, end, index == len(ranges) - 1))
+        child = context.Process(
+            target=_child, args=(send, counter, path, start, end, index == len(ranges) - 1)
+        )
         child.start()
         send.close()
         children.append((child, receive))

@@ -56,7 +56,9 @@ def iter_jsonl(path: Path, on_warning: Callable[[str], None] = warn) -> Iterator
             except orjson.JSONDecodeError:
                 if previous.endswith(b"\n"):
                     raise InputError(f"{path}: line {number} is not valid JSON") from None
-                on_warning(f"{path}: the last line (line {number}) is torn (cut off mid-write) and is ignored")
+                on_warning(
+                    f"{path}: the last line (line {number}) is torn (cut off mid-write) and is ignored"
+                )
 
 
 def read_jsonl(path: Path, on_warning: Callable[[str], None] = warn) -> list[dict[str, Any]]:

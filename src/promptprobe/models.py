@@ -41,19 +41,12 @@ class ModelSpec:
 
 
 def parse_model_spec(spec: str, api_key_env: str | None = None) -> ModelSpec:
-    """Parse `PROVIDER:MODEL[@BASE_URL]`; an unknown provider is an InputError."""
+    """Parse `PROVIDER:MODEL[@BASE_URL]` (the form only: providers.parse_spec checks the provider)."""
     provider, sep, rest = spec.partition(":")
     if not sep or not rest:
         raise InputError(
             f"model {spec!r}: expected PROVIDER:MODEL, e.g. anthropic:claude-sonnet-4-5 "
             "or openai:llama3@http://localhost:11434/v1"
-        )
-    from .providers import REGISTRY
-
-    if provider not in REGISTRY:
-        raise InputError(
-            f"model {spec!r}: unknown provider {provider!r} (known: {', '.join(REGISTRY)}; "
-            "OpenAI-compatible servers use openai:MODEL@BASE_URL)"
         )
     model, at, base_url = rest.partition("@")
     if not model or (at and not re.match(r"https?://", base_url)):

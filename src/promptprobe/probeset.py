@@ -123,7 +123,6 @@ def _case(raw: Any, index: int, path: Path, problems: _Problems) -> Case | None:
         return None
     if isinstance(raw.get("id"), str):
         label = f"{path}: case '{raw['id']}'"
-    before = len(problems.items)
     bad_keys = unknown_keys(raw, CASE_KEYS, label)
     if bad_keys:
         problems.add(bad_keys)
@@ -150,8 +149,9 @@ def _case(raw: Any, index: int, path: Path, problems: _Problems) -> Case | None:
     }
     _regexes(lists["regex"], ignore_case, label, problems)
     history = _history(raw.get("history", []), label, problems)
-    if len(problems.items) > before:
+    if not isinstance(case_id, str) or not isinstance(question, str) or not question.strip():
         return None
+    # A case with other problems still takes part in the duplicate check: every problem at once.
     return Case(
         id=case_id,
         question=question,

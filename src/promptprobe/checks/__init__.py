@@ -8,8 +8,8 @@ runs and the HTML view read names and directions from `METRICS`. A new check reg
 from collections.abc import Iterable
 from typing import Any
 
-from .assertions import AssertionsCheck
 from ..probeset import Case
+from .assertions import AssertionsCheck
 from .base import Check, CheckError, Metric, SampleView
 from .citations import CitationsCheck
 from .filter_parity import FilterCheck

@@ -335,6 +335,7 @@ def run_demo(runs_dir: Path, port: int = 0, stream: bool = False, progress: Any 
     from ..providers.base import GenerationParams
     from ..views.compare import compare_runs, render_comparison
     from ..views.report import build_report, render_report
+    from ..views.why import explain, render_why
 
     config, probeset, prompts = demo_inputs()
     try:
@@ -360,6 +361,7 @@ def run_demo(runs_dir: Path, port: int = 0, stream: bool = False, progress: Any 
     a, b = (f"{outcome.path}#prompt={name}" for name in PROMPTS)
     report = render_report(build_report(outcome.path))
     comparison = render_comparison(compare_runs(a, b, ["header_present"]))
+    why = render_why(explain(a, "header_present"), top=3)
     seq_a, seq_b = (f"{decided.path}#prompt={name}" for name in PROMPTS)
     seq_result = compare_runs(seq_a, seq_b, ["header_present"])["results"][0]
     per_arm = decided.recorded // 2
@@ -370,6 +372,9 @@ def run_demo(runs_dir: Path, port: int = 0, stream: bool = False, progress: Any 
             "",
             f"$ probe compare '{a}' '{b}'",
             comparison,
+            "",
+            f"$ probe why '{a}'",
+            why,
             "",
             f"$ probe run ... --until-decided   (run: {decided.path})",
             f"sequential: {seq_result['verdict']} after {decided.recorded} samples ({per_arm} per arm), "

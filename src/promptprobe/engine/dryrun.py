@@ -81,7 +81,8 @@ def render_dry_run(result: dict[str, Any]) -> str:
 
     lines = [
         f"dry run: {result['probeset']}, {result['cases']} cases x {result['repeats']} repeats, "
-        f"{len(result['arms'])} arms: {result['calls']:,} model calls and {result['retrievals']:,} retrievals",
+        f"{len(result['arms'])} arms: {result['calls']:,} model calls and "
+        f"{result['retrievals']:,} retrievals",
         "",
         table(
             [

@@ -122,7 +122,9 @@ class ProbeRun:
             self.close()
             raise
         limiters: dict[str, Limiter] = {}
-        self.limiters = {m.spec: limiters.setdefault(endpoint(m), Limiter(options.rpm, sleep=options.sleep)) for m in models
+        self.limiters = {
+            m.spec: limiters.setdefault(endpoint(m), Limiter(options.rpm, sleep=options.sleep))
+            for m in models
         }
         self.store: RunStore | None = None
         self.skip: Callable[[str], bool] = lambda sid: False
@@ -204,7 +206,10 @@ class ProbeRun:
     def preflight(self) -> Retrieved | None:
         """Retrieve the first question before creating anything: a target that is down stops here."""
         first = self.plan.case_order(1)[0]
-        retrieved = self.executor_for(None).retrieve(first)
+        # One quick retry at most: a target that refuses connections now is down, not flaky.
+        executor = self.executor_for(None)
+        executor.policy = replace(executor.policy, max_attempts=min(2, executor.policy.max_attempts))
+        retrieved = executor.retrieve(first)
         if retrieved.error is not None and retrieved.error.unreachable:
             self.close()
             raise StartError(f"{retrieved.error}; nothing was run")

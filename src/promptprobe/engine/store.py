@@ -113,7 +113,8 @@ class RunStore:
             owner = handle.read().strip()
             handle.close()
             raise InputError(
-                f"{self.path}: another probe process{f' (pid {owner})' if owner else ''} is working on this run"
+                f"{self.path}: another probe process{f' (pid {owner})' if owner else ''} "
+                "is working on this run"
             ) from None
         handle.seek(0)
         handle.truncate()

@@ -36,6 +36,7 @@ class AnthropicProvider(Provider):
         if spec.base_url:  # otherwise the SDK honours ANTHROPIC_BASE_URL itself
             options["base_url"] = spec.base_url
         self.client = anthropic.Anthropic(**options)
+        self.client.messages.with_raw_response  # noqa: B018  # its lazy imports now, not at the first call
 
     def _request(self, messages: Sequence[dict[str, str]]) -> dict[str, Any]:
         system = "\n\n".join(m["content"] for m in messages if m["role"] == "system")

@@ -47,6 +47,7 @@ class OpenAIProvider(Provider):
         if spec.base_url:
             options["base_url"] = spec.base_url
         self.client = openai.OpenAI(**options)
+        self.client.chat.completions.with_raw_response  # noqa: B018  # its lazy imports now, not at the first call
 
     def _request(self, messages: Sequence[dict[str, str]]) -> dict[str, Any]:
         tokens = "max_completion_tokens" if uses_max_completion_tokens(self.spec.model) else "max_tokens"

@@ -21,7 +21,7 @@ from ..stats.planning import MAX_REPEATS, n_per_arm, paired_repeats, unpaired_re
 from ..stats.tests import boschloo_affordable, boschloo_p
 from ..stats.verdict import generalisation, paired_verdict, unpaired_verdict
 from .report import metric_object
-from .tables import table
+from .tables import table, wrap
 
 HINT_TRIALS = 400  # simulated probes behind the repeats hint of an indistinguishable verdict
 
@@ -140,7 +140,9 @@ def _repeats_hint(a: Side, b: Side, rate_a: float, rate_b: float, alpha: float) 
     icc = sum(iccs) / 2
     ran = min(sum(c[1] for c in s.per_case.values()) for s in (a, b)) / cases
     # A run that already has MAX_REPEATS per case and cannot tell them apart needs more than that.
-    paired = paired_repeats(rate_a, rate_b, cases, icc, alpha, trials=HINT_TRIALS) if ran < MAX_REPEATS else None
+    paired = (
+        paired_repeats(rate_a, rate_b, cases, icc, alpha, trials=HINT_TRIALS) if ran < MAX_REPEATS else None
+    )
     unpaired = unpaired_repeats(rate_a, rate_b, cases, icc, alpha)
     return {
         "cases": cases,
@@ -244,7 +246,8 @@ def _sequential_note(counts: CountsTable, arm_a: ArmCounts, arm_b: ArmCounts, re
     result["e_value"] = last.get("e_value")
     result["worse"] = decision == ("A>B" if result["higher_is_better"] else "B>A")
     result["notes"].append(
-        f"the verdict is the sequential decision after round {last.get('round')} (e = {last.get('e_value', 0):.3g}, "
+        f"the verdict is the sequential decision after round {last.get('round')} "
+        f"(e = {last.get('e_value', 0):.3g}, "
         f"threshold {rule['threshold']:g}); fixed-n tests after optional stopping are not valid and are "
         "shown for reference only"
     )
@@ -360,8 +363,22 @@ def _pct(value: float) -> str:
     return f"{100 * value:.1f}%"
 
 
-def render_comparison(comparison: dict[str, Any], fmt: str = "table", width: int | None = None) -> str:
-    """A table of every compared metric, the verdicts in words and the cases that moved."""
+GREEN, RED, RESET = "\x1b[32m", "\x1b[31m", "\x1b[0m"
+
+
+def _verdict_cell(result: dict[str, Any], color: bool) -> str:
+    if not color or result["verdict"] == "indistinguishable":
+        return result["verdict"]
+    return f"{RED if result['worse'] else GREEN}{result['verdict']}{RESET}"
+
+
+def render_comparison(
+    comparison: dict[str, Any], fmt: str = "table", width: int | None = None, color: bool = False
+) -> str:
+    """A table of every compared metric, the verdicts in words and the cases that moved.
+
+    `color` marks a verdict red when B got worse and green when it got better (a terminal
+    without NO_COLOR only)."""
     if fmt == "json":
         return dumps_pretty(comparison)
     results = comparison["results"]
@@ -384,7 +401,7 @@ def render_comparison(comparison: dict[str, Any], fmt: str = "table", width: int
                 "-" if r["p_value"] is None else f"{r['p_value']:.3g}",
                 "-" if r["p_boschloo"] is None else f"{r['p_boschloo']:.3g}",
                 r["design"],
-                r["verdict"],
+                _verdict_cell(r, color and fmt == "table"),
             ]
         )
     headers = [
@@ -400,7 +417,7 @@ def render_comparison(comparison: dict[str, Any], fmt: str = "table", width: int
         "design",
         "verdict",
     ]
-    out.append(table(rows, headers, fmt, optional=("Boschloo p", "A", "B", "design"), width=width))
+    out.append(table(rows, headers, fmt, optional=("Boschloo p", "design", ("A", "B")), width=width))
     out.append("")
     for r in results:
         prefix = f"{r['metric']}: " if len(results) > 1 else ""
@@ -446,7 +463,7 @@ def render_comparison(comparison: dict[str, Any], fmt: str = "table", width: int
         out.append(f"note: {note}")
     for warning in comparison.get("warnings") or []:
         out.append(f"warning: {warning}")
-    return "\n".join(out)
+    return wrap("\n".join(out), fmt, width)
 
 
 def failure_line(result: dict[str, Any]) -> str:

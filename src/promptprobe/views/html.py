@@ -56,8 +56,14 @@ def _forest(rows: list[dict[str, Any]]) -> dict[str, Any]:
             }
         )
     ticks = [{"x": x(t / 100), "label": f"{t}%"} for t in range(0, 101, 25)]
-    return {"marks": marks, "ticks": ticks, "height": 30 + len(rows) * ROW_HEIGHT, "width": PLOT_WIDTH,
-            "left": left, "right": left + width}
+    return {
+        "marks": marks,
+        "ticks": ticks,
+        "height": 30 + len(rows) * ROW_HEIGHT,
+        "width": PLOT_WIDTH,
+        "left": left,
+        "right": left + width,
+    }
 
 
 def _segments(text: str, markers: tuple[str, ...]) -> list[tuple[str, bool]]:
@@ -88,7 +94,9 @@ def _grid(counts: CountsTable, metric: str) -> dict[str, Any]:
             k, n, errors = cell
             rate = k / n if n else 0.0
             good = rate if METRICS[metric].higher_is_better else 1 - rate
-            cells.append({"k": k, "n": n, "errors": errors, "rate": round(100 * rate), "hue": round(120 * good)})
+            cells.append(
+                {"k": k, "n": n, "errors": errors, "rate": round(100 * rate), "hue": round(120 * good)}
+            )
         if any(cells):
             rows.append({"case": case.id, "cells": cells})
     return {"metric": metric, "rows": rows}
@@ -146,22 +154,32 @@ def report_html(counts: CountsTable | str | Path) -> str:
             if name in arm["metrics"]
         ]
         if rows:
-            plots.append({"metric": name, "higher_is_better": METRICS[name].higher_is_better,
-                          "description": METRICS[name].description, "plot": _forest(rows)})
+            plots.append(
+                {
+                    "metric": name,
+                    "higher_is_better": METRICS[name].higher_is_better,
+                    "description": METRICS[name].description,
+                    "plot": _forest(rows),
+                }
+            )
     whys = []
     for arm in report["arms"]:
         target = f"{counts.run}#prompt={arm['prompt']},model={arm['model']}"
         whys.append({"label": _arm_label(arm, varying), "why": explain(target, "header_present")})
-    return _environment().get_template("report.html.j2").render(
-        title=f"promptprobe report: {report['probeset']}",
-        report=report,
-        sequential=sequential_sentence(report["sequential"]) if report.get("sequential") else None,
-        plots=plots,
-        grids=[_grid(counts, name) for name in METRICS if any(a.metrics.get(name) for a in counts.arms)],
-        arm_labels=[_arm_label(a, varying) for a in report["arms"]],
-        outputs=_outputs(counts, [(a.prompt, a.model) for a in counts.arms]),
-        whys=whys,
-        comparison=None,
+    return (
+        _environment()
+        .get_template("report.html.j2")
+        .render(
+            title=f"promptprobe report: {report['probeset']}",
+            report=report,
+            sequential=sequential_sentence(report["sequential"]) if report.get("sequential") else None,
+            plots=plots,
+            grids=[_grid(counts, name) for name in METRICS if any(a.metrics.get(name) for a in counts.arms)],
+            arm_labels=[_arm_label(a, varying) for a in report["arms"]],
+            outputs=_outputs(counts, [(a.prompt, a.model) for a in counts.arms]),
+            whys=whys,
+            comparison=None,
+        )
     )
 
 
@@ -173,8 +191,14 @@ def compare_html(a: str, b: str, comparison: dict[str, Any]) -> str:
     results = []
     for result in comparison["results"]:
         rows = [{"label": "A", **result["a"]}, {"label": "B", **result["b"]}]
-        results.append({**result, "sentence": sentence(result), "generalise": generalise_sentence(result),
-                        "plot": _forest(rows)})
+        results.append(
+            {
+                **result,
+                "sentence": sentence(result),
+                "generalise": generalise_sentence(result),
+                "plot": _forest(rows),
+            }
+        )
     run_a, _ = parse_selector(a)
     counts_a = build_counts(run_a)
     arm_a = select_arm(a, counts_a)
@@ -184,19 +208,28 @@ def compare_html(a: str, b: str, comparison: dict[str, Any]) -> str:
     outputs_a = {c["case"]: c for c in _outputs(counts_a, [(arm_a.prompt, arm_a.model)])}
     outputs_b = {c["case"]: c for c in _outputs(counts_b, [(arm_b.prompt, arm_b.model)])}
     outputs = [
-        {"case": case_id, "question": outputs_a.get(case_id, outputs_b.get(case_id))["question"],
-         "columns": [outputs_a.get(case_id, {}).get("columns", [[]])[0],
-                     outputs_b.get(case_id, {}).get("columns", [[]])[0]]}
+        {
+            "case": case_id,
+            "question": outputs_a.get(case_id, outputs_b.get(case_id))["question"],
+            "columns": [
+                outputs_a.get(case_id, {}).get("columns", [[]])[0],
+                outputs_b.get(case_id, {}).get("columns", [[]])[0],
+            ],
+        }
         for case_id in dict.fromkeys([*outputs_a, *outputs_b])
     ]
-    return _environment().get_template("report.html.j2").render(
-        title="promptprobe comparison",
-        report=None,
-        sequential=None,
-        plots=[],
-        grids=[],
-        arm_labels=[f"A = {a}", f"B = {b}"],
-        outputs=outputs,
-        whys=[],
-        comparison={"a": a, "b": b, "results": results, "drift": comparison.get("retrieval_drift") or []},
+    return (
+        _environment()
+        .get_template("report.html.j2")
+        .render(
+            title="promptprobe comparison",
+            report=None,
+            sequential=None,
+            plots=[],
+            grids=[],
+            arm_labels=[f"A = {a}", f"B = {b}"],
+            outputs=outputs,
+            whys=[],
+            comparison={"a": a, "b": b, "results": results, "drift": comparison.get("retrieval_drift") or []},
+        )
     )

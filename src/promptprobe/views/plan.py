@@ -128,19 +128,22 @@ def render_plan(result: dict[str, Any], fmt: str = "table") -> str:
         )
     text = (
         f"to tell {100 * result['p1']:.1f}% from {100 * result['p2']:.1f}% with independent samples you need "
-        f"{result['n_per_arm']} samples per arm (two-sided alpha {result['alpha']:g}, power {result['power']:g})"
+        f"{result['n_per_arm']} samples per arm "
+        f"(two-sided alpha {result['alpha']:g}, power {result['power']:g})"
     )
     if "cases" in result:
         cases, icc = result["cases"], result["icc"]
         if result["repeats"] is None:
             text += (
                 f"\npaired (the same {cases} cases under both versions, as one probe run asks them): "
-                f"more than 200 repeats per case (simulated power at 200: {100 * result['paired_power']:.0f}%)"
+                "more than 200 repeats per case "
+                f"(simulated power at 200: {100 * result['paired_power']:.0f}%)"
             )
         else:
             text += (
                 f"\npaired (the same {cases} cases under both versions, as one probe run asks them) at ICC "
-                f"{icc:g}: {result['repeats']} repeats per case ({result['repeats'] * cases} samples per arm; "
+                f"{icc:g}: {result['repeats']} repeats per case "
+                f"({result['repeats'] * cases} samples per arm; "
                 f"simulated power {100 * result['paired_power']:.0f}%)"
             )
         if result["repeats_unpaired"] is None:

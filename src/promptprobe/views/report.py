@@ -11,7 +11,7 @@ from ..checks import METRICS
 from ..counts import ArmCounts, CountsTable, build_counts
 from ..jsonio import dumps_pretty
 from ..stats.intervals import clustered_rate
-from .tables import table
+from .tables import table, wrap
 
 LEGEND = (
     "DEFF: design effect, 1 + (m-1)·ICC: how much repeating a question inflates the variance "
@@ -296,7 +296,7 @@ def render_report(report: dict[str, Any], fmt: str = "table", width: int | None 
                 "latency p90",
             ],
             fmt,
-            optional=("latency p90",),
+            optional=("latency p90", "latency median", ("tokens in", "tokens out")),
             width=width,
         ),
     ]
@@ -352,7 +352,7 @@ def render_report(report: dict[str, Any], fmt: str = "table", width: int | None 
                 table(tag_rows, ["tag", "metric", "k/n", "rate", "95% adjusted", "errors"], fmt, width=width)
             )
     out += _retrieval_lines(report["retrieval"])
-    return "\n".join(out)
+    return wrap("\n".join(out), fmt, width)
 
 
 def _retrieval_lines(view: dict[str, Any]) -> list[str]:

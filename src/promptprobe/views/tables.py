@@ -7,7 +7,6 @@ import textwrap
 from collections.abc import Sequence
 from typing import Any
 
-
 MIN_WIDTH = 40
 
 
@@ -27,17 +26,33 @@ def _width(text: str) -> int:
     return max((len(line) for line in text.splitlines()), default=0)
 
 
+def wrap(text: str, fmt: str = "table", width: int | None = None) -> str:
+    """Prose lines folded to the terminal width (left whole for markdown and piped JSON)."""
+    if fmt != "table":
+        return text
+    limit = width or terminal_width()
+    # Table rows (columns padded by two spaces or more) are already fitted: leave them.
+    return "\n".join(
+        textwrap.fill(line, limit, subsequent_indent="  ", break_on_hyphens=False)
+        if len(line) > limit and "  " not in line
+        else line
+        for line in text.split("\n")
+    )
+
+
 def table(
     rows: Sequence[Sequence[Any]],
     headers: Sequence[str],
     fmt: str = "table",
     *,
-    optional: Sequence[str] = (),
+    optional: Sequence[str | tuple[str, ...]] = (),
+    wrap_first: Sequence[str] = ("prompt", "model", "case", "phrase", "examples"),
     width: int | None = None,
 ) -> str:
     """`fmt` "md" gives a GitHub table; "table" a plain one no wider than `width`.
 
-    `optional` names the columns that may be dropped to fit, least important first.
+    `optional` names the columns that may be dropped to fit, least important first; a tuple
+    of names is dropped together.
     """
     from tabulate import tabulate  # only when a table is printed (not for --format json)
 
@@ -48,29 +63,43 @@ def table(
 
     def render(columns: list[int], maxwidths: list[int] | None = None) -> str:
         body = [[row[i] for i in columns] for row in rows]
+        heads = [headers[i] for i in columns]
         if maxwidths:
             # Wrapped here: tabulate's own maxcolwidths mis-parses cells such as "5,670".
             body = [
-                [textwrap.fill(str(cell), width, break_long_words=True) for cell, width in zip(row, maxwidths)]
+                [
+                    textwrap.fill(str(cell), width, break_long_words=True)
+                    for cell, width in zip(row, maxwidths, strict=True)
+                ]
                 for row in body
             ]
-        return tabulate(body, headers=[headers[i] for i in columns], tablefmt="simple", disable_numparse=True)
+            heads = [
+                textwrap.fill(head, width, break_long_words=False)
+                for head, width in zip(heads, maxwidths, strict=True)
+            ]
+        return tabulate(body, headers=heads, tablefmt="simple", disable_numparse=True)
 
     text = render(keep)
-    for name in optional:
+    for group in optional:
         if _width(text) <= limit:
             break
-        if name in headers:
-            keep.remove(headers.index(name))
-            text = render(keep)
+        for name in (group,) if isinstance(group, str) else group:
+            if name in headers and headers.index(name) in keep:
+                keep.remove(headers.index(name))
+        text = render(keep)
     if _width(text) <= limit:
         return text
-    # Still too wide: wrap the widest columns until it fits (or they are down to 12 characters).
+    # Still too wide: wrap the widest columns until it fits, those named in `wrap_first` before
+    # the others, none narrower than its header's longest word (or 4 characters).
     widths = [max([len(str(headers[i]))] + [len(str(r[i])) for r in rows]) for i in keep]
-    while _width(text) > limit:
-        widest = max(range(len(widths)), key=lambda j: widths[j])
-        if widths[widest] <= 12:
-            break
-        widths[widest] = max(12, widths[widest] - max(2, (_width(text) - limit)))
-        text = render(keep, list(widths))
+    floors = [max(4, *(len(word) for word in str(headers[i]).split())) for i in keep]
+    first = [j for j, i in enumerate(keep) if headers[i] in wrap_first]
+    for candidates in (first, list(range(len(keep)))):
+        while _width(text) > limit:
+            open_columns = [j for j in candidates if widths[j] > floors[j]]
+            if not open_columns:
+                break
+            widest = max(open_columns, key=lambda j: widths[j] - floors[j])
+            widths[widest] = max(floors[widest], widths[widest] - max(1, _width(text) - limit))
+            text = render(keep, list(widths))
     return text

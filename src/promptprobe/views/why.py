@@ -1,7 +1,7 @@
 """`probe why`: the phrases over-represented in the samples that failed a metric, against the
 samples of the same arm(s) that passed it.
 
-Each output is cut into phrases: runs of 1 to 5 words (lower-cased, punctuation dropped) and,
+Each output is cut into phrases: runs of 1 to 8 words (lower-cased, punctuation dropped) and,
 in CJK text, runs of 2 to 6 characters. A phrase counts once per sample. For every phrase in
 at least two failing samples, Fisher's exact test (one-sided: more common among the failing)
 compares its share of failing and passing samples; p-values are adjusted for the number of
@@ -25,7 +25,7 @@ from .compare import parse_selector, select_arm
 # A word, with the inner dots, apostrophes, @ and hyphens of e-mail addresses and contractions.
 WORD = re.compile(r"\w+(?:[.'’@+-]\w+)*")
 CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]+")
-MAX_WORDS = 5
+MAX_WORDS = 8
 MAX_CJK = 6
 MIN_FAILING = 2
 
@@ -98,7 +98,10 @@ def explain(target: str, metric: str = "header_present", alpha: float = 0.05) ->
         p = fisher_exact([[k_fail, n_fail - k_fail], [k_pass, n_pass - k_pass]], alternative="greater").pvalue
         tested.append((phrase, k_fail, k_pass, float(p)))
     adjusted = false_discovery_control([t[3] for t in tested], method="bh")
-    rows = [(phrase, k_fail, k_pass, p, float(q)) for (phrase, k_fail, k_pass, p), q in zip(tested, adjusted, strict=True)]
+    rows = [
+        (phrase, k_fail, k_pass, p, float(q))
+        for (phrase, k_fail, k_pass, p), q in zip(tested, adjusted, strict=True)
+    ]
     rows = _fold(rows)
     rows.sort(key=lambda r: (r[4], r[3], -(r[1] / n_fail - r[2] / n_pass), -len(r[0])))
     for phrase, k_fail, k_pass, p, q in rows:
@@ -133,7 +136,8 @@ def _fold(rows: list[tuple[str, int, int, float, float]]) -> list[tuple[str, int
     for row in rows:
         phrase, k_fail, k_pass = row[0], row[1], row[2]
         longer = [
-            other for other in by_counts[(k_fail, k_pass)]
+            other
+            for other in by_counts[(k_fail, k_pass)]
             if other != phrase and len(other) > len(phrase) and phrase in other
         ]
         if not longer:
@@ -144,7 +148,7 @@ def _fold(rows: list[tuple[str, int, int, float, float]]) -> list[tuple[str, int
 def render_why(result: dict[str, Any], fmt: str = "table", top: int = 10) -> str:
     if fmt == "json":
         return dumps_pretty(result)
-    from .tables import table
+    from .tables import table, wrap
 
     lines = [
         f"{result['metric']} on {result['arm']}: {result['failing_samples']} samples failed, "
@@ -156,13 +160,20 @@ def render_why(result: dict[str, Any], fmt: str = "table", top: int = 10) -> str
     if not rows:
         return "\n".join([*lines, "no phrase is over-represented in the failing samples"])
     significant = sum(r["significant"] for r in result["phrases"])
-    lines.append(f"{significant} phrase(s) over-represented at adjusted p <= 0.05 (Fisher, Benjamini-Hochberg)")
+    lines.append(
+        f"{significant} phrase(s) over-represented at adjusted p <= 0.05 (Fisher, Benjamini-Hochberg)"
+    )
     lines.append("")
     lines.append(
         table(
             [
-                [r["phrase"], f"{r['failing'][0]}/{r['failing'][1]}", f"{r['passing'][0]}/{r['passing'][1]}",
-                 f"{r['p_adjusted']:.3g}", ", ".join(r["examples"])]
+                [
+                    r["phrase"],
+                    f"{r['failing'][0]}/{r['failing'][1]}",
+                    f"{r['passing'][0]}/{r['passing'][1]}",
+                    f"{r['p_adjusted']:.3g}",
+                    ", ".join(r["examples"]),
+                ]
                 for r in rows
             ],
             ["phrase", "in failing", "in passing", "p adjusted", "examples"],
@@ -170,4 +181,4 @@ def render_why(result: dict[str, Any], fmt: str = "table", top: int = 10) -> str
             optional=("examples",),
         )
     )
-    return "\n".join(lines)
+    return wrap("\n".join(lines), fmt)
