@@ -286,3 +286,37 @@ def test_nan_scores_become_null_with_a_note(tmp_path):
     (retrieval,) = read_jsonl(outcome.path / "retrievals.jsonl")
     assert retrieval["passages"][0]["score"] is None and "nan" in retrieval["passages"][0]["note"]
     assert read_jsonl(outcome.path / "samples.jsonl")[0]["retrieval"]["scores"] == [None, 1.0]
+
+
+def test_a_hanging_server_meets_the_timeout(tmp_path):
+    with LocalServer(lambda r: Reply("[[ANSWER]]\nlate", delay=30)) as server:
+        started = time.monotonic()
+        _, (sample,) = probe(tmp_path, server, max_attempts=1, params=GenerationParams(timeout=1.0))
+        elapsed = time.monotonic() - started
+    assert sample["error"]["kind"] == "timeout" and elapsed < 5
+
+
+def test_rpm_spaces_the_calls_of_a_provider(tmp_path):
+    times: list[float] = []
+
+    def responder(request):
+        times.append(time.monotonic())
+        return Reply("[[ANSWER]]\nok")
+
+    with LocalServer(responder) as server:
+        probe(tmp_path, server, cases=4, concurrency=4, rpm=120, sleep=None)  # one call every 0.5 s
+    gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+    assert len(times) == 4 and min(gaps) >= 0.45
+
+
+def test_a_spent_rate_limit_budget_pauses_until_its_reset(tmp_path):
+    times: list[float] = []
+
+    def responder(request):
+        times.append(time.monotonic())
+        headers = {"x-ratelimit-remaining-requests": "0", "x-ratelimit-reset-requests": "1s"} if len(times) == 1 else {}
+        return Reply("[[ANSWER]]\nok", headers=headers)
+
+    with LocalServer(responder) as server:
+        probe(tmp_path, server, cases=3, concurrency=1, sleep=None)
+    assert len(times) == 3 and times[1] - times[0] >= 0.95  # the spent budget held the next call

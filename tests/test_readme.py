@@ -68,3 +68,12 @@ def test_demo_excerpt_is_what_the_demo_prints(demo_run):
     printed = set(result.stdout.splitlines())
     missing = [line for line in excerpt.splitlines() if line and line not in printed]
     assert missing == []
+
+
+def test_the_readme_plan_examples_give_an_answer():
+    plans = [line for line in COMMANDS if line.startswith("probe plan")]
+    assert plans
+    for line in plans:
+        result = CliRunner().invoke(main, shlex.split(line)[1:])
+        assert result.exit_code == 0, (line, result.output)
+        assert "cannot get there" not in result.output and "more than 200" not in result.output, line

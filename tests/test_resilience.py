@@ -166,6 +166,19 @@ def test_resume_keeps_earlier_failed_attempts_aside(tmp_path):
     assert aside["sample_id"] == "c1.r1.a1" and aside["error"]["kind"] == "http_status"
 
 
+def test_resume_refuses_a_run_whose_copies_were_changed(tmp_path):
+    with LocalServer() as server:
+        done = CliRunner().invoke(main, ["run", probeset(tmp_path, 2), "--prompt", PROMPT, "--model",
+                                         f"openai:m@{server.url}/v1", "--runs-dir", str(tmp_path / "runs")])
+    run = run_dir_of(done)
+    manifest = json.loads((run / "manifest.json").read_text())
+    manifest["status"] = "interrupted"
+    (run / "manifest.json").write_text(json.dumps(manifest))
+    (run / "prompts" / "always-header.md").write_text("an edited prompt\n")
+    result = CliRunner().invoke(main, ["run", "--resume", str(run)])
+    assert result.exit_code == 2 and "the prompt copy does not match its sha256 in the manifest" in result.stderr
+
+
 def test_resume_refuses_a_changed_target_and_a_running_or_finished_run(tmp_path):
     with LocalServer() as server:
         config = tmp_path / "probe.toml"

@@ -401,6 +401,7 @@ def render_comparison(
                 "-" if r["p_value"] is None else f"{r['p_value']:.3g}",
                 "-" if r["p_boschloo"] is None else f"{r['p_boschloo']:.3g}",
                 r["design"],
+                f"{a['errors']}/{b['errors']}",
                 _verdict_cell(r, color and fmt == "table"),
             ]
         )
@@ -415,9 +416,11 @@ def render_comparison(
         "p",
         "Boschloo p",
         "design",
+        "failed A/B",
         "verdict",
     ]
-    out.append(table(rows, headers, fmt, optional=("Boschloo p", "design", ("A", "B")), width=width))
+    optional = ("Boschloo p", "design", ("A", "B"), "failed A/B")
+    out.append(table(rows, headers, fmt, optional=optional, width=width))
     out.append("")
     for r in results:
         prefix = f"{r['metric']}: " if len(results) > 1 else ""

@@ -5,8 +5,8 @@ Each output is cut into phrases: runs of 1 to 8 words (lower-cased, punctuation 
 in CJK text, runs of 2 to 6 characters. A phrase counts once per sample. For every phrase in
 at least two failing samples, Fisher's exact test (one-sided: more common among the failing)
 compares its share of failing and passing samples; p-values are adjusted for the number of
-phrases tested (Benjamini-Hochberg). A phrase whose counts equal those of a longer phrase
-containing it is folded into the longer one.
+phrases tested (Benjamini-Hochberg). Phrases found in exactly the same samples (overlapping
+pieces of one sentence) are shown once, the longest first.
 """
 
 import re
@@ -104,8 +104,17 @@ def explain(target: str, metric: str = "header_present", alpha: float = 0.05) ->
     ]
     rows = _fold(rows)
     rows.sort(key=lambda r: (r[4], r[3], -(r[1] / n_fail - r[2] / n_pass), -len(r[0])))
+    seen: set[tuple[frozenset[str], frozenset[str]]] = set()
     for phrase, k_fail, k_pass, p, q in rows:
-        examples = [sid for sid, found in failing if phrase in found][:2]
+        # Overlapping pieces of one sentence occur in exactly the same samples: show the longest.
+        where = (
+            frozenset(sid for sid, found in failing if phrase in found),
+            frozenset(sid for sid, found in passing if phrase in found),
+        )
+        if where in seen:
+            continue
+        seen.add(where)
+        examples = sorted(where[0])[:2]
         result["phrases"].append(
             {
                 "phrase": phrase,
