@@ -8,7 +8,6 @@ Report and compare use the latest unless told otherwise.
 
 import os
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,13 +34,6 @@ def classify_file(path: Path, config: HeaderConfig | None = None) -> dict[str, A
 
 def is_run(path: Path) -> bool:
     return (path / "manifest.json").is_file()
-
-
-def classify_files(paths: list[Path], config: HeaderConfig | None = None) -> Iterator[dict[str, Any]]:
-    for path in paths:
-        if path.is_dir():
-            raise InputError(f"{path}: a directory that is not a run (no manifest.json)")
-        yield classify_file(path, config)
 
 
 def reclassify_run(run_dir: Path, settings: CheckSettings | None = None) -> dict[str, Any]:

@@ -26,10 +26,6 @@ class ModelSpec:
             return None  # a local OpenAI-compatible server (Ollama, vLLM) takes no key
         return DEFAULT_KEY_ENV.get(self.provider, f"{self.provider.upper()}_API_KEY")
 
-    @property
-    def slug(self) -> str:
-        return re.sub(r"[^A-Za-z0-9._-]+", "-", self.spec).strip("-")
-
     def to_dict(self) -> dict[str, Any]:
         return {
             "spec": self.spec,

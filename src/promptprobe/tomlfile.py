@@ -19,11 +19,6 @@ def read_input(path: Path, what: str = "file") -> bytes:
         raise InputError(f"{path}: cannot read ({exc.strerror})") from None
 
 
-def read_toml(path: Path) -> dict[str, Any]:
-    """Parse a TOML file; syntax errors become an InputError naming file and line."""
-    return parse_toml(read_input(path), path)
-
-
 def parse_toml(data: bytes, path: Path) -> dict[str, Any]:
     try:
         text = data.decode("utf-8")

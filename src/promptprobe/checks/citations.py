@@ -13,34 +13,15 @@ from typing import Any
 
 from ..probeset import Case
 from .base import Check, Metric, SampleView, details
+from .header import fenced_spans
 from .settings import CheckSettings
 
 INLINE_CODE = re.compile(r"(`+)(?!`).+?(?<!`)\1", re.DOTALL)
-FENCE = re.compile(r"^[ \t]*(`{3,}|~{3,})")
 
 
 def _code_spans(text: str) -> list[tuple[int, int]]:
-    spans = []
-    offset = 0
-    open_at: int | None = None
-    fence = ""
-    for line in text.split("\n"):
-        match = FENCE.match(line)
-        if open_at is None and match:
-            open_at, fence = offset, match.group(1)
-        elif (
-            open_at is not None
-            and match
-            and match.group(1)[0] == fence[0]
-            and len(match.group(1)) >= len(fence)
-        ):
-            spans.append((open_at, offset + len(line)))
-            open_at = None
-        offset += len(line) + 1
-    if open_at is not None:
-        spans.append((open_at, len(text)))
-    spans += [m.span() for m in INLINE_CODE.finditer(text)]
-    return spans
+    """Fenced code blocks and `inline code`: a number there is not a citation."""
+    return fenced_spans(text) + [m.span() for m in INLINE_CODE.finditer(text)]
 
 
 def _citations(text: str, pattern: re.Pattern[str]) -> list[tuple[int, int, int]]:

@@ -51,7 +51,7 @@ def _find_markers(text: str, markers: Sequence[str]) -> list[tuple[int, str]]:
         pos = best[0] + len(best[1])
 
 
-def _fenced_spans(text: str) -> list[tuple[int, int]]:
+def fenced_spans(text: str) -> list[tuple[int, int]]:
     """Character spans of ``` / ~~~ code blocks, opening line included; unclosed runs to the end."""
     spans = []
     offset = 0
@@ -73,7 +73,7 @@ def _fenced_spans(text: str) -> list[tuple[int, int]]:
 
 
 def _where(text: str, at: int, marker: str) -> str:
-    if any(start <= at < end for start, end in _fenced_spans(text)):
+    if any(start <= at < end for start, end in fenced_spans(text)):
         return "fenced"
     line_start = text.rfind("\n", 0, at) + 1
     before_on_line = text[line_start:at]

@@ -66,9 +66,6 @@ class Plan:
     def samples(self) -> int:
         return len(self.cases) * self.repeats * len(self.arms)
 
-    def calls_per_arm(self) -> int:
-        return len(self.cases) * self.repeats
-
     def case_order(self, repeat: int) -> list[Case]:
         order = list(self.cases)
         random.Random(f"{self.seed}:cases:{repeat}").shuffle(order)

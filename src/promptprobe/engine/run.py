@@ -271,7 +271,8 @@ class ProbeRun:
         """Check the target, then create the run directory (a resumed run opens its own)."""
         first = self.preflight()
         self.start()
-        if first is not None:
+        if first is not None and not first.failed:
+            # A failure here had the short preflight policy: the scheduler retries it in full.
             unit = Unit(self.plan.case_order(1)[0], 1)
             self.reuse[(unit.case.id, unit.repeat)] = first
             self.executor_for(self.store).record_retrieval(unit, first)

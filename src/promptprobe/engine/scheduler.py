@@ -70,7 +70,6 @@ class Tally:
     errors: int = 0
     cost: float = 0.0
     cost_known: bool = True
-    models_cost_unknown: set[str] = field(default_factory=set)
 
 
 class Scheduler:
@@ -107,7 +106,6 @@ class Scheduler:
         self.stopped_by: str | None = None
         self.models: dict[str, Health] = {arm.model.spec: Health() for arm in plan.arms}
         self.retrieval = Health()
-        self.in_flight = 0
 
     # -- dispatch --------------------------------------------------------------------------
 
@@ -177,8 +175,6 @@ class Scheduler:
             task = self._next()
             if task is None:
                 return
-            with self.lock:
-                self.in_flight += 1
             try:
                 self._work(task)
             except StoreClosed:
@@ -193,8 +189,6 @@ class Scheduler:
                 )
             finally:
                 task.slot.event.set()  # never leave the unit's other arms waiting
-                with self.lock:
-                    self.in_flight -= 1
 
     def _stop(self, error: ProbeError) -> None:
         with self.lock:
@@ -221,7 +215,6 @@ class Scheduler:
         price = self.prices.lookup(arm.model) if self.prices else None
         if price is None:
             self.tally.cost_known = False
-            self.tally.models_cost_unknown.add(arm.model.spec)
             return
         self.tally.cost += price.cost(*usage_tokens(usage))
 

@@ -10,15 +10,11 @@ import httpx2
 
 from ..models import ModelSpec
 from .base import (
-    CallAborted,
     Completion,
     GenerationParams,
     Provider,
     ProviderError,
-    aborted_error,
     bad_body,
-    sdk_error,
-    transport_error,
     truncated,
     usage_dict,
 )
@@ -60,7 +56,7 @@ class AnthropicProvider(Provider):
     ) -> Completion:
         self.monitor.start(time.monotonic() + self.params.timeout, cancel)
         request = self._request(messages)
-        try:
+        with self.errors_of(anthropic, httpx2.TransportError):
             if self.params.stream:
                 return self._stream(request)
             raw = self.client.messages.with_raw_response.create(**request)
@@ -79,12 +75,6 @@ class AnthropicProvider(Provider):
                 model=model,
                 headers=self.monitor.headers(),
             )
-        except anthropic.APIError as exc:
-            raise sdk_error(exc, anthropic, self.spec, self.monitor, self.params.timeout) from None
-        except CallAborted as exc:
-            raise aborted_error(exc, self.spec, self.params.timeout) from None
-        except httpx2.TransportError as exc:
-            raise transport_error(exc, self.spec, self.monitor) from None
 
     def _stream(self, request: dict[str, Any]) -> Completion:
         texts: list[str] = []

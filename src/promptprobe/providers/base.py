@@ -10,6 +10,7 @@ import os
 import threading
 import time
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC
 from typing import Any
@@ -317,6 +318,18 @@ class Provider:
         self, messages: Sequence[dict[str, str]], cancel: threading.Event | None = None
     ) -> Completion:
         raise NotImplementedError
+
+    @contextmanager
+    def errors_of(self, sdk: Any, transport: type[Exception]) -> Iterator[None]:
+        """Turn what an SDK call raises into a ProviderError the retry policy can read."""
+        try:
+            yield
+        except sdk.APIError as exc:
+            raise sdk_error(exc, sdk, self.spec, self.monitor, self.params.timeout) from None
+        except CallAborted as exc:
+            raise aborted_error(exc, self.spec, self.params.timeout) from None
+        except transport as exc:  # a reset or a bad chunk while reading a stream
+            raise transport_error(exc, self.spec, self.monitor) from None
 
     def close(self) -> None:
         """Release the SDK client."""

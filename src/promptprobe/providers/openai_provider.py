@@ -11,15 +11,11 @@ import openai
 
 from ..models import ModelSpec
 from .base import (
-    CallAborted,
     Completion,
     GenerationParams,
     Provider,
     ProviderError,
-    aborted_error,
     bad_body,
-    sdk_error,
-    transport_error,
     truncated,
     usage_dict,
 )
@@ -67,7 +63,7 @@ class OpenAIProvider(Provider):
     ) -> Completion:
         self.monitor.start(time.monotonic() + self.params.timeout, cancel)
         request = self._request(messages)
-        try:
+        with self.errors_of(openai, httpx2.TransportError):
             if self.params.stream:
                 return self._stream(request)
             raw = self.client.chat.completions.with_raw_response.create(**request)
@@ -89,12 +85,6 @@ class OpenAIProvider(Provider):
                 refusal=getattr(choice.message, "refusal", None),
                 headers=self.monitor.headers(),
             )
-        except openai.APIError as exc:
-            raise sdk_error(exc, openai, self.spec, self.monitor, self.params.timeout) from None
-        except CallAborted as exc:
-            raise aborted_error(exc, self.spec, self.params.timeout) from None
-        except httpx2.TransportError as exc:
-            raise transport_error(exc, self.spec, self.monitor) from None
 
     def _stream(self, request: dict[str, Any]) -> Completion:
         texts: list[str] = []

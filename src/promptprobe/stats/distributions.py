@@ -86,12 +86,6 @@ def _invert(cdf: Callable[[float], float], q: float) -> float:
     return (lo + hi) / 2
 
 
-def t_sf(t: float, df: float) -> float:
-    """Upper tail P(T > t) of Student's t with df degrees of freedom."""
-    tail = 0.5 * betainc(df / 2.0, 0.5, df / (df + t * t))
-    return tail if t >= 0 else 1.0 - tail
-
-
 @lru_cache(maxsize=256)
 def t_isf(q: float, df: float) -> float:
     """The upper-q quantile of Student's t (q < 0.5 gives a positive value)."""
@@ -106,12 +100,6 @@ def t_isf(q: float, df: float) -> float:
     return math.sqrt(df * (1.0 - x) / x) if x > 0 else math.inf
 
 
-def f_cdf(x: float, d1: float, d2: float) -> float:
-    if x <= 0:
-        return 0.0
-    return betainc(d1 / 2.0, d2 / 2.0, d1 * x / (d1 * x + d2))
-
-
 @lru_cache(maxsize=256)
 def f_ppf(q: float, d1: float, d2: float) -> float:
     """The lower-q quantile of the F distribution with (d1, d2) degrees of freedom."""
@@ -120,10 +108,6 @@ def f_ppf(q: float, d1: float, d2: float) -> float:
     # Solve on u = d1·x / (d1·x + d2) in (0, 1), where the cdf is I_u(d1/2, d2/2).
     u = _invert(lambda v: betainc(d1 / 2.0, d2 / 2.0, v), q)
     return d2 * u / (d1 * (1.0 - u)) if u < 1 else math.inf
-
-
-def log_comb(n: int, k: int) -> float:
-    return math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1)
 
 
 def binomial_two_sided_half(successes: int, trials: int) -> float:
