@@ -404,10 +404,10 @@ def test_run_files_are_private_unless_shared(tmp_path):
 
 
 def test_progress_lines_off_a_terminal(tmp_path):
-    with LocalServer(lambda r: Reply("[[ANSWER]]\nok", delay=0.2)) as server:
+    with LocalServer(lambda r: Reply("[[ANSWER]]\nok", delay=0.1)) as server:
         process = start_probe(tmp_path, probeset(tmp_path, 8), "--prompt", PROMPT, "--model",
                               f"openai:m@{server.url}/v1", "--concurrency", "1",
-                              env={"PROBE_PROGRESS_INTERVAL": "0.4"})
+                              env={"PROBE_PROGRESS_INTERVAL": "0.2"})
         _, err = process.communicate(timeout=60)
     lines = [line for line in err.splitlines() if line.startswith("progress: ")]
     assert len(lines) >= 2 and "/8 samples, 0 errors" in lines[-1] and "samples/s" in lines[-1]
