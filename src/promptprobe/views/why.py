@@ -2,7 +2,7 @@
 samples of the same arm(s) that passed it.
 
 Each output is cut into phrases: runs of 1 to 8 words (lower-cased, punctuation dropped) and,
-in CJK text, runs of 2 to 6 characters. A phrase counts once per sample. For every phrase in
+in CJK text, runs of 2 to 10 characters. A phrase counts once per sample. For every phrase in
 at least two failing samples, Fisher's exact test (one-sided: more common among the failing)
 compares its share of failing and passing samples; p-values are adjusted for the number of
 phrases tested (Benjamini-Hochberg). Phrases found in exactly the same samples (overlapping
@@ -26,7 +26,7 @@ from .compare import parse_selector, select_arm
 WORD = re.compile(r"\w+(?:[.'’@+-]\w+)*")
 CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]+")
 MAX_WORDS = 8
-MAX_CJK = 6
+MAX_CJK = 10
 MIN_FAILING = 2
 
 
@@ -103,7 +103,7 @@ def explain(target: str, metric: str = "header_present", alpha: float = 0.05) ->
         for (phrase, k_fail, k_pass, p), q in zip(tested, adjusted, strict=True)
     ]
     rows = _fold(rows)
-    rows.sort(key=lambda r: (r[4], r[3], -(r[1] / n_fail - r[2] / n_pass), -len(r[0])))
+    rows.sort(key=lambda r: (r[4], r[3], -(r[1] / n_fail - r[2] / n_pass), -len(r[0]), r[0]))
     seen: set[tuple[frozenset[str], frozenset[str]]] = set()
     for phrase, k_fail, k_pass, p, q in rows:
         # Overlapping pieces of one sentence occur in exactly the same samples: show the longest.
