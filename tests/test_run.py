@@ -2,7 +2,7 @@
 
 import _thread
 import json
-import threading
+import signal
 from pathlib import Path
 
 import pytest
@@ -371,13 +371,18 @@ def test_keyboard_interrupt_in_the_main_thread_finishes_the_manifest(tmp_path):
     def slow(request):
         return Reply("[[ANSWER]]\nok", delay=0.3)
 
-    with LocalServer(slow) as server:
-        timer = threading.Timer(0.8, _thread.interrupt_main)
-        timer.start()
-        with pytest.raises(KeyboardInterrupt):
-            run_probe(probeset, [load_prompt(ROOT / "prompts" / "always-header.md")],
-                      [parse_model_spec(f"openai:m@{server.url}/v1")], load_config(None),
-                      options(tmp_path, concurrency=2))
+    recorded = []
+
+    def interrupt_after_two(record):
+        recorded.append(record)
+        if len(recorded) == 2:
+            _thread.interrupt_main()  # as Ctrl-C would, while the main thread waits on the workers
+
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    with LocalServer(slow) as server, pytest.raises(KeyboardInterrupt):
+        run_probe(probeset, [load_prompt(ROOT / "prompts" / "always-header.md")],
+                  [parse_model_spec(f"openai:m@{server.url}/v1")], load_config(None),
+                  options(tmp_path, concurrency=2), on_record=interrupt_after_two)
     (run_dir,) = (tmp_path / "runs").iterdir()
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["status"] == "interrupted" and manifest["finished"]
