@@ -206,7 +206,7 @@ def test_jitter_spreads_workers_released_by_a_pause(tmp_path):
     with LocalServer(responder) as server:
         probe(tmp_path, server, cases=8, concurrency=4, sleep=None)
     released = sorted(t for t in times if t > limited[0] + 0.95)[:4]
-    assert released[-1] - released[0] > 0.02  # not all in the same instant
+    assert released[-1] - released[0] > 0.005  # not all in the same instant
 
 
 def test_a_key_echoed_in_an_error_body_is_scrubbed(tmp_path):
