@@ -30,6 +30,8 @@ def start_probe(tmp_path: Path, *args: str, env: dict | None = None) -> subproce
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, **(env or {})},
+        # As from a terminal: the test runner itself may run with Ctrl-C ignored (a background job).
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
 
 
@@ -411,3 +413,20 @@ def test_progress_lines_off_a_terminal(tmp_path):
         _, err = process.communicate(timeout=60)
     lines = [line for line in err.splitlines() if line.startswith("progress: ")]
     assert len(lines) >= 2 and "/8 samples, 0 errors" in lines[-1] and "samples/s" in lines[-1]
+
+
+def test_a_run_started_with_ctrl_c_ignored_keeps_ignoring_it_and_stops_on_sigterm(tmp_path):
+    with LocalServer(lambda r: Reply("[[ANSWER]]\nok", delay=60)) as server:
+        process = subprocess.Popen(
+            [PROBE, "run", probeset(tmp_path, 4), "--prompt", PROMPT, "--model", f"openai:m@{server.url}/v1",
+             "--concurrency", "2", "--runs-dir", str(tmp_path / "runs")],
+            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),  # like `nohup probe run ... &`
+        )
+        wait_for(lambda: len(server.requests) == 2)
+        process.send_signal(signal.SIGINT)
+        time.sleep(0.5)
+        assert process.poll() is None  # still running
+        process.send_signal(signal.SIGTERM)
+        process.communicate(timeout=10)
+    assert process.returncode == 143

@@ -365,7 +365,7 @@ def test_cancel_marks_the_run_interrupted_and_keeps_samples(tmp_path):
     assert all((outcome.path / s["raw"]["path"]).read_bytes() == b"[[ANSWER]]\nok" for s in samples)
 
 
-def test_keyboard_interrupt_in_the_main_thread_finishes_the_manifest(tmp_path):
+def test_keyboard_interrupt_in_the_main_thread_finishes_the_manifest(tmp_path, request):
     probeset = load_probeset(write_probeset(tmp_path / "p.toml", [(f"c{i}", f"q{i}", None) for i in range(20)]))
 
     def slow(request):
@@ -378,7 +378,9 @@ def test_keyboard_interrupt_in_the_main_thread_finishes_the_manifest(tmp_path):
         if len(recorded) == 2:
             _thread.interrupt_main()  # as Ctrl-C would, while the main thread waits on the workers
 
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    # As in a terminal (the test runner may itself run as a background job, Ctrl-C ignored).
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    request.addfinalizer(lambda: signal.signal(signal.SIGINT, previous))
     with LocalServer(slow) as server, pytest.raises(KeyboardInterrupt):
         run_probe(probeset, [load_prompt(ROOT / "prompts" / "always-header.md")],
                   [parse_model_spec(f"openai:m@{server.url}/v1")], load_config(None),

@@ -315,7 +315,9 @@ def interruptible(cancel: Callable[[], None]) -> Iterator[list[int]]:
     if threading.current_thread() is not threading.main_thread():
         yield received  # signals reach only the main thread (e.g. under a test runner)
         return
-    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    # A run started with Ctrl-C ignored (nohup, a background job) keeps ignoring it; SIGTERM stops it.
+    signals = [s for s in (signal.SIGINT, signal.SIGTERM) if signal.getsignal(s) is not signal.SIG_IGN]
+    previous = {sig: signal.signal(sig, handler) for sig in signals}
     try:
         yield received
     finally:
