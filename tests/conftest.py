@@ -23,8 +23,9 @@ PASSAGES = {
 def clean_env(monkeypatch):
     """No real keys or base URLs leak into a test; each test sets what it needs."""
     for name in ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "ANTHROPIC_BASE_URL", "OPENAI_BASE_URL",
-                 "ANTHROPIC_AUTH_TOKEN"):
+                 "ANTHROPIC_AUTH_TOKEN", "NO_COLOR", "PROBE_PROGRESS_INTERVAL"):
         monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("COLUMNS", "100")  # tables and wrapped lines as on a 100-column terminal
 
 
 def search_reply(request: Request) -> Reply:
