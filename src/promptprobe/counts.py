@@ -9,6 +9,7 @@ metric's unfavourable outcome: a miss where higher is better, an event where low
 """
 
 import os
+import threading
 from array import array
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -174,7 +175,8 @@ def build_counts(
     samples_path = run_dir / "samples.jsonl"
     size = samples_path.stat().st_size if samples_path.is_file() else 0
     processes = min(MAX_PROCESSES, os.cpu_count() or 1)
-    if number is None and size > PARALLEL_BYTES and processes > 1:
+    # Forking is safe only without other threads (a finished run's abandoned workers may hold locks).
+    if number is None and size > PARALLEL_BYTES and processes > 1 and threading.active_count() == 1:
         _count_in_parallel(counter, samples_path, size, processes, warn)
     else:
         for sample in merged_samples(run_dir, number, warn):

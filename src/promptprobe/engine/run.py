@@ -385,15 +385,7 @@ class ResumedRun(ProbeRun):
             # Earlier attempts are kept in superseded.jsonl; samples.jsonl keeps one record per id.
             for line in superseded:
                 store.append("superseded.jsonl", loads(line))
-            temp = self.path / "samples.jsonl.tmp"
-            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, store.file_mode)
-            try:
-                for line in kept_lines:
-                    os.write(fd, line)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(temp, samples_path)
+            store.replace_file("samples.jsonl", b"".join(kept_lines))
         self.kept = len(done)
         missing_units = {
             (unit.case.id, unit.repeat)

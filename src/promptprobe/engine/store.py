@@ -133,20 +133,25 @@ class RunStore:
         return os.open(path, flags, self.file_mode)
 
     def write_manifest(self, manifest: dict[str, Any]) -> None:
-        """Write beside and rename, so a crash or a full disk never leaves half a manifest."""
-        temp = self.path / "manifest.json.tmp"
-        data = SCRUBBER.bytes(dumps_pretty(manifest).encode("utf-8") + b"\n")
+        self.replace_file("manifest.json", dumps_pretty(manifest).encode("utf-8") + b"\n")
+
+    def replace_file(self, name: str, data: bytes) -> None:
+        """Write beside and rename, so a crash or a full disk never leaves half a file."""
+        temp = self.path / f"{name}.tmp"
+        data = SCRUBBER.bytes(data)
         try:
             fd = self._open_file(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
             try:
-                os.write(fd, data)
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
                 os.fsync(fd)
             finally:
                 os.close(fd)
-            os.replace(temp, self.path / "manifest.json")
+            os.replace(temp, self.path / name)
         except OSError as exc:
             temp.unlink(missing_ok=True)
-            raise _storage_error(exc, self.path / "manifest.json") from None
+            raise _storage_error(exc, self.path / name) from None
 
     def reserve(self, size: int) -> None:
         """Set space aside now, so that a full disk later still leaves room for the manifest."""
