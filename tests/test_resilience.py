@@ -208,9 +208,9 @@ def test_a_file_size_limit_mid_run_stops_cleanly_with_nothing_torn(tmp_path):
         code = (
             "import resource, signal, sys\n"
             "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
-            "resource.setrlimit(resource.RLIMIT_FSIZE, (20000, 20000))\n"
+            "resource.setrlimit(resource.RLIMIT_FSIZE, (100000, 100000))\n"
             "from promptprobe.cli import main\n"
-            f"sys.argv = ['probe', 'run', {probeset(tmp_path, 40)!r}, '--prompt', {PROMPT!r}, "
+            f"sys.argv = ['probe', 'run', {probeset(tmp_path, 150)!r}, '--prompt', {PROMPT!r}, "
             f"'--model', 'openai:m@{server.url}/v1', '--runs-dir', {str(tmp_path / 'runs')!r}, '--concurrency', '1']\n"
             "main()\n"
         )

@@ -6,6 +6,7 @@ happened (complete, interrupted, failed). `resume_run` finishes a run from its o
 import hashlib
 import os
 import random
+import shutil
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
@@ -238,14 +239,17 @@ class ProbeRun:
             raise
         self.store = store
         try:
+            manifest = self.manifest("running", None, self.counts())
+            store.reserve(2 * len(str(manifest)))
             store.write_bytes("probeset.toml", self.probeset.source)
             for arm in self.plan.arms:
                 store.write_bytes(self.prompt_copy(arm.prompt), arm.prompt.source)
-            manifest = self.manifest("running", None, self.counts())
             store.write_manifest(manifest)
-            store.reserve(2 * len(str(manifest)))
         except BaseException:
+            # Nothing was recorded yet: leave no half-made run directory behind.
             store.release()
+            shutil.rmtree(store.path, ignore_errors=True)
+            self.store = None
             self.close()
             raise
 

@@ -135,19 +135,27 @@ class RunStore:
     def write_manifest(self, manifest: dict[str, Any]) -> None:
         self.replace_file("manifest.json", dumps_pretty(manifest).encode("utf-8") + b"\n")
 
-    def replace_file(self, name: str, data: bytes) -> None:
-        """Write beside and rename, so a crash or a full disk never leaves half a file."""
-        temp = self.path / f"{name}.tmp"
-        data = SCRUBBER.bytes(data)
+    def _write_whole(self, path: Path, data: bytes, sync: bool) -> None:
+        """Create `path` holding exactly `data`; on failure nothing is left there."""
         try:
-            fd = self._open_file(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+            fd = self._open_file(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
             try:
                 view = memoryview(data)
                 while view:
                     view = view[os.write(fd, view) :]
-                os.fsync(fd)
+                if sync:
+                    os.fsync(fd)
             finally:
                 os.close(fd)
+        except OSError as exc:
+            path.unlink(missing_ok=True)
+            raise _storage_error(exc, path) from None
+
+    def replace_file(self, name: str, data: bytes) -> None:
+        """Write beside and rename, so a crash or a full disk never leaves half a file."""
+        temp = self.path / f"{name}.tmp"
+        self._write_whole(temp, SCRUBBER.bytes(data), sync=True)
+        try:
             os.replace(temp, self.path / name)
         except OSError as exc:
             temp.unlink(missing_ok=True)
@@ -155,16 +163,7 @@ class RunStore:
 
     def reserve(self, size: int) -> None:
         """Set space aside now, so that a full disk later still leaves room for the manifest."""
-        try:
-            fd = self._open_file(self.path / RESERVE_FILE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-            try:
-                os.write(fd, b"\0" * max(MIN_RESERVE, size))
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        except OSError as exc:
-            (self.path / RESERVE_FILE).unlink(missing_ok=True)
-            raise _storage_error(exc, self.path) from None
+        self._write_whole(self.path / RESERVE_FILE, b"\0" * max(MIN_RESERVE, size), sync=True)
 
     def give_back_reserve(self) -> None:
         (self.path / RESERVE_FILE).unlink(missing_ok=True)
@@ -179,18 +178,7 @@ class RunStore:
         if self.closed:
             raise StoreClosed(relative)
         data = SCRUBBER.bytes(data)
-        path = self.path / relative
-        try:
-            fd = self._open_file(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-            try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view) :]
-            finally:
-                os.close(fd)
-        except OSError as exc:
-            path.unlink(missing_ok=True)
-            raise _storage_error(exc, path) from None
+        self._write_whole(self.path / relative, data, sync=False)
         return {"path": relative, "sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
 
     def append(self, name: str, record: dict[str, Any]) -> None:
