@@ -5,6 +5,12 @@
 last record, each over that ideal (targets 1.4 and 1.2), and the peak memory of pricing a
 1,000,000-sample plan with --dry-run (target under 200 MB).
 
+It also times the floor any runner built on the openai SDK has on this machine: a bare script
+that imports the SDK (garbage collector paused, as probe does), then makes the same 240 typed
+`chat.completions.create` calls from 16 threads and records nothing. The two are timed in
+turn, so a noisy machine slows both alike; "probe over the SDK alone" is promptprobe's own
+cost.
+
     .venv/bin/python benchmarks/run_speed.py [--runs 3]
 """
 
@@ -116,6 +122,63 @@ def one_run(folder: Path) -> tuple[float, float]:
     return whole, last_record - (model.first or started)
 
 
+# The bare SDK: what any runner calling the openai SDK pays before and between calls.
+SDK_ALONE = """
+import gc, queue, sys, threading, time
+url, first_path, second_path = sys.argv[1:4]
+gc.disable()
+import openai
+gc.freeze()
+gc.enable()
+client = openai.OpenAI(api_key="no-key-needed", base_url=url, max_retries=0)
+prompts = [open(first_path).read(), open(second_path).read()]
+jobs = queue.SimpleQueue()
+for _ in range(10):
+    for case in range(12):
+        for prompt in prompts:
+            question = {"role": "user", "content": f"Question {case}?"}
+            jobs.put([{"role": "system", "content": prompt}, question])
+last = [0.0]
+def worker():
+    while True:
+        try:
+            messages = jobs.get_nowait()
+        except queue.Empty:
+            return
+        reply = client.chat.completions.create(model="bench", messages=messages, max_tokens=1024)
+        assert reply.choices[0].message.content
+        last[0] = time.time()
+threads = [threading.Thread(target=worker) for _ in range(16)]
+for thread in threads:
+    thread.start()
+for thread in threads:
+    thread.join()
+print(last[0])
+"""
+
+
+def sdk_alone() -> tuple[float, float]:
+    model = Model()
+    started = time.time()
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            SDK_ALONE,
+            model.url,
+            str(ROOT / "prompts" / "always-header.md"),
+            str(ROOT / "prompts" / "exception-only.md"),
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    whole = time.time() - started
+    model.httpd.shutdown()
+    assert model.calls == 240, model.calls
+    return whole, float(done.stdout) - (model.first or started)
+
+
 def dry_run_memory(folder: Path) -> float:
     path = folder / "million.toml"
     path.write_text("".join(f'[[case]]\nid = "c{i}"\nquestion = "Question {i}?"\n' for i in range(10)))
@@ -147,11 +210,17 @@ def main() -> None:
     args = parser.parse_args()
     ideal = 240 * DELAY / 16
     results = []
+    floors = []
     for _ in range(args.runs):
         with tempfile.TemporaryDirectory() as folder:
             results.append(one_run(Path(folder)))
-    whole = sorted(r[0] for r in results)[len(results) // 2]
-    calls = sorted(r[1] for r in results)[len(results) // 2]
+        floors.append(sdk_alone())
+
+    def median(values: list[float]) -> float:
+        return sorted(values)[len(values) // 2]
+
+    whole, calls = median([r[0] for r in results]), median([r[1] for r in results])
+    sdk_whole, sdk_calls = median([f[0] for f in floors]), median([f[1] for f in floors])
     print(
         f"240 samples, model answering after {DELAY * 1000:.0f} ms, concurrency 16; ideal {ideal:.1f} s "
         f"(median of {args.runs} runs)"
@@ -160,6 +229,9 @@ def main() -> None:
     print("|---|---:|---:|---:|")
     print(f"| whole `probe run` command | {whole:.2f} | {whole / ideal:.2f} | 1.4 |")
     print(f"| first call to last record | {calls:.2f} | {calls / ideal:.2f} | 1.2 |")
+    print(f"| openai SDK alone, whole script (floor) | {sdk_whole:.2f} | {sdk_whole / ideal:.2f} | - |")
+    print(f"| openai SDK alone, first call to last reply | {sdk_calls:.2f} | {sdk_calls / ideal:.2f} | - |")
+    print(f"\nprobe over the SDK alone: whole command {whole / sdk_whole:.2f}, calls {calls / sdk_calls:.2f}")
     with tempfile.TemporaryDirectory() as folder:
         print(
             f"\n--dry-run of a 1,000,000-sample plan: peak memory {dry_run_memory(Path(folder)):.0f} MB "
