@@ -2,6 +2,7 @@
 never flatter an arm, the CI gate, and every flag validated."""
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -138,10 +139,11 @@ def test_compare_inside_one_run(tmp_path):
                          "notes"}
     gate = compare_cli(f"{run}#prompt=old", f"{run}#prompt=new", "--fail-if-worse")
     assert gate.exit_code == 4
-    assert gate.stderr.startswith("FAIL: header_present got worse: A 100.0% -> B 13.3% (-87 points")
+    assert gate.stderr.startswith("FAIL: header_present got worse: old 100.0% -> new 13.3% (-87 points")
     assert compare_cli(f"{run}#prompt=new", f"{run}#prompt=old", "--fail-if-worse").exit_code == 0
     table = compare_cli(f"{run}#prompt=old", f"{run}#prompt=new").stdout
-    assert "A>B: A 15/15 vs B 2/15 (B - A = -87 points" in table and "cases that moved (5 of 5)" in table
+    assert "A>B: new is worse than old on header_present: old 15/15, new 2/15 (B - A = -87 points" in table
+    assert "cases that moved (5 of 5)" in table
     assert "would it generalise: not shown; 5 of 5 cases moved" in table  # sign test: 5 is not enough
 
 
@@ -173,9 +175,10 @@ def test_reversed_case_order_across_runs_is_paired(tmp_path):
     data = json.loads(compare_cli(str(first), str(second), "--json").stdout)
     assert data["design"] == "paired" and data["verdict"] == "indistinguishable"
     assert data["b"]["n"] == 25 and data["a"]["n"] == 15
-    assert data["n_needed_per_arm"] == 1114 and set(data["repeats_needed"]) >= {"paired", "unpaired"}
+    # 14/15 against 24/25: a 3-point difference needs over a thousand samples per arm.
+    assert 1000 < data["n_needed_per_arm"] < 1400 and set(data["repeats_needed"]) >= {"paired", "unpaired"}
     everything = json.loads(compare_cli(str(first), str(second), "--all", "--format", "json").stdout)
-    assert list(everything) == ["results", "retrieval_drift", "warnings"]
+    assert list(everything) == ["results", "family", "retrieval_drift", "warnings"]
     assert [r["metric"] for r in everything["results"]][:3] == ["header_present", "header_absent", "header_misplaced"]
     assert all(set(r) >= {"metric", "verdict", "worse", "higher_is_better"} for r in everything["results"])
 
@@ -222,12 +225,47 @@ def plan(*args):
     return result
 
 
-@pytest.mark.parametrize("p1,p2,n", [(0.85, 1.0, 48), (0.87, 0.73, 127), (0.9, 0.7, 62), (0.95, 0.8, 76),
-                                     (0.5, 0.6, 388)])
-def test_plan_sample_size(p1, p2, n):
+def exact_power(n, p1, p2, alpha=0.05):
+    """Power of the two-sided exact conditional test by brute force: every table's p from the
+    stratified exact test with one case (itself pinned to brute-force enumeration and R), weighted
+    by the tables' binomial probabilities (scipy)."""
+    from scipy import stats as sp
+
+    from promptprobe.stats.tests import stratified_exact
+
+    power = 0.0
+    for x in range(n + 1):
+        for y in range(n + 1):
+            if stratified_exact([(x, n, y, n)]).p_value <= alpha * (1 + 1e-9):
+                power += sp.binom.pmf(x, n, p1) * sp.binom.pmf(y, n, p2)
+    return power
+
+
+@pytest.mark.parametrize("p1,p2", [(0.85, 1.0), (0.9, 0.7), (0.5, 0.9), (0.0, 1.0)])
+def test_plan_sample_size_is_the_smallest_n_the_exact_test_reaches_with_its_exact_power(p1, p2):
     result = plan("--p1", str(p1), "--p2", str(p2), "--format", "json")
     assert result.exit_code == 0, result.output
-    assert json.loads(result.stdout) == {"p1": p1, "p2": p2, "n_per_arm": n, "alpha": 0.05, "power": 0.8}
+    values = json.loads(result.stdout)
+    assert {"p1": p1, "p2": p2, "alpha": 0.05, "power": 0.8}.items() <= values.items()
+    n = values["n_per_arm"]
+    assert values["n_per_arm_power"] == pytest.approx(exact_power(n, p1, p2), abs=1e-9)
+    assert values["n_per_arm_power"] >= 0.8 and exact_power(n - 1, p1, p2) < 0.8
+
+
+def test_the_normal_approximation_only_seeds_the_search():
+    from promptprobe.stats.planning import n_per_arm_float
+
+    # ../shared reference: the classic pooled formula (what n_per_arm used to be).
+    for p1, p2, n in [(0.85, 1.0, 48), (0.87, 0.73, 127), (0.9, 0.7, 62), (0.95, 0.8, 76), (0.5, 0.6, 388)]:
+        assert math.ceil(n_per_arm_float(p1, p2) - 1e-9) == n
+    # ...which the exact test falls short of: 62 per arm at 0.9 vs 0.7 is below 80% power.
+    assert exact_power(62, 0.9, 0.7) < 0.78
+
+
+def test_a_sure_difference_still_needs_the_samples_that_can_reach_alpha():
+    # 0% vs 100%: with 2 per arm the exact test's smallest p is 1/3, with 3 it is 0.1.
+    values = json.loads(plan("--p1", "0", "--p2", "1", "--json").stdout)
+    assert values["n_per_arm"] == 4 and values["n_per_arm_power"] == 1.0
 
 
 def test_plan_gate():
@@ -241,18 +279,39 @@ def test_plan_gate():
 
 def test_plan_repeats_for_the_paired_design():
     values = json.loads(plan("--p1", "0.85", "--p2", "1.0", "--cases", "10", "--icc", "0.5", "--json").stdout)
-    # The unpaired rule says no number of repeats reaches 80% with 10 cases at ICC 0.5; paired does.
+    # Paired needs a handful of repeats; the unpaired design, whose unit is the case, far more.
     assert values["repeats"] is not None and 4 <= values["repeats"] <= 10
     assert values["paired_power"] >= 0.8
-    assert values["repeats_unpaired"] is None and values["unpaired_cases_needed"] > 10
+    assert values["repeats_unpaired"] is None or values["repeats_unpaired"] > 10 * values["repeats"]
     text = plan("--p1", "0.85", "--p2", "1.0", "--cases", "10", "--icc", "0.5").output
-    assert f"{values['repeats']} repeats per case" in text and "needs at least" in text
+    assert f"{values['repeats']} repeats per case" in text
+
+
+def test_plan_says_when_a_design_cannot_reach_alpha_at_all():
+    # 3 cases a side: the case permutation test's smallest p is 2 / C(6, 3) = 0.1.
+    values = json.loads(plan("--p1", "0.9", "--p2", "0.5", "--cases", "3", "--icc", "0.1", "--json").stdout)
+    assert values["unpaired_reachable"] is False and values["repeats_unpaired"] is None
+    assert values["unpaired_smallest_p"] == pytest.approx(0.1)
+    assert values["unpaired_cases_needed"] >= 4
+    text = plan("--p1", "0.9", "--p2", "0.5", "--cases", "3", "--icc", "0.1").output
+    assert "cannot reach alpha 0.05 at all" in text and "is 0.1" in text
+
+
+def test_plan_at_icc_one_says_repeats_do_not_help_the_unpaired_design():
+    values = json.loads(plan("--p1", "0.9", "--p2", "0.7", "--cases", "10", "--icc", "1", "--json").stdout)
+    assert values["repeats_unpaired"] is None and values["unpaired_cases_needed"] > 10
+    # With each question always right or always wrong, a question that differs differs every time:
+    # the paired test on these questions gains from repeats until every such case is certain.
+    assert values["repeats"] is not None and values["paired_power"] >= 0.8
+    text = plan("--p1", "0.9", "--p2", "0.7", "--cases", "10", "--icc", "1").output
+    assert "repeats do not help" in text and f"at least {values['unpaired_cases_needed']} cases a side" in text
 
 
 def test_plan_detectable_difference():
-    values = json.loads(plan("--n", "48", "--p1", "0.85", "--json").stdout)
-    # 48 per arm is exactly what 0.85 vs 1.0 needs, so the detectable rise is about 15 points.
-    assert values["detectable_difference"]["up"] == pytest.approx(0.15, abs=0.005)
+    values = json.loads(plan("--n", "52", "--p1", "0.85", "--json").stdout)
+    # 52 per arm is what the exact test needs for 0.85 vs 1.0, so the detectable rise is about 15 points.
+    assert values["detectable_difference"]["up"] == pytest.approx(0.15, abs=0.01)
+    assert exact_power(52, 0.85, 0.85 + values["detectable_difference"]["up"]) >= 0.8 - 1e-6
 
 
 @pytest.mark.parametrize("args,word", [
@@ -281,4 +340,8 @@ def test_plan_bad_flags_are_exit_2_with_a_sentence(args, word):
 def test_plan_tiny_alpha_does_not_overflow():
     result = plan("--p1", "0.5", "--p2", "0.7", "--alpha", "1e-300", "--format", "json")
     assert result.exit_code == 0, result.output
-    assert json.loads(result.stdout)["n_per_arm"] > 1000
+    values = json.loads(result.stdout)
+    # Beyond 20,000 samples per arm (with the margin the exact test needs) the plan is Fleiss's
+    # continuity-corrected approximation, said so in `test`.
+    assert values["n_per_arm"] > 15_000 and values["test"].startswith("normal approximation with continuity")
+    assert values["n_per_arm_power"] is None

@@ -145,8 +145,10 @@ def test_colour_only_on_a_terminal_without_no_color(monkeypatch):
     monkeypatch.setenv("NO_COLOR", "1")
     assert color_enabled(Terminal()) is False
     assert color_enabled(object()) is False
-    result = {"metric": "header_present", "a": {"label": "A", "k": 9, "n": 10, "rate": 0.9, "errors": 0},
-              "b": {"label": "B", "k": 1, "n": 10, "rate": 0.1, "errors": 0}, "diff": -0.8, "newcombe": [-0.9, -0.5],
+    result = {"metric": "header_present", "a": {"label": "A", "name": "v1", "k": 9, "n": 10, "rate": 0.9, "errors": 0},
+              "b": {"label": "B", "name": "v2", "k": 1, "n": 10, "rate": 0.1, "errors": 0}, "diff": -0.8,
+              "newcombe": [-0.9, -0.5], "effect": {"estimate": -0.8, "interval": [-0.9, -0.6], "method": "m"},
+              "p_adjusted": 0.001, "higher_is_better": True,
               "p_value": 0.001, "p_boschloo": None, "design": "unpaired", "verdict": "A>B", "worse": True,
               "test": "permutation over cases", "repeats_needed": None, "n_needed_per_arm": 5, "paired": None,
               "notes": []}

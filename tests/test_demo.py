@@ -107,8 +107,9 @@ def test_probe_demo_end_to_end_from_any_directory(demo_run):
     assert "probe compare" in result.stdout and "header_present" in result.stdout
     verdict_line = next(line for line in result.stdout.splitlines() if line.startswith(("B>A", "A>B", "indist")))
     assert verdict_line.startswith("B>A")  # always-header beats exception-only on header_present
-    sequential = next(line for line in result.stdout.splitlines() if line.startswith("sequential: B>A after"))
-    taken = int(sequential.split(" after ")[1].split()[0])
+    sequential = next(line for line in result.stdout.splitlines() if line.startswith(
+        "sequential: always-header is better than exception-only on header_present: B>A, decided at round "))
+    taken = int(sequential.split("): ")[1].split()[0])
     assert taken < 72 and "against 72 for the fixed plan" in sequential
     samples = read_jsonl(run_dir / "samples.jsonl")
     assert len(samples) == 72 and all(s["error"] is None for s in samples)

@@ -103,7 +103,7 @@ def test_compare_html_says_the_verdict_in_words(tmp_path):
                                        "-o", str(out)])
     assert result.exit_code == 0, result.output
     html = out.read_text()
-    assert 'data-verdict="A&gt;B"' in html and "A 16/16 vs B 0/16" in html
+    assert 'data-verdict="A&gt;B"' in html and "new is worse than old on header_present: old 16/16, new 0/16" in html
     missing = CliRunner().invoke(main, ["compare", f"{run}#prompt=old", f"{run}#prompt=new", "--format", "html"])
     assert missing.exit_code == 2 and "add -o FILE" in missing.stderr
 

@@ -198,7 +198,7 @@ def test_resume_refuses_a_changed_target_and_a_running_or_finished_run(tmp_path)
     changed = CliRunner().invoke(main, ["run", "--resume", str(run)])
     assert changed.exit_code == 2 and "the target config changed" in changed.stderr
     extra = CliRunner().invoke(main, ["run", "--resume", str(run), "--prompt", PROMPT])
-    assert extra.exit_code == 2 and "give no probe set, --prompt" in extra.stderr
+    assert extra.exit_code == 2 and "it accepts only --concurrency" in extra.stderr and "not --prompt" in extra.stderr
 
 
 def test_a_file_size_limit_mid_run_stops_cleanly_with_nothing_torn(tmp_path):

@@ -55,6 +55,7 @@ def test_decide_needs_the_threshold_and_takes_the_direction():
 
 def two_prompt_run(tmp_path, rates: dict[str, float], *extra: str, cases: int = 6):
     """Prompts a and b; each case's replies carry the header in the stated share of calls."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
     probeset = write_probeset(tmp_path / "p.toml", [(f"c{i}", f"question {i}", None) for i in range(cases)])
     prompts = []
     for name in rates:
@@ -85,7 +86,7 @@ def test_clearly_different_prompts_stop_early_with_the_right_verdict(tmp_path):
     rounds = read_jsonl(run / "sequential.jsonl")
     assert [r["round"] for r in rounds] == [1, 2]  # 6 discordant pairs a round; --min-rounds 2
     assert rounds[-1]["decision"] == "B>A" and rounds[-1]["stop"] is True
-    assert rounds[-1]["e_value"] >= 20 and rounds[-1]["favour_b_total"] == 12
+    assert rounds[-1]["e_value"] >= 20 and rounds[-1]["b_higher_total"] == 12
     samples = read_jsonl(run / "samples.jsonl")
     assert sorted(s["sample_id"] for s in samples) == sorted(
         f"c{i}.r{r}.a{a}" for i in range(6) for r in (1, 2) for a in (1, 2))  # exactly the completed rounds
@@ -95,7 +96,8 @@ def test_clearly_different_prompts_stop_early_with_the_right_verdict(tmp_path):
     assert "sequential: stopped after round 2 of 10: B>A, e = " in result.stdout
     compare = CliRunner().invoke(main, ["compare", f"{run}#prompt=a", f"{run}#prompt=b", "--json"])
     data = json.loads(compare.stdout)
-    assert data["design"] == "sequential" and data["verdict"] == "B>A" and data["p_value"] is None
+    assert data["design"] == "sequential" and data["verdict"] == "B>A"
+    assert data["p_value"] == pytest.approx(1 / rounds[-1]["e_value"])  # the anytime-valid p
     assert any("fixed-n tests after optional stopping are not valid" in n for n in data["notes"])
     reverse = json.loads(CliRunner().invoke(main, ["compare", f"{run}#prompt=b", f"{run}#prompt=a", "--json"]).stdout)
     assert reverse["verdict"] == "A>B"
@@ -116,10 +118,19 @@ def test_only_two_arms(tmp_path):
     assert result.exit_code == 2 and "exactly two arms" in result.stderr
 
 
-def test_the_default_cap_is_shown_before_the_run(tmp_path):
+def test_the_default_cap_is_shown_before_the_run_and_comes_from_detect(tmp_path):
+    from promptprobe.stats.sequential import rounds_for_power
+
     result = two_prompt_run(tmp_path, {"a": 0.0, "b": 1.0})
     assert result.exit_code == 0, result.output
-    assert "rounds a fixed paired test needs for 80% power at 85% vs 100%" in result.stderr
+    cap = rounds_for_power(0.15, 6)
+    assert f"or at the cap of {cap.rounds} rounds ({cap.rounds * 6} samples per arm" in result.stderr
+    assert "decide a 15-point difference in" in result.stderr
+    manifest = json.loads((run_dir_of(result) / "manifest.json").read_text())
+    assert manifest["sequential"]["max_rounds"] == cap.rounds and manifest["sequential"]["detect"] == 0.15
+    wider = two_prompt_run(tmp_path / "wider", {"a": 0.0, "b": 1.0}, "--detect", "40")
+    assert f"the cap of {rounds_for_power(0.4, 6).rounds} rounds" in wider.stderr
+    assert rounds_for_power(0.4, 6).rounds < cap.rounds
 
 
 def test_resume_continues_the_rounds(tmp_path):
@@ -149,7 +160,8 @@ def test_plan_sequential():
                                        "--format", "json"])
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
-    assert 2 <= data["rounds"]["median"] <= data["rounds"]["p80"] <= data["max_rounds"]
+    assert 2 <= data["rounds"]["median"] <= data["rounds"]["p90"] <= data["max_rounds"]
+    assert data["samples_per_arm"]["median"] == 10 * data["rounds"]["median"]
     assert data["decided_share"] > 0.9 and data["fixed_rounds"] >= 1
     text = CliRunner().invoke(main, ["plan", "--sequential", "--p1", "0.9", "--p2", "0.5", "--cases", "10"]).output
-    assert "rounds to a decision: mean" in text and "80th percentile" in text
+    assert "samples per arm to a decision: median" in text and "90th percentile" in text

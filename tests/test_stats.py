@@ -10,7 +10,6 @@ from scipy import special
 from scipy import stats as sp
 
 from promptprobe.stats import distributions, intervals
-from promptprobe.stats.planning import repeats_needed
 
 TOL = 1e-6
 
@@ -101,10 +100,14 @@ def test_normal_quantile_for_tiny_alpha_does_not_overflow():
     assert intervals.z_critical(0.95) == pytest.approx(1.959963984540054, abs=1e-12)
 
 
-def test_repeats_needed_returns_one_when_one_repeat_is_enough():
-    assert repeats_needed(48, 48, 1.0) == 1
-    assert repeats_needed(48, 30, 0.2) == 2  # 30 m / (1 + 0.2 (m - 1)) >= 48 at m = 2
-    assert repeats_needed(48, 10, 0.5) is None  # tends to 10 / 0.5 = 20 < 48
+def test_no_spread_between_cases_is_an_icc_of_exactly_zero():
+    # 11/12 as (3, 3, 3, 2) of 3: the mean squares are equal in exact arithmetic (MSB = MSW =
+    # 1/12), so the ICC is 0, not the 5.55e-17 of float noise that once made a hint take minutes.
+    analysis = intervals.anova([3, 3, 3, 2], [3, 3, 3, 3])
+    assert analysis.msb == pytest.approx(1 / 12) and analysis.msw == pytest.approx(1 / 12)
+    assert analysis.icc == 0.0
+    assert intervals.icc_anova([3, 3, 3, 3], [3, 3, 3, 3]) == 0.0
+    assert intervals.clustered_rate([3, 3, 3, 2], [3, 3, 3, 3]).deff == 1.0
 
 
 @given(st.integers(0, 200), st.integers(1, 200))

@@ -414,11 +414,24 @@ def interruptible(cancel: Callable[[], None]) -> Iterator[list[int]]:
 )
 @click.option("--min-rounds", type=click.IntRange(min=1), default=2, show_default=True)
 @click.option(
-    "--max-rounds", type=click.IntRange(min=1), help="Cap of --until-decided (default: twice a fixed plan)."
+    "--max-rounds",
+    type=click.IntRange(min=1),
+    help="Cap of --until-decided in rounds (default: from --detect).",
+)
+@click.option(
+    "--detect",
+    type=click.FloatRange(0, 100, min_open=True),
+    callback=finite,
+    default=15.0,
+    show_default=True,
+    help="--until-decided: the smallest difference worth finding, in points; the cap is the rounds "
+    "that find it with 80% power.",
 )
 @output_options()
 @handle_errors
+@click.pass_context
 def run(
+    ctx: click.Context,
     probeset_path: Path | None,
     prompt_paths: tuple[str, ...],
     model_specs: tuple[str, ...],
@@ -445,30 +458,20 @@ def run(
     metric: str,
     min_rounds: int,
     max_rounds: int | None,
+    detect: float,
     fmt: str,
 ) -> None:
-    """Run every case x repeat x prompt x model through the target; print the run and its report."""
+    """Run every case x repeat x prompt x model through the target; print the run and its report.
+
+    \b
+    --resume RUN finishes a run from its own manifest; of the other flags it takes only
+    --concurrency, --rpm, --timeout, --max-attempts, --max-retry-wait and --max-cost (how it
+    calls, not what it measures) and refuses the rest.
+    """
     from .engine.run import RunOptions
 
     if resume_path is not None:
-        if probeset_path is not None or prompt_paths or model_specs or config_path or repeats:
-            raise InputError(
-                "--resume RUN takes everything from the run's own manifest: "
-                "give no probe set, --prompt, --model, --config or -n"
-            )
-        from .engine.run import resume_run
-
-        options = RunOptions(max_cost=max_cost)
-        runner = resume_run(resume_path, options)
-        sequential = runner.previous.get("sequential")
-        if sequential:
-            from .engine.sequential import SequentialRule, SequentialRun
-
-            rule = SequentialRule(
-                sequential["metric"], sequential["alpha"], sequential["min_rounds"], sequential["max_rounds"]
-            )
-            runner = SequentialRun(runner, rule, sequential.get("fixed_rounds"))
-        _execute(runner, fmt, runner.plan.samples)
+        _resume(ctx, resume_path, fmt)
         return
     if probeset_path is None:
         raise InputError("give a probe set (probe run PROBESET --prompt FILE), or --resume RUN")
@@ -514,7 +517,9 @@ def run(
     if until_decided:
         from .engine.sequential import SequentialRule, SequentialRun
 
-        rule = SequentialRule(metric=metric, alpha=alpha, min_rounds=min_rounds, max_rounds=max_rounds)
+        rule = SequentialRule(
+            metric=metric, alpha=alpha, min_rounds=min_rounds, max_rounds=max_rounds, detect=detect / 100
+        )
         runner = SequentialRun.new(probeset, prompts, models, config, options, rule)
         click.echo(runner.describe(), err=True)
         _execute(runner, fmt, runner.plan.samples)
@@ -531,6 +536,59 @@ def run(
                 "(probe run --dry-run shows how it is made up)"
             )
     runner = ProbeRun(probeset, prompts, models, config, options)
+    _execute(runner, fmt, runner.plan.samples)
+
+
+def _given(ctx: click.Context, name: str) -> bool:
+    """Whether a flag was given on the command line or in the environment (not its default)."""
+    source = ctx.get_parameter_source(name)
+    return source in (click.core.ParameterSource.COMMANDLINE, click.core.ParameterSource.ENVIRONMENT)
+
+
+# --resume takes these (how the run calls) and refuses every other flag (what it measures).
+RESUME_FLAGS = {
+    "concurrency": "--concurrency",
+    "rpm": "--rpm",
+    "timeout": "--timeout",
+    "max_attempts": "--max-attempts",
+    "max_retry_wait": "--max-retry-wait",
+    "max_cost": "--max-cost",
+}
+OUTPUT_PARAMS = {"fmt", "as_json", "resume_path"}
+
+
+def _resume(ctx: click.Context, resume_path: Path, fmt: str) -> None:
+    from .engine.run import RunOptions, resume_run
+
+    refused = [
+        "PROBESET" if param.name == "probeset_path" else (param.opts[0] if param.opts else param.name)
+        for param in ctx.command.params
+        if param.name not in RESUME_FLAGS and param.name not in OUTPUT_PARAMS and _given(ctx, param.name)
+    ]
+    if refused:
+        raise InputError(
+            f"--resume RUN takes everything else from the run's own manifest; it accepts only "
+            f"{', '.join(RESUME_FLAGS.values())}, not {', '.join(refused)}"
+        )
+    changes = {name: ctx.params[name] for name in RESUME_FLAGS if _given(ctx, name)}
+    runner = resume_run(resume_path, RunOptions(), changes=changes)
+    for name, change in runner.changes.items():
+        click.echo(
+            f"resume: {RESUME_FLAGS[name]} {change['to']:g} from now on (the run had {change['from']})",
+            err=True,
+        )
+    sequential = runner.previous.get("sequential")
+    if sequential:
+        from .engine.sequential import DEFAULT_DETECT, SequentialRule, SequentialRun
+
+        rule = SequentialRule(
+            sequential["metric"],
+            sequential["alpha"],
+            sequential["min_rounds"],
+            sequential["max_rounds"],
+            detect=sequential.get("detect", DEFAULT_DETECT),
+        )
+        runner = SequentialRun(runner, rule)
     _execute(runner, fmt, runner.plan.samples)
 
 
@@ -643,13 +701,23 @@ def report(
 @click.argument("b")
 @click.option(
     "--metric",
+    "metrics",
     type=METRIC,
-    default="header_present",
-    show_default=True,
-    help="The metric to compare (any of the choices).",
+    multiple=True,
+    help="The metric to compare (default header_present); repeat for several, which are then one "
+    "family with Holm-adjusted p-values.",
 )
-@click.option("--all", "all_metrics", is_flag=True, help="Compare every metric with samples on both sides.")
-@click.option("--fail-if-worse", is_flag=True, help="Exit 4 when B is reliably worse than A (CI gates).")
+@click.option(
+    "--all",
+    "all_metrics",
+    is_flag=True,
+    help="Compare every metric with samples on both sides (one family, Holm-adjusted).",
+)
+@click.option(
+    "--fail-if-worse",
+    is_flag=True,
+    help="Exit 4 when B is reliably worse than A on a metric (at the Holm-adjusted p when several).",
+)
 @click.option(
     "--alpha", type=click.FloatRange(0, 0.5, min_open=True), callback=finite, default=0.05, show_default=True
 )
@@ -660,7 +728,7 @@ def report(
 def compare(
     a: str,
     b: str,
-    metric: str,
+    metrics: tuple[str, ...],
     all_metrics: bool,
     fail_if_worse: bool,
     alpha: float,
@@ -674,7 +742,13 @@ def compare(
     from .views.compare import compare_runs, failure_line, render_comparison
 
     comparison = compare_runs(
-        a, b, [metric], all_metrics=all_metrics, alpha=alpha, classification=classification, top_k=top_k
+        a,
+        b,
+        list(metrics) or ["header_present"],
+        all_metrics=all_metrics,
+        alpha=alpha,
+        classification=classification,
+        top_k=top_k,
     )
     if fmt == "html":
         from .views.html import compare_html
@@ -683,7 +757,7 @@ def compare(
             raise InputError("--format html writes a file: add -o FILE")
         emit(compare_html(a, b, comparison), output)
     elif fmt == "json":
-        if all_metrics:
+        if all_metrics or len(comparison["results"]) > 1:
             payload = comparison
         else:
             payload = dict(
@@ -732,7 +806,15 @@ def compare(
     help="Gate failing a case when any of K runs fails.",
 )
 @click.option("--p", "p", type=float, callback=finite, help="Per-run success rate (with --gate-any-of).")
-@click.option("--sequential", is_flag=True, help="Rounds to a decision for --until-decided (with --cases).")
+@click.option("--sequential", is_flag=True, help="Samples to a decision for --until-decided (with --cases).")
+@click.option(
+    "--detect",
+    type=click.FloatRange(0, 100, min_open=True),
+    callback=finite,
+    default=15.0,
+    show_default=True,
+    help="With --sequential: the --detect of the run (its cap), in points.",
+)
 @output_options()
 @handle_errors
 def plan(
@@ -746,6 +828,7 @@ def plan(
     gate_k: int | None,
     p: float | None,
     sequential: bool,
+    detect: float,
     fmt: str,
 ) -> None:
     """Sample size to tell p1 from p2 (and repeats for the paired design); smallest difference
@@ -762,7 +845,9 @@ def plan(
             raise InputError("--sequential needs --p1, --p2 and --cases")
         from .views.sequential_plan import plan_sequential
 
-        result = plan_sequential(p1, p2, cases, icc if icc is not None else 0.5, alpha, power)
+        result = plan_sequential(
+            p1, p2, cases, icc if icc is not None else 0.5, alpha, power, detect=detect / 100
+        )
     elif n is not None:
         if p1 is None:
             raise InputError("--n needs --p1 (the rate you have now)")

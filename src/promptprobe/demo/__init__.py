@@ -333,7 +333,7 @@ def run_demo(runs_dir: Path, port: int = 0, stream: bool = False, progress: Any 
     from ..engine.sequential import SequentialRule, SequentialRun
     from ..models import parse_model_spec
     from ..providers.base import GenerationParams
-    from ..views.compare import compare_runs, render_comparison
+    from ..views.compare import compare_runs, judgement, render_comparison
     from ..views.report import build_report, render_report
     from ..views.why import explain, render_why
 
@@ -364,6 +364,7 @@ def run_demo(runs_dir: Path, port: int = 0, stream: bool = False, progress: Any 
     why = render_why(explain(a, "header_present"), top=3)
     seq_a, seq_b = (f"{decided.path}#prompt={name}" for name in PROMPTS)
     seq_result = compare_runs(seq_a, seq_b, ["header_present"])["results"][0]
+    seq_view = build_report(decided.path)["sequential"]
     per_arm = decided.recorded // 2
     text = "\n".join(
         [
@@ -377,8 +378,9 @@ def run_demo(runs_dir: Path, port: int = 0, stream: bool = False, progress: Any 
             why,
             "",
             f"$ probe run ... --until-decided   (run: {decided.path})",
-            f"sequential: {seq_result['verdict']} after {decided.recorded} samples ({per_arm} per arm), "
-            f"against {outcome.planned} for the fixed plan above "
+            f"sequential: {judgement(seq_result)}: {seq_result['verdict']}, decided at round "
+            f"{seq_view['rounds']} (cap {seq_view['max_rounds']} rounds): {decided.recorded} samples "
+            f"({per_arm} per arm) against {outcome.planned} for the fixed plan above "
             f"(e = {seq_result.get('e_value', 0):.3g}, decides at {1 / rule.alpha:g})",
         ]
     )

@@ -363,6 +363,7 @@ class ResumedRun(ProbeRun):
         self.extra_manifest = {k: manifest[k] for k in ("sequential",) if k in manifest}
         self.kept = 0
         self.kept_errors = 0
+        self.changes: dict[str, dict[str, Any]] = {}
 
     def prepare(self) -> tuple[set[str], dict[tuple[str, int], Retrieved]]:
         """Open the run, cut torn lines, set errored samples aside; what is done, what to reuse."""
@@ -402,7 +403,13 @@ class ResumedRun(ProbeRun):
             if key in missing_units and record.get("error") is None:
                 reuse[key] = Executor.recorded_retrieval(record)
         self.resumes.append(
-            {"at": utc_now(), "pid": os.getpid(), "kept": len(done), "set_aside": len(superseded)}
+            {
+                "at": utc_now(),
+                "pid": os.getpid(),
+                "kept": len(done),
+                "set_aside": len(superseded),
+                **({"changed": self.changes} if self.changes else {}),
+            }
         )
         manifest = self.manifest("running", None, self.counts())
         store.write_manifest(manifest)
@@ -428,6 +435,10 @@ def _verified(path: Path, relative: str, sha256: str, what: str) -> bytes:
     return data
 
 
+# What a resumed run may change: how it calls, not what it measures.
+RESUME_CHANGEABLE = ("concurrency", "rpm", "timeout", "max_attempts", "max_retry_wait", "max_cost")
+
+
 def resume_run(
     path: str | Path,
     options: RunOptions | None = None,
@@ -435,9 +446,11 @@ def resume_run(
     prompts: Sequence[PromptVersion] | None = None,
     models: Sequence[ModelSpec] | None = None,
     probeset: ProbeSet | None = None,
+    changes: dict[str, Any] | None = None,
 ) -> ResumedRun:
     """A run to finish from its manifest. Prompts, models or a probe set given here must be the
-    ones the run used (same sha256 / specs), else it is refused."""
+    ones the run used (same sha256 / specs), else it is refused. `changes` may set any of
+    RESUME_CHANGEABLE; they are used from now on and recorded in the manifest's `resumes`."""
     path = Path(path)
     manifest = load_manifest(path)
     state = run_state(path, manifest)
@@ -480,7 +493,11 @@ def resume_run(
         config = TargetConfig()
     settings = CheckSettings.from_dict(manifest.get("checks") or {"header": manifest.get("header")})
     config = replace(config, checks=replace(settings, top_k=None))
-    parameters = manifest.get("parameters") or {}
+    changes = {k: v for k, v in (changes or {}).items() if v is not None}
+    unknown = sorted(set(changes) - set(RESUME_CHANGEABLE))
+    if unknown:
+        raise InputError(f"a resumed run cannot change {', '.join(unknown)}")
+    parameters = {**(manifest.get("parameters") or {}), **changes}
     base = options or RunOptions()
     params = GenerationParams(
         max_tokens=parameters.get("max_tokens", 1024),
@@ -497,11 +514,12 @@ def resume_run(
         max_attempts=parameters.get("max_attempts", base.max_attempts),
         max_retry_wait=parameters.get("max_retry_wait", base.max_retry_wait),
         rpm=parameters.get("rpm", base.rpm) or 0.0,
+        max_cost=parameters.get("max_cost") if "max_cost" in changes else base.max_cost,
         seed=manifest["seed"],
         top_k=settings.top_k,
         yes=True,
     )
-    return ResumedRun(
+    resumed = ResumedRun(
         path,
         manifest,
         run_options,
@@ -511,6 +529,10 @@ def resume_run(
         config=config,
         on_record=on_record,
     )
+    resumed.changes = {
+        k: {"from": (manifest.get("parameters") or {}).get(k), "to": v} for k, v in changes.items()
+    }
+    return resumed
 
 
 __all__ = ["ProbeError", "ProbeRun", "RunOptions", "RunOutcome", "resume_run", "run_probe"]

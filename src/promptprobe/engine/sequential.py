@@ -3,9 +3,15 @@
 A round asks every case once under each arm, with one retrieval per (case, round) shared by
 both (a round is a repeat of the plan). After each complete round the discordant pairs of
 the round are added to the evidence (promptprobe.stats.sequential) and the run stops when the
-e-value reaches 1/alpha (after at least `min_rounds`), or at `max_rounds` as indistinguishable.
-A failed sample counts as that metric's unfavourable outcome for its arm, so a pair where
-one arm failed is discordant against it. Each round is a line of sequential.jsonl.
+e-value reaches 1/alpha (after at least `min_rounds`), or at the cap as indistinguishable. The
+cap is the rounds the rule needs for 80% power at the smallest difference worth finding
+(`--detect POINTS`, default 15), or `--max-rounds`.
+
+Pairs are counted by rate (B's outcome 1, A's 0: B's rate higher there), so the decision reads
+like every verdict: `B>A` = B's rate reliably higher, whatever the metric's direction. A failed
+sample counts as that metric's unfavourable outcome for its arm (a 0 where higher is better, a 1
+where lower is better), so a pair where one arm failed is discordant against it. Each round is
+a line of sequential.jsonl.
 """
 
 from collections.abc import Sequence
@@ -19,13 +25,13 @@ from ..jsonio import iter_jsonl
 from ..models import ModelSpec
 from ..probeset import Case, ProbeSet
 from ..prompts import PromptVersion
-from ..stats.planning import paired_repeats
-from ..stats.sequential import KT, decide, mixture_e_value
+from ..stats.sequential import KT, Cap, decide, mixture_e_value, rounds_for_power
 from .plan import Arm, Unit, sample_id
 from .run import ProbeRun, RunOptions, RunOutcome
 from .store import iter_samples
 
-CAP_BASIS = {"p1": 0.85, "p2": 1.0, "icc": 0.5, "power": 0.8}
+DEFAULT_DETECT = 0.15
+TERMS = "rate"  # how sequential.jsonl counts pairs; runs before it named the arm that did well
 
 
 @dataclass(frozen=True)
@@ -33,21 +39,18 @@ class SequentialRule:
     metric: str = "header_present"
     alpha: float = 0.05
     min_rounds: int = 2
-    max_rounds: int | None = None  # None: twice what a fixed paired plan needs (CAP_BASIS)
+    max_rounds: int | None = None  # None: the rounds for 80% power at `detect`
     mixture: float = KT
+    detect: float = DEFAULT_DETECT  # the smallest difference worth finding (a share, 0.15 = 15 points)
 
     @property
     def threshold(self) -> float:
         return 1 / self.alpha
 
 
-def default_max_rounds(cases: int, alpha: float) -> tuple[int, int | None]:
-    """(cap, fixed rounds): twice the repeats a fixed paired test needs for 80% power at
-    0.85 vs 1.0 with ICC 0.5 (by simulation of that test); 200 when none is found."""
-    fixed = paired_repeats(
-        CAP_BASIS["p1"], CAP_BASIS["p2"], cases, CAP_BASIS["icc"], alpha, CAP_BASIS["power"]
-    ).repeats
-    return (2 * fixed if fixed else 200), fixed
+def default_cap(cases: int, rule: SequentialRule) -> Cap:
+    """The rounds the rule needs for 80% power at `rule.detect` (see stats.sequential)."""
+    return rounds_for_power(rule.detect, cases, rule.alpha, 0.8, rule.min_rounds, rule.mixture)
 
 
 def round_pairs(
@@ -57,7 +60,8 @@ def round_pairs(
     settings: CheckSettings,
     metric: str,
 ) -> tuple[int, int, int]:
-    """(pairs, favour_b, favour_a) over one round's samples of the two arms."""
+    """(pairs, b_higher, a_higher) over one round's samples of the two arms: the pairs where only
+    B's outcome is 1, and where only A's is."""
     rule = METRICS[metric]
     outcome: dict[tuple[str, int], bool] = {}
     for sample in samples:
@@ -66,24 +70,24 @@ def round_pairs(
             continue
         index = 0 if sample["prompt"] == arms[0].prompt.name and sample["model"] == arms[0].model.spec else 1
         if sample.get("error"):
-            good = False  # a failure is the unfavourable outcome for its own arm
+            hit = not rule.higher_is_better  # a failure is the unfavourable outcome for its own arm
         else:
-            good = rule.outcome(sample, case, settings) == rule.higher_is_better
-        outcome[(case.id, index)] = good
-    pairs = favour_b = favour_a = 0
+            hit = bool(rule.outcome(sample, case, settings))
+        outcome[(case.id, index)] = hit
+    pairs = b_higher = a_higher = 0
     for case_id in cases:
         if (case_id, 0) in outcome and (case_id, 1) in outcome:
             pairs += 1
             a, b = outcome[(case_id, 0)], outcome[(case_id, 1)]
-            favour_b += b and not a
-            favour_a += a and not b
-    return pairs, favour_b, favour_a
+            b_higher += b and not a
+            a_higher += a and not b
+    return pairs, b_higher, a_higher
 
 
 class SequentialRun:
     """Drives a ProbeRun (new or resumed) round by round."""
 
-    def __init__(self, runner: ProbeRun, rule: SequentialRule, fixed_rounds: int | None = None) -> None:
+    def __init__(self, runner: ProbeRun, rule: SequentialRule, cap: Cap | None = None) -> None:
         if len(runner.plan.arms) != 2:
             raise InputError(
                 f"--until-decided compares exactly two arms (two prompts, or two models); this run has "
@@ -93,7 +97,7 @@ class SequentialRun:
             raise InputError(f"--max-rounds {rule.max_rounds} is below --min-rounds {rule.min_rounds}")
         self.runner = runner
         self.rule = rule
-        self.fixed_rounds = fixed_rounds
+        self.cap = cap
         arms = runner.plan.arms
         self.arms: tuple[Arm, Arm] = (arms[0], arms[1])
         runner.extra_manifest["sequential"] = {
@@ -105,8 +109,12 @@ class SequentialRun:
             "mixture": f"Beta({rule.mixture:g}, {rule.mixture:g})",
             "a": f"prompt={arms[0].prompt.name},model={arms[0].model.spec}",
             "b": f"prompt={arms[1].prompt.name},model={arms[1].model.spec}",
-            "fixed_rounds": fixed_rounds,
-            "cap_basis": CAP_BASIS,
+            "detect": rule.detect,
+            # A resumed run keeps the cap's figure from when it started.
+            "cap_power": cap.power
+            if cap
+            else (runner.extra_manifest.get("sequential") or {}).get("cap_power"),
+            "terms": TERMS,
         }
 
     @classmethod
@@ -119,12 +127,20 @@ class SequentialRun:
         options: RunOptions,
         rule: SequentialRule,
     ) -> "SequentialRun":
-        fixed = None
+        cap = None
         max_rounds = rule.max_rounds
         if max_rounds is None:
-            max_rounds, fixed = default_max_rounds(len(probeset.cases), rule.alpha)
+            cap = default_cap(len(probeset.cases), rule)
+            if cap.rounds is None:
+                cases = len(probeset.cases)
+                raise InputError(
+                    f"--detect {100 * rule.detect:g}: even {cap.limit} rounds of {cases} cases decide that "
+                    f"difference in only {100 * cap.power:.0f}% of runs; detect a larger difference or set "
+                    "--max-rounds"
+                )
+            max_rounds = cap.rounds
         runner = ProbeRun(probeset, prompts, models, config, replace(options, repeats=max_rounds))
-        return cls(runner, replace(rule, max_rounds=max_rounds), fixed)
+        return cls(runner, replace(rule, max_rounds=max_rounds), cap)
 
     # -- the engine's interface (the CLI drives it like a ProbeRun) ---------------------------
 
@@ -155,27 +171,34 @@ class SequentialRun:
         cases = len(self.runner.plan.cases)
         cap = self.runner.plan.repeats
         basis = (
-            f"twice the {self.fixed_rounds} rounds a fixed paired test needs for 80% power at 85% vs 100% "
-            f"(ICC 0.5)"
-            if self.fixed_rounds
+            f"the rounds that decide a {100 * self.rule.detect:g}-point difference in "
+            f"{100 * self.cap.power:.0f}% of simulated runs (--detect)"
+            if self.cap
             else "--max-rounds"
         )
         return (
             f"sequential: rounds of {cases} cases x 2 arms on {self.rule.metric}; stops when the evidence "
             f"reaches e >= {self.rule.threshold:g} (alpha {self.rule.alpha:g}) after at least "
-            f"{self.rule.min_rounds} rounds, or at {cap} rounds ({basis}) as indistinguishable"
+            f"{self.rule.min_rounds} rounds, or at the cap of {cap} rounds ({cap * cases} samples per arm; "
+            f"{basis}) as indistinguishable"
         )
 
     # -- running -----------------------------------------------------------------------------
 
     def _history(self) -> tuple[int, int, int, dict[str, Any] | None]:
-        """(rounds done, discordant, favour_b, last line) from sequential.jsonl (resume)."""
+        """(rounds done, discordant, b_higher, last line) from sequential.jsonl (resume)."""
         assert self.runner.store is not None
         lines = list(iter_jsonl(self.runner.store.path / "sequential.jsonl"))
         if not lines:
             return 0, 0, 0, None
         last = lines[-1]
-        return last["round"], last["discordant_total"], last["favour_b_total"], last
+        discordant = last["discordant_total"]
+        if "b_higher_total" in last:
+            return last["round"], discordant, last["b_higher_total"], last
+        # A run recorded before pairs were counted by rate: favour_b counted B doing well.
+        favour_b = last["favour_b_total"]
+        b_higher = favour_b if METRICS[self.rule.metric].higher_is_better else discordant - favour_b
+        return last["round"], discordant, b_higher, last
 
     def _round_samples(self, round_number: int) -> list[dict[str, Any]]:
         assert self.runner.store is not None
@@ -185,7 +208,7 @@ class SequentialRun:
     def execute(self) -> RunOutcome:
         runner = self.runner
         runner.open()
-        done, discordant, favour_b, last = self._history()
+        done, discordant, b_higher, last = self._history()
         if last is not None and last.get("stop"):
             raise InputError(f"{runner.store.path}: the sequential run already stopped at round {done}")
         cases = {c.id: c for c in runner.plan.cases}
@@ -199,9 +222,9 @@ class SequentialRun:
                 self._round_samples(round_number), self.arms, cases, runner.settings, self.rule.metric
             )
             discordant += b_wins + a_wins
-            favour_b += b_wins
-            e_value = mixture_e_value(favour_b, discordant, self.rule.mixture)
-            decision = decide(favour_b, discordant, self.rule.alpha, self.rule.mixture)
+            b_higher += b_wins
+            e_value = mixture_e_value(b_higher, discordant, self.rule.mixture)
+            decision = decide(b_higher, discordant, self.rule.alpha, self.rule.mixture)
             stop = False
             if decision and round_number >= self.rule.min_rounds:
                 stop = True
@@ -210,18 +233,20 @@ class SequentialRun:
             else:
                 decision = None
             assert runner.store is not None
+            higher = METRICS[self.rule.metric].higher_is_better
             runner.store.append(
                 "sequential.jsonl",
                 {
                     "round": round_number,
                     "pairs": pairs,
                     "discordant": b_wins + a_wins,
-                    "favour_b": b_wins,
-                    "favour_a": a_wins,
+                    "b_higher": b_wins,
+                    "a_higher": a_wins,
                     "discordant_total": discordant,
-                    "favour_b_total": favour_b,
+                    "b_higher_total": b_higher,
                     "e_value": e_value,
                     "decision": decision,
+                    "worse": decision == ("A>B" if higher else "B>A"),
                     "stop": stop,
                 },
             )

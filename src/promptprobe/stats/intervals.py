@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from .distributions import f_ppf, normal_isf, t_isf
 
 ICC_UPPER_LEVEL = 0.99
+# Sums of squares this small relative to their terms are exact zeros lost to rounding.
+ZERO_TOLERANCE = 1e-12
 
 
 def z_critical(confidence: float = 0.95) -> float:
@@ -72,7 +74,10 @@ class Anova:
         denom = self.msb + (self.m0 - 1) * self.msw
         if self.cases < 2 or denom <= 0:
             return 0.0  # every outcome equal: nothing to attribute to cases
-        return max(0.0, (self.msb - self.msw) / denom)
+        # Equal mean squares are 0 exactly, not float noise (5.55e-17 once made a plan take minutes).
+        if self.msb - self.msw <= ZERO_TOLERANCE * (self.msb + self.msw):
+            return 0.0
+        return min(1.0, (self.msb - self.msw) / denom)
 
     def icc_upper(self, level: float = ICC_UPPER_LEVEL) -> float:
         """Upper confidence limit of the ICC from the F distribution (Searle 1971)."""
@@ -90,9 +95,16 @@ def anova(successes: Sequence[float], trials: Sequence[float]) -> Anova | None:
     total = sum(m for _, m in groups)
     if g < 2 or total <= g:
         return None
-    p = sum(k for k, _ in groups) / total
-    msb = sum(m * (k / m - p) ** 2 for k, m in groups) / (g - 1)
-    msw = sum(k - k * k / m for k, m in groups) / (total - g)
+    successes = sum(k for k, _ in groups)
+    # Between and within sums of squares from Σk²/m, each snapped to 0 when it is rounding.
+    squares = sum(k * k / m for k, m in groups)
+    between = squares - successes * successes / total
+    within = successes - squares
+    scale = max(1.0, squares, float(successes))
+    between = 0.0 if between <= ZERO_TOLERANCE * scale else between
+    within = 0.0 if within <= ZERO_TOLERANCE * scale else within
+    msb = between / (g - 1)
+    msw = within / (total - g)
     m0 = (total - sum(m * m for _, m in groups) / total) / (g - 1)
     return Anova(g, int(total), msb, msw, m0)
 

@@ -1,24 +1,33 @@
 """Planning: how many samples, repeats or cases a probe needs before the prompt changes.
 
-- Samples per arm for two independent rates (classic pooled normal approximation, no continuity
-  correction): n = [z_{α/2}·sqrt(2·p̄q̄) + z_β·sqrt(p1q1 + p2q2)]² / (p1 - p2)².
-- Repeats for the paired design (the one a probe uses): the power of the stratified exact
-  test is simulated with a fixed seed on the model of `simulation` (per-question rates with
-  the given ICC, hard questions hard under both arms), and the smallest number of repeats
-  reaching the target power is found by bisection with common random numbers.
-- Repeats for the unpaired design (its unit is the case): each case's rate has variance
-  ICC·pq + (1-ICC)·pq/m, so with G cases a side the test has power about
-  Φ(|Δ| / sqrt((σ_A² + σ_B²)/G) - z_{α/2}); when even infinitely many repeats cannot get
-  there, the cases it needs are given instead.
+Every figure is the power of the test the verdict actually uses (promptprobe.stats.power), never
+a normal approximation the exact test falls short of:
+- Samples per arm for one question asked n times per arm: exact power of the exact conditional
+  test (the stratified test with one case), by enumeration; the smallest n reaching the power.
+- Repeats for the paired design (the one a probe uses): the stratified exact test simulated with
+  a fixed seed on the model of `simulation` (per-question rates with the given ICC, hard
+  questions hard under both arms), with common random numbers across repeat counts; the fewest
+  repeats whose simulated power reaches the target.
+- Repeats for the unpaired design (its unit is the case): the case permutation test simulated
+  the same way. When even unlimited repeats cannot get there (its ceiling is the power on the
+  questions' true rates), the cases per side it needs instead; when the design cannot reach
+  alpha at all (3 cases a side: the smallest p is 0.1), it says so.
 - Any-of-k gate: P(block) = 1 - p^k.
+The normal approximation n = [z_{α/2}·sqrt(2p̄q̄) + z_β·sqrt(p1q1 + p2q2)]² / (p1 - p2)² only
+seeds the searches.
 """
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from .distributions import normal_cdf, normal_isf
+from .distributions import normal_isf
 
 MAX_REPEATS = 200
+MAX_SAMPLES = 100_000
+EXACT_SAMPLES = 20_000  # above this, n_per_arm is Fleiss's continuity-corrected approximation
+NORMAL_TEST = "normal approximation with continuity correction (Fleiss), above 20,000 samples per arm"
+MAX_CASES = 2_000
 PLAN_TRIALS = 1000
 PLAN_SEED = 20261130
 
@@ -43,6 +52,7 @@ def check_test_settings(alpha: float, power: float) -> None:
 
 
 def n_per_arm_float(p1: float, p2: float, alpha: float = 0.05, power: float = 0.8) -> float:
+    """The classic pooled normal approximation (a starting point for the exact searches)."""
     if p1 == p2:
         return math.inf
     za = normal_isf(alpha / 2)
@@ -52,40 +62,126 @@ def n_per_arm_float(p1: float, p2: float, alpha: float = 0.05, power: float = 0.
     return num**2 / (p1 - p2) ** 2
 
 
-def n_per_arm(p1: float, p2: float, alpha: float = 0.05, power: float = 0.8) -> int | None:
-    """Samples per arm to tell p1 from p2 (two-sided alpha, power); None when p1 == p2."""
+def smallest_reaching(
+    power_at: Callable[[int], float],
+    target: float,
+    start: int,
+    low: int,
+    high: int,
+    tolerance: float = 0.01,
+    growth: float = 2.0,
+    exact_below: int = 200,
+) -> int | None:
+    """The smallest m in [low, high] with power_at(m) >= target, searching out from `start`
+    (growing by `growth`, then bisection); None when even `high` does not reach it. Exact below
+    `exact_below`; above, to a relative `tolerance` (each step there costs far more and moves the
+    power little)."""
+    start = min(max(start, low), high)
+    if power_at(start) >= target:
+        hi = start
+        lo = start
+        while lo > low:
+            lo = max(low, min(lo - 1, int(lo / growth)))
+            if power_at(lo) < target:
+                break
+            hi = lo
+        else:
+            return hi
+    else:
+        lo = start
+        hi = start
+        while power_at(hi) < target:
+            if hi >= high:
+                return None
+            lo, hi = hi, min(high, max(hi + 1, math.ceil(hi * growth)))
+    while hi - lo > max(1, int(hi * tolerance) if hi > exact_below else 1):
+        mid = (lo + hi) // 2
+        if power_at(mid) >= target:
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+@dataclass(frozen=True)
+class SizePlan:
+    n: int | None  # samples per arm; None when the rates are equal or it exceeds the limit
+    power: float | None  # the exact power at n
+    test: str = "exact conditional test (one question, n samples per arm), exact power"
+
+
+def size_plan(
+    p1: float,
+    p2: float,
+    alpha: float = 0.05,
+    power: float = 0.8,
+    max_samples: int = MAX_SAMPLES,
+    tolerance: float = 0.01,
+    exact_below: int = 200,
+) -> SizePlan:
+    """Samples per arm for the exact test to tell p1 from p2 with this power (exact)."""
+    from .power import fisher_power, fisher_smallest_p
+
     validate("p1", p1, 0, 1)
     validate("p2", p2, 0, 1)
     check_test_settings(alpha, power)
     if p1 == p2:
-        return None
-    # The small tolerance keeps 48.0000000001 from becoming 49.
-    return math.ceil(n_per_arm_float(p1, p2, alpha, power) - 1e-9)
+        return SizePlan(None, None)
+    cache: dict[int, float] = {}
+
+    def power_at(n: int) -> float:
+        if n not in cache:
+            cache[n] = fisher_power(n, p1, p2, alpha) if fisher_smallest_p(n) <= alpha * (1 + 1e-9) else 0.0
+        return cache[n]
+
+    guess = n_per_arm_float(p1, p2, alpha, power)
+    if guess > 2 * max_samples:
+        return SizePlan(None, None)  # far beyond the limit: not worth enumerating
+    if guess * 1.3 > EXACT_SAMPLES:
+        # Here the exact test's steps are far finer than the power asked for: the continuity-
+        # corrected normal approximation (Fleiss) is what the exact test reaches, to a sample.
+        corrected = guess / 4 * (1 + math.sqrt(1 + 4 / (guess * abs(p1 - p2)))) ** 2
+        return SizePlan(math.ceil(corrected), None, NORMAL_TEST)
+    start = min(max_samples, max(1, math.ceil(guess)))
+    # The normal approximation is usually within 15% of the exact answer: bracket it closely.
+    n = smallest_reaching(
+        power_at, power, start, 1, max_samples, tolerance, growth=1.25, exact_below=exact_below
+    )
+    return SizePlan(n, power_at(n) if n else None)
+
+
+def n_per_arm(p1: float, p2: float, alpha: float = 0.05, power: float = 0.8) -> int | None:
+    """Samples per arm to tell p1 from p2 (exact power of the exact test); None when p1 == p2."""
+    return size_plan(p1, p2, alpha, power).n
 
 
 def detectable_difference(
     n: int, p1: float, alpha: float = 0.05, power: float = 0.8
 ) -> dict[str, float | None]:
-    """Smallest p2 - p1 (each direction) that n samples per arm detect; None if unreachable."""
+    """Smallest p2 - p1 (each direction) that n samples per arm detect (exact power); None if
+    unreachable."""
+    from .power import fisher_power, fisher_smallest_p
+
     if n < 1:
         raise ValueError("n must be at least 1")
     validate("p1", p1, 0, 1)
     check_test_settings(alpha, power)
     result: dict[str, float | None] = {}
+    reachable = fisher_smallest_p(n) <= alpha * (1 + 1e-9)
     for name, edge in (("up", 1.0), ("down", 0.0)):
-        if p1 == edge or n_per_arm_float(p1, edge, alpha, power) > n:
+        if p1 == edge or not reachable or fisher_power(n, p1, edge, alpha) < power:
             result[name] = None
             continue
-        # n_per_arm falls as p2 moves away from p1: bisect for where it equals n.
+        # Power grows as p2 moves away from p1: bisect for where it reaches the target.
         near, far = p1, edge
-        for _ in range(200):
+        for _ in range(30):
             mid = (near + far) / 2
-            if mid in (near, far):
-                break
-            if n_per_arm_float(p1, mid, alpha, power) > n:
+            if fisher_power(n, p1, mid, alpha) < power:
                 near = mid
             else:
                 far = mid
+            if abs(far - near) < 1e-5:
+                break
         result[name] = far - p1
     return result
 
@@ -95,18 +191,7 @@ def gate_block_probability(p: float, k: int) -> float:
     return 1 - p**k
 
 
-def repeats_needed(n_eff: float, cases: int, icc: float) -> int | None:
-    """Repeats of `cases` cases whose effective n reaches n_eff; None if no repeat count does.
-
-    n_eff(m) = C·m / (1 + (m-1)·ICC), which tends to C/ICC as m grows.
-    """
-    if cases < 1 or not 0 <= icc <= 1:
-        raise ValueError("cases must be >= 1 and icc within [0, 1]")
-    if n_eff <= cases:
-        return 1
-    if cases - n_eff * icc <= 0:
-        return None
-    return max(1, math.ceil(n_eff * (1 - icc) / (cases - n_eff * icc) - 1e-9))
+# -- designs with cases and repeats ----------------------------------------------------------
 
 
 def paired_power(
@@ -119,29 +204,45 @@ def paired_power(
     trials: int = PLAN_TRIALS,
     seed: int = PLAN_SEED,
 ) -> float:
-    """Simulated power of the paired verdict (stratified exact test) at these settings."""
-    import numpy as np
+    """Simulated power of the paired verdict (stratified exact test, deciding the right way)."""
+    return _PairedSimulation(p1, p2, cases, icc, alpha, trials, seed).power(repeats)
 
-    from .simulation import paired_rates
-    from .tests import stratified_exact
 
-    rng = np.random.default_rng(seed)
-    rates_a, rates_b = paired_rates(rng, p1, p2, icc, (trials, cases))
-    # Common random numbers: the same uniforms decide every repeat count's outcomes.
-    uniforms = np.random.default_rng(seed + 1).random((2, trials, cases, repeats))
-    a = (uniforms[0] < rates_a[..., None]).sum(axis=2)
-    b = (uniforms[1] < rates_b[..., None]).sum(axis=2)
-    hits = 0
-    for trial in range(trials):
-        counts = [(int(x), repeats, int(y), repeats) for x, y in zip(a[trial], b[trial], strict=True)]
-        hits += stratified_exact(counts).p_value <= alpha
-    return hits / trials
+class _PairedSimulation:
+    """Simulated paired probes of one design; questions are drawn once, repeats vary."""
+
+    def __init__(self, p1: float, p2: float, cases: int, icc: float, alpha: float, trials: int, seed: int):
+        import numpy as np
+
+        from .simulation import paired_rates
+
+        self.rates_a, self.rates_b = paired_rates(np.random.default_rng(seed), p1, p2, icc, (trials, cases))
+        self.seed, self.alpha, self.cases = seed, alpha, cases
+        self.direction = (p2 > p1) - (p2 < p1)
+        self.cache: dict[int, float] = {}
+
+    def power(self, repeats: int) -> float:
+        from .power import stratified_p_batch, stratified_smallest_p
+        from .simulation import crn_counts
+        from .tests import decides
+
+        if repeats not in self.cache:
+            if not decides(stratified_smallest_p(self.cases, repeats), self.alpha):
+                self.cache[repeats] = 0.0
+            else:
+                a = crn_counts(self.seed, 1, self.rates_a, repeats)
+                b = crn_counts(self.seed, 2, self.rates_b, repeats)
+                p_values, signs = stratified_p_batch(a, b, repeats, alpha=self.alpha)
+                hits = (p_values <= self.alpha * (1 + 1e-9)) & (signs == self.direction)
+                self.cache[repeats] = float(hits.mean())
+        return self.cache[repeats]
 
 
 @dataclass(frozen=True)
 class PairedPlan:
-    repeats: int | None  # None: not reached within MAX_REPEATS
-    power: float  # simulated power at those repeats (or at MAX_REPEATS)
+    repeats: int | None  # None: not reached within the limit
+    power: float | None  # simulated power at those repeats (or at the limit)
+    limit: int = MAX_REPEATS
 
 
 def paired_repeats(
@@ -152,67 +253,123 @@ def paired_repeats(
     alpha: float = 0.05,
     power: float = 0.8,
     trials: int = PLAN_TRIALS,
+    max_repeats: int = MAX_REPEATS,
+    tolerance: float = 0.01,
+    exact_below: int = 200,
 ) -> PairedPlan:
     """The fewest repeats of `cases` cases whose paired test reaches `power` (simulated)."""
     validate("icc", icc, 0, 1)
     check_test_settings(alpha, power)
     if p1 == p2:
-        return PairedPlan(None, alpha)
-    cache: dict[int, float] = {}
+        return PairedPlan(None, None, max_repeats)
+    simulation = _PairedSimulation(p1, p2, cases, icc, alpha, trials, PLAN_SEED)
+    guess = n_per_arm_float(p1, p2, alpha, power) / cases
+    start = max(1, min(max_repeats, math.ceil(guess)))
+    repeats = smallest_reaching(simulation.power, power, start, 1, max_repeats, tolerance, 2.0, exact_below)
+    return PairedPlan(repeats, simulation.power(repeats or max_repeats), max_repeats)
 
-    def power_at(m: int) -> float:
-        if m not in cache:
-            cache[m] = paired_power(p1, p2, cases, m, icc, alpha, trials)
-        return cache[m]
 
-    high = 1
-    while power_at(high) < power:
-        if high >= MAX_REPEATS:
-            return PairedPlan(None, power_at(high))
-        high = min(MAX_REPEATS, high * 2)
-    low = high // 2  # power_at(low) < power, or low == 0
-    while high - low > 1:
-        mid = (low + high) // 2
-        if power_at(mid) >= power:
-            high = mid
-        else:
-            low = mid
-    return PairedPlan(high, power_at(high))
+class _UnpairedSimulation:
+    """Simulated unpaired probes: each arm asks its own `cases` questions."""
+
+    def __init__(
+        self,
+        p1: float,
+        p2: float,
+        cases: int,
+        icc: float,
+        alpha: float,
+        trials: int,
+        seed: int,
+        resamples: int,
+    ):
+        import numpy as np
+
+        from .simulation import question_rates
+
+        self.rates_a = question_rates(np.random.default_rng([seed, 1]), p1, icc, (trials, cases))
+        self.rates_b = question_rates(np.random.default_rng([seed, 2]), p2, icc, (trials, cases))
+        self.seed, self.alpha, self.resamples = seed, alpha, resamples
+        self.direction = (p2 > p1) - (p2 < p1)
+        self.cache: dict[int | None, float] = {}
+
+    def power(self, repeats: int | None) -> float:
+        """Power at `repeats` per case (None: unlimited repeats, the questions' true rates)."""
+        import numpy as np
+
+        from .power import permutation_p_batch
+
+        if repeats not in self.cache:
+            if repeats is None:
+                observed_a, observed_b = self.rates_a, self.rates_b
+            else:
+                from .simulation import crn_counts
+
+                observed_a = crn_counts(self.seed, 1, self.rates_a, repeats) / repeats
+                observed_b = crn_counts(self.seed, 2, self.rates_b, repeats) / repeats
+            p_values = permutation_p_batch(observed_a, observed_b, resamples=self.resamples)
+            signs = np.sign(observed_b.mean(axis=1) - observed_a.mean(axis=1))
+            hits = (p_values <= self.alpha * (1 + 1e-9)) & (signs == self.direction)
+            self.cache[repeats] = float(hits.mean())
+        return self.cache[repeats]
 
 
 @dataclass(frozen=True)
 class UnpairedPlan:
     repeats: int | None  # None: no number of repeats reaches the power with these cases
-    cases_needed: int  # cases per side that infinitely many repeats would need
+    power: float | None  # simulated power at those repeats (or with unlimited repeats)
+    cases_needed: int | None  # cases per side unlimited repeats would need (when repeats cannot)
+    smallest_p: float  # the smallest p the case permutation test can give with these cases
+    reachable: bool  # whether alpha can be reached at all with these cases
 
 
 def unpaired_repeats(
-    p1: float, p2: float, cases: int, icc: float, alpha: float = 0.05, power: float = 0.8
+    p1: float,
+    p2: float,
+    cases: int,
+    icc: float,
+    alpha: float = 0.05,
+    power: float = 0.8,
+    trials: int = PLAN_TRIALS,
+    resamples: int | None = None,
+    max_cases: int = MAX_CASES,
+    tolerance: float = 0.01,
+    exact_below: int = 200,
 ) -> UnpairedPlan:
-    """Repeats per case for the case-level unpaired test (normal approximation)."""
+    """Repeats per case for the case-level unpaired test (simulated), or the cases it needs
+    (searched up to `max_cases`; 0 skips that search)."""
+    from .power import permutation_smallest_p
+    from .tests import RESAMPLES, decides
+
     validate("icc", icc, 0, 1)
     check_test_settings(alpha, power)
-    delta = abs(p1 - p2)
-    z = normal_isf(alpha / 2) + normal_isf(1 - power)
-    pq = p1 * (1 - p1) + p2 * (1 - p2)
-    if delta == 0:
-        return UnpairedPlan(None, 0)
-    cases_needed = max(2, math.ceil(z * z * icc * pq / delta**2 - 1e-9))
+    smallest = permutation_smallest_p(cases, cases)
+    if p1 == p2:
+        return UnpairedPlan(None, None, None, smallest, decides(smallest, alpha))
+    resamples = resamples or RESAMPLES
 
-    def reached(m: int) -> bool:
-        variance = (icc * pq + (1 - icc) * pq / m) / cases
-        return normal_cdf(delta / math.sqrt(variance) - normal_isf(alpha / 2)) >= power if variance else True
+    def cases_needed() -> int | None:
+        if max_cases < 2:
+            return None
 
-    if not reached(10**9):
-        return UnpairedPlan(None, cases_needed)
-    m = 1
-    while not reached(m):
-        m *= 2
-    low, high = m // 2, m
-    while high - low > 1:
-        mid = (low + high) // 2
-        if reached(mid):
-            high = mid
-        else:
-            low = mid
-    return UnpairedPlan(max(1, high), cases_needed)
+        def power_with(g: int) -> float:
+            if not decides(permutation_smallest_p(g, g), alpha):
+                return 0.0
+            # Half the probes and a quarter of the permutations: a search over case counts.
+            search = _UnpairedSimulation(p1, p2, g, icc, alpha, max(100, trials // 2), PLAN_SEED, resamples // 4)
+            return search.power(None)
+
+        return smallest_reaching(power_with, power, max(2, cases), 2, max_cases, tolerance, 2.0, exact_below)
+
+    if not decides(smallest, alpha):
+        return UnpairedPlan(None, None, cases_needed(), smallest, False)
+    simulation = _UnpairedSimulation(p1, p2, cases, icc, alpha, trials, PLAN_SEED, resamples)
+    ceiling = simulation.power(None)
+    if ceiling < power:
+        return UnpairedPlan(None, ceiling, cases_needed(), smallest, True)
+    guess = n_per_arm_float(p1, p2, alpha, power) / cases
+    start = max(1, min(MAX_REPEATS, math.ceil(guess)))
+    repeats = smallest_reaching(
+        simulation.power, power, start, 1, 10 * MAX_REPEATS, tolerance, 2.0, exact_below
+    )
+    return UnpairedPlan(repeats, simulation.power(repeats) if repeats else ceiling, None, smallest, True)

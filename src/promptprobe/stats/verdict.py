@@ -4,15 +4,18 @@
 - Unpaired design: the permutation test over cases of the difference in mean per-case rates.
 - Generalisation (paired): the exact sign test over the cases that moved, "likely" only with
   at least 5 of them; its interval is for the mean per-case difference B - A.
-All differences are B - A: B the candidate, A the baseline.
+All differences are B - A: B the candidate, A the baseline. `A>B`/`B>A` say which rate is
+reliably higher, whatever the metric's direction; the direction of a decided verdict is the exact
+sign of the effect shown beside it (promptprobe.stats.effect), never a separate computation.
 """
 
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from .effect import Effect, mantel_haenszel, mean_of_cases
 from .intervals import t_critical
-from .tests import case_permutation, sign_test, stratified_exact
+from .tests import case_permutation, decides, sign_test, stratified_exact
 
 MIN_MOVED_FOR_GENERALISATION = 5
 PAIRED_TEST = "stratified exact conditional (exact CMH)"
@@ -26,29 +29,39 @@ class Verdict:
     test: str
     p_value: float
     verdict: str  # "A>B", "B>A" or "indistinguishable"
+    effect: Effect
 
 
-def _word(p_value: float, alpha: float, b_ahead: bool) -> str:
-    if p_value > alpha:
+def word(p_value: float | None, alpha: float, sign: int) -> str:
+    """The verdict for a p-value and the exact sign of B - A."""
+    if sign == 0 or not decides(p_value, alpha):
         return "indistinguishable"
-    return "B>A" if b_ahead else "A>B"
+    return "B>A" if sign > 0 else "A>B"
 
 
-def paired_verdict(a: Sequence[Counts], b: Sequence[Counts], alpha: float = 0.05) -> Verdict:
+def paired_verdict(
+    a: Sequence[Counts], b: Sequence[Counts], alpha: float = 0.05, confidence: float = 0.95
+) -> Verdict:
     """`a[i]` and `b[i]` are the same case's counts under each arm."""
-    result = stratified_exact([(ka, na, kb, nb) for (ka, na), (kb, nb) in zip(a, b, strict=True)])
-    return Verdict(PAIRED_TEST, result.p_value, _word(result.p_value, alpha, not result.a_ahead))
+    cases = [(ka, na, kb, nb) for (ka, na), (kb, nb) in zip(a, b, strict=True)]
+    result = stratified_exact(cases)
+    effect = mantel_haenszel(cases, confidence)
+    return Verdict(PAIRED_TEST, result.p_value, word(result.p_value, alpha, effect.sign), effect)
 
 
 def unpaired_verdict(
-    a: Sequence[Counts], b: Sequence[Counts], alpha: float = 0.05, resamples: int | None = None
+    a: Sequence[Counts],
+    b: Sequence[Counts],
+    alpha: float = 0.05,
+    resamples: int | None = None,
+    confidence: float = 0.95,
 ) -> Verdict:
     rates_a = [k / n for k, n in a if n]
     rates_b = [k / n for k, n in b if n]
     options = {} if resamples is None else {"resamples": resamples}
     p = case_permutation(rates_a, rates_b, **options)
-    b_ahead = sum(rates_b) / len(rates_b) > sum(rates_a) / len(rates_a)
-    return Verdict(UNPAIRED_TEST, p, _word(p, alpha, b_ahead))
+    effect = mean_of_cases(a, b, confidence)
+    return Verdict(UNPAIRED_TEST, p, word(p, alpha, effect.sign), effect)
 
 
 @dataclass(frozen=True)
@@ -88,5 +101,5 @@ def generalisation(
         se = math.sqrt(max(spread, noise / g) / g)
         half = t_critical(g - 1, confidence) * se
         interval = (max(-1.0, mean - half), min(1.0, mean + half))
-    likely = up + down >= MIN_MOVED_FOR_GENERALISATION and p <= alpha
+    likely = up + down >= MIN_MOVED_FOR_GENERALISATION and decides(p, alpha)
     return Generalisation(g, up, down, p, likely, mean, interval)

@@ -1,10 +1,15 @@
 """Comparing two arms: is B (the candidate) different from A (the baseline)?
 
-Differences are B - A, so `B>A` sits beside a positive difference. The design decides the
-test (see promptprobe.stats.verdict): paired when both sides asked the same set of questions
-(any order, any repeats), unpaired otherwise; a sequential run's own decision when it stopped
-on its rule. Newcombe's interval on the pooled counts is the effect size shown beside it;
-Boschloo's exact p is shown where it is affordable and never decides.
+`verdict` means one thing in every design: `B>A` / `A>B` say which arm's *rate* is reliably
+higher, whatever the metric's direction; `worse` says B is reliably worse in the metric's
+direction (B's rate lower where higher is better, higher where lower is better). The design
+decides the test (promptprobe.stats.verdict): paired when both sides asked the same set of
+questions (any order, any repeats), unpaired otherwise; a sequential run's own decision when it
+stopped on its rule. The effect shown is B - A measured the way the test compares (within cases
+when paired), so its sign is the verdict's direction; Newcombe's interval on the pooled counts
+stays beside it, labelled. Several metrics at once get Holm-adjusted p-values, and the verdicts
+(and so the gate) use the adjusted ones. Boschloo's exact p is shown where it is affordable and
+never decides.
 """
 
 from collections import Counter
@@ -17,13 +22,19 @@ from ..counts import ArmCounts, CountsTable, build_counts
 from ..errors import InputError
 from ..jsonio import dumps_pretty
 from ..stats.intervals import icc_anova, newcombe
-from ..stats.planning import MAX_REPEATS, n_per_arm, paired_repeats, unpaired_repeats
-from ..stats.tests import boschloo_affordable, boschloo_p
-from ..stats.verdict import generalisation, paired_verdict, unpaired_verdict
+from ..stats.planning import MAX_REPEATS, paired_repeats, size_plan, unpaired_repeats
+from ..stats.tests import boschloo_affordable, boschloo_p, holm
+from ..stats.verdict import generalisation, paired_verdict, unpaired_verdict, word
 from .report import metric_object
 from .tables import table, wrap
 
-HINT_TRIALS = 400  # simulated probes behind the repeats hint of an indistinguishable verdict
+# The hint that comes with an indistinguishable verdict is a quick simulation, capped so that a
+# comparison stays well under a second: fewer simulated probes than `probe plan` uses.
+HINT_TRIALS = 200
+HINT_RESAMPLES = 1000
+HINT_MAX_SAMPLES = 2_000
+HINT_MAX_CASES = 0  # the hint does not search for the cases an unpaired design needs (probe plan does)
+HINT_PRECISION = {"tolerance": 0.1, "exact_below": 10}  # "about": to 10% above 10
 
 
 @dataclass(frozen=True)
@@ -35,6 +46,7 @@ class Side:
     questions: dict[str, str] | None = None
     run: str | None = None
     probeset_sha256: str | None = None
+    name: str | None = None  # what tells this arm from the other: its prompt and/or model, or run
 
 
 def is_paired(a: Side, b: Side) -> bool:
@@ -49,15 +61,24 @@ def is_paired(a: Side, b: Side) -> bool:
 def _summary(side: Side, metric: str) -> dict[str, Any]:
     return {
         "label": side.label,
+        "name": side.name or side.label,
         **metric_object(side.per_case, METRICS[metric].higher_is_better),
         "cases": len(side.per_case),
     }
 
 
 def compare_sides(
-    a: Side, b: Side, metric: str = "header_present", alpha: float = 0.05, exact: bool = True
+    a: Side,
+    b: Side,
+    metric: str = "header_present",
+    alpha: float = 0.05,
+    exact: bool = True,
+    hints: bool = True,
 ) -> dict[str, Any]:
-    """The compare object for B - A on one metric (`exact=False` skips Boschloo)."""
+    """The compare object for B - A on one metric (`exact=False` skips Boschloo; `hints=False`
+    leaves the sample-size hints out, for `add_hints` to add once a family is adjusted).
+
+    Its verdict uses this metric's own p; `adjust` re-decides a family of them with Holm."""
     higher = METRICS[metric].higher_is_better
     sa, sb = _summary(a, metric), _summary(b, metric)
     if not sa["n"] or not sb["n"]:
@@ -65,7 +86,6 @@ def compare_sides(
             f"metric {metric}: no samples to compare ({sa['n']} vs {sb['n']}); "
             f"it counts only {METRICS[metric].description}"
         )
-    diff = sb["rate"] - sa["rate"]
     paired = is_paired(a, b)
     notes: list[str] = []
     paired_view = None
@@ -97,7 +117,6 @@ def compare_sides(
             notes.append("the two sides ran different probe sets: no paired view")
         else:
             notes.append("the two sides did not ask the same questions: no paired view")
-    verdict = decision.verdict
     if sa["errors"] or sb["errors"]:
         notes.append(
             f"failed samples: A {sa['errors']} of {sa['n']}, B {sb['errors']} of {sb['n']}; each counts as "
@@ -108,31 +127,80 @@ def compare_sides(
         notes.append(
             "Boschloo's exact p is not computed at this size (it grows with n²); the verdict never used it"
         )
-    result: dict[str, Any] = {
+    effect = decision.effect
+    if effect.sign and (sb["rate"] - sa["rate"]) * effect.sign < 0:
+        notes.append(
+            "the pooled rates point the other way than the comparison within cases (Simpson's paradox: "
+            "repeats differ between cases); the verdict and the effect compare within cases"
+        )
+    result = {
         "metric": metric,
         "design": "paired" if paired else "unpaired",
         "a": sa,
         "b": sb,
-        "diff": diff,
+        "diff": sb["rate"] - sa["rate"],
         "newcombe": list(newcombe(sb["k"], sb["n"], sa["k"], sa["n"])),
         "p_boschloo": boschloo_p(sb["k"], sb["n"], sa["k"], sa["n"]) if exact else None,
         "test": decision.test,
         "p_value": decision.p_value,
+        "p_adjusted": decision.p_value,
+        "effect": effect.to_dict(),
         "paired": paired_view,
-        "verdict": verdict,
+        "verdict": decision.verdict,
         "higher_is_better": higher,
-        "worse": verdict == ("A>B" if higher else "B>A"),
-        "n_needed_per_arm": n_per_arm(sa["rate"], sb["rate"]) if diff != 0 else None,
+        "worse": is_worse(decision.verdict, higher),
+        "n_needed_per_arm": None,
         "repeats_needed": None,
         "notes": notes,
     }
-    if verdict == "indistinguishable" and diff != 0 and exact:
-        result["repeats_needed"] = _repeats_hint(a, b, sa["rate"], sb["rate"], alpha)
+    if hints:
+        add_hints(result, a, b, alpha)
     return result
 
 
+def is_worse(verdict: str, higher_is_better: bool) -> bool:
+    """B is reliably worse in the metric's direction."""
+    return verdict == ("A>B" if higher_is_better else "B>A")
+
+
+def _sign(result: dict[str, Any]) -> int:
+    """The direction a verdict may take: the effect's exact sign (a sequential decision's own)."""
+    if "_sign" in result:
+        return result["_sign"]
+    estimate = result["effect"]["estimate"]
+    return (estimate > 0) - (estimate < 0)
+
+
+def adjust(results: list[dict[str, Any]], alpha: float) -> None:
+    """Holm across the metrics compared together: `p_adjusted`, and verdicts decided on it."""
+    if len(results) < 2:
+        return
+    adjusted = holm([r["p_value"] for r in results])
+    for result, p in zip(results, adjusted, strict=True):
+        result["p_adjusted"] = p
+        verdict = word(p, alpha, _sign(result))
+        if verdict != result["verdict"]:
+            result["notes"].append(
+                f"{result['metric']}: {result['verdict']} on its own p = {result['p_value']:.3g}, but not "
+                f"after Holm's adjustment over the {len(results)} metrics compared (adjusted p = {p:.3g})"
+            )
+        result["verdict"] = verdict
+        result["worse"] = is_worse(verdict, result["higher_is_better"])
+
+
+def add_hints(result: dict[str, Any], a: Side, b: Side, alpha: float) -> None:
+    """An indistinguishable verdict comes with what it would take to tell the rates apart."""
+    rate_a, rate_b = result["a"]["rate"], result["b"]["rate"]
+    if result["verdict"] != "indistinguishable" or rate_a == rate_b:
+        return
+    plan = size_plan(rate_a, rate_b, alpha, max_samples=HINT_MAX_SAMPLES, **HINT_PRECISION)
+    result["n_needed_per_arm"] = plan.n
+    result["repeats_needed"] = _repeats_hint(a, b, rate_a, rate_b, alpha)
+
+
 def _repeats_hint(a: Side, b: Side, rate_a: float, rate_b: float, alpha: float) -> dict[str, Any]:
-    """Repeats of this probe set for 80% power at the observed difference, by design."""
+    """Repeats of this probe set for 80% power at the observed difference, by design (a quick
+    simulation of each design's own test)."""
     cases = len(a.per_case)
     iccs = [
         icc_anova([c[0] for c in s.per_case.values()], [c[1] for c in s.per_case.values()]) for s in (a, b)
@@ -141,16 +209,30 @@ def _repeats_hint(a: Side, b: Side, rate_a: float, rate_b: float, alpha: float) 
     ran = min(sum(c[1] for c in s.per_case.values()) for s in (a, b)) / cases
     # A run that already has MAX_REPEATS per case and cannot tell them apart needs more than that.
     paired = (
-        paired_repeats(rate_a, rate_b, cases, icc, alpha, trials=HINT_TRIALS) if ran < MAX_REPEATS else None
+        paired_repeats(rate_a, rate_b, cases, icc, alpha, trials=HINT_TRIALS, **HINT_PRECISION)
+        if ran < MAX_REPEATS
+        else None
     )
-    unpaired = unpaired_repeats(rate_a, rate_b, cases, icc, alpha)
+    unpaired = unpaired_repeats(
+        rate_a,
+        rate_b,
+        cases,
+        icc,
+        alpha,
+        trials=HINT_TRIALS,
+        resamples=HINT_RESAMPLES,
+        max_cases=HINT_MAX_CASES,
+    )
     return {
         "cases": cases,
         "icc": icc,
         "paired": paired.repeats if paired else None,
         "paired_power": paired.power if paired else None,
+        "paired_limit": MAX_REPEATS,
         "unpaired": unpaired.repeats,
         "unpaired_cases_needed": unpaired.cases_needed,
+        "unpaired_smallest_p": unpaired.smallest_p,
+        "trials": HINT_TRIALS,
     }
 
 
@@ -187,11 +269,26 @@ def select_arm(text: str, counts: CountsTable) -> ArmCounts:
     return arms[0]
 
 
-def side_of(text: str, counts: CountsTable, arm: ArmCounts, metric: str) -> Side:
+def side_of(text: str, counts: CountsTable, arm: ArmCounts, metric: str, name: str | None = None) -> Side:
     questions = {c.id: c.question for c in counts.probeset.cases}
     recorded = arm.metrics.get(metric, {})
     per_case = {c: recorded[c] for c in counts.case_order if c in recorded}  # probe-set order
-    return Side(text, per_case, questions, str(counts.run), counts.probeset.sha256)
+    return Side(text, per_case, questions, str(counts.run), counts.probeset.sha256, name)
+
+
+def arm_names(
+    counts_a: CountsTable, arm_a: ArmCounts, counts_b: CountsTable, arm_b: ArmCounts
+) -> tuple[str, str]:
+    """Each arm named by what differs between the two: the prompt and/or the model, else the run."""
+    parts = [key for key in ("prompt", "model") if getattr(arm_a, key) != getattr(arm_b, key)]
+    if parts:
+        return (
+            ", ".join(getattr(arm_a, key) for key in parts),
+            ", ".join(getattr(arm_b, key) for key in parts),
+        )
+    if counts_a.run.resolve() != counts_b.run.resolve():
+        return counts_a.run.name, counts_b.run.name
+    return "A", "B"
 
 
 def drift(a: CountsTable, b: CountsTable) -> list[dict[str, Any]]:
@@ -221,7 +318,13 @@ def drift(a: CountsTable, b: CountsTable) -> list[dict[str, Any]]:
     return changes
 
 
-def _sequential_note(counts: CountsTable, arm_a: ArmCounts, arm_b: ArmCounts, result: dict[str, Any]) -> None:
+def _flip(decision: str) -> str:
+    return {"A>B": "B>A", "B>A": "A>B"}.get(decision, decision)
+
+
+def _apply_sequential(
+    counts: CountsTable, arm_a: ArmCounts, arm_b: ArmCounts, result: dict[str, Any]
+) -> None:
     """On a run that stopped on the sequential rule, that rule decides its metric."""
     rule = counts.manifest.get("sequential")
     if not rule or not counts.sequential:
@@ -235,21 +338,41 @@ def _sequential_note(counts: CountsTable, arm_a: ArmCounts, arm_b: ArmCounts, re
             f"{result['metric']} are shown as usual"
         )
         return
-    last = counts.sequential[-1]
-    decision = last.get("decision") or "indistinguishable"
+    lines = counts.sequential
+    last = lines[-1]
+    decision = (last.get("decision") if last.get("stop") else None) or "indistinguishable"
+    if rule.get("terms") != "rate" and not result["higher_is_better"]:
+        # Runs recorded before 0.2 named the arm that did well; verdicts name the higher rate.
+        decision = _flip(decision)
     if arm_a.label != rule["a"]:  # the user put the arms the other way round
-        decision = {"A>B": "B>A", "B>A": "A>B"}.get(decision, decision)
-    result["design"] = "sequential"
-    result["verdict"] = decision
-    result["test"] = "sequential e-value on discordant pairs (anytime-valid)"
-    result["p_value"] = None
-    result["e_value"] = last.get("e_value")
-    result["worse"] = decision == ("A>B" if result["higher_is_better"] else "B>A")
+        decision = _flip(decision)
+    # The anytime-valid p-value: 1 / the largest e-value at a round where the rule could stop.
+    evidence = [
+        line.get("e_value") or 0.0 for line in lines if line.get("round", 0) >= rule.get("min_rounds", 1)
+    ]
+    e_max = max(evidence, default=0.0)
+    p_value = min(1.0, 1 / e_max) if e_max > 0 else 1.0
+    sign = {"B>A": 1, "A>B": -1}.get(decision, _sign(result))
+    if decision != "indistinguishable" and sign != _sign(result):
+        result["notes"].append(
+            "the samples counted here differ from the rounds the sequential rule decided on (a round was "
+            "re-run on resume); the verdict is the rule's"
+        )
+    result.update(
+        design="sequential",
+        verdict=decision,
+        _sign=sign,
+        test="sequential e-value on discordant pairs (anytime-valid)",
+        p_value=p_value,
+        p_adjusted=p_value,
+        e_value=last.get("e_value"),
+        worse=is_worse(decision, result["higher_is_better"]),
+    )
     result["notes"].append(
         f"the verdict is the sequential decision after round {last.get('round')} "
-        f"(e = {last.get('e_value', 0):.3g}, "
-        f"threshold {rule['threshold']:g}); fixed-n tests after optional stopping are not valid and are "
-        "shown for reference only"
+        f"(e = {last.get('e_value', 0):.3g}, threshold {rule['threshold']:g}; p = 1/e = {p_value:.3g}, valid "
+        "however often it was checked); fixed-n tests after optional stopping are not valid and are shown "
+        "for reference only"
     )
 
 
@@ -262,9 +385,11 @@ def compare_runs(
     alpha: float = 0.05,
     classification: int | None = None,
     top_k: int | None = None,
+    hints: bool = True,
 ) -> dict[str, Any]:
-    """Compare two selected arms on each metric; each run directory is read once."""
-    names = list(METRICS) if all_metrics else (metrics or ["header_present"])
+    """Compare two selected arms on each metric; each run directory is read once. Several
+    metrics are one family: Holm-adjusted p-values decide their verdicts."""
+    names = list(METRICS) if all_metrics else list(dict.fromkeys(metrics or ["header_present"]))
     for metric in names:
         if metric not in METRICS:
             raise InputError(f"unknown metric {metric!r} (known: {', '.join(METRICS)})")
@@ -277,17 +402,27 @@ def compare_runs(
             tables[key] = build_counts(run, classification=classification, top_k=top_k)
     counts_a, counts_b = tables[run_a.resolve()], tables[run_b.resolve()]
     arm_a, arm_b = select_arm(a, counts_a), select_arm(b, counts_b)
-    results = []
+    name_a, name_b = arm_names(counts_a, arm_a, counts_b, arm_b)
+    results, sides = [], []
     for metric in names:
-        side_a, side_b = side_of(a, counts_a, arm_a, metric), side_of(b, counts_b, arm_b, metric)
+        side_a = side_of(a, counts_a, arm_a, metric, name_a)
+        side_b = side_of(b, counts_b, arm_b, metric, name_b)
         if all_metrics and (not side_a.per_case or not side_b.per_case):
             continue  # --all: e.g. no case has `expect`, so declared_correct has no samples
-        result = compare_sides(side_a, side_b, metric, alpha)
+        result = compare_sides(side_a, side_b, metric, alpha, hints=False)
         if counts_a is counts_b:
-            _sequential_note(counts_a, arm_a, arm_b, result)
+            _apply_sequential(counts_a, arm_a, arm_b, result)
         results.append(result)
+        sides.append((side_a, side_b))
+    adjust(results, alpha)
+    if hints:
+        for result, (side_a, side_b) in zip(results, sides, strict=True):
+            add_hints(result, side_a, side_b, alpha)
+    for result in results:
+        result.pop("_sign", None)
     return {
         "results": results,
+        "family": len(results),
         "retrieval_drift": drift(counts_a, counts_b) if counts_a is not counts_b else [],
         "warnings": counts_a.warnings + (counts_b.warnings if counts_b is not counts_a else []),
     }
@@ -300,40 +435,66 @@ def _points(value: float) -> str:
     return f"{100 * value:+.0f}"
 
 
-def sentence(result: dict[str, Any]) -> str:
-    """The verdict in words a prompt engineer acts on."""
-    a, b = result["a"], result["b"]
-    lo, hi = result["newcombe"]
-    counts = f"A {a['k']}/{a['n']} vs B {b['k']}/{b['n']}"
-    text = (
-        f"{result['verdict']}: {counts} (B - A = {_points(result['diff'])} points, "
-        f"95% CI {_points(lo)} to {_points(hi)})"
+def _p(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3g}"
+
+
+def judgement(result: dict[str, Any]) -> str:
+    """`NAME_B is better than NAME_A on METRIC` (or worse), or that they cannot be told apart."""
+    a, b = result["a"]["name"], result["b"]["name"]
+    metric = result["metric"] + ("" if result["higher_is_better"] else " (lower is better)")
+    if result["verdict"] == "indistinguishable":
+        return f"{b} and {a} cannot be told apart on {metric}"
+    return f"{b} is {'worse' if result['worse'] else 'better'} than {a} on {metric}"
+
+
+def effect_words(result: dict[str, Any]) -> str:
+    effect = result["effect"]
+    lo, hi = effect["interval"]
+    within = {"paired": " within cases", "sequential": " within cases"}.get(
+        result["design"], " (mean of cases)"
     )
+    text = f"B - A = {_points(effect['estimate'])} points{within}, 95% CI {_points(lo)} to {_points(hi)}"
+    pooled_lo, pooled_hi = result["newcombe"]
+    if result["design"] != "unpaired" or abs(effect["estimate"] - result["diff"]) > 0.005:
+        text += f"; pooled {_points(result['diff'])}, Newcombe {_points(pooled_lo)} to {_points(pooled_hi)}"
+    return text
+
+
+def sentence(result: dict[str, Any]) -> str:
+    """The verdict in words a prompt engineer acts on: which arm, better or worse, by how much."""
+    a, b = result["a"], result["b"]
+    counts = f"{a['name']} {a['k']}/{a['n']}, {b['name']} {b['k']}/{b['n']}"
+    text = f"{result['verdict']}: {judgement(result)}: {counts} ({effect_words(result)})"
+    adjusted = result.get("p_adjusted")
+    p_text = f"{result['test']} p = {_p(result['p_value'])}"
+    if adjusted is not None and result["p_value"] is not None and adjusted != result["p_value"]:
+        p_text += f", Holm-adjusted {_p(adjusted)}"
     if result["design"] == "sequential":
-        return text + "; decided by the sequential rule (valid however often it was checked)"
+        return text + f"; {p_text}: decided by the sequential rule (valid however often it was checked)"
     if result["verdict"] != "indistinguishable":
         where = "on these questions" if result["design"] == "paired" else "beyond question-to-question spread"
-        return text + (
-            f"; {result['test']} p = {result['p_value']:.3g}: larger than this sample "
-            f"produces by chance ({where})"
-        )
-    text += f"; {result['test']} p = {result['p_value']:.3g}"
+        return text + f"; {p_text}: larger than this sample produces by chance ({where})"
+    text += f"; {p_text}"
     hint = result.get("repeats_needed")
-    if result["n_needed_per_arm"] is None or hint is None:
-        return text + "; the observed rates are equal, so there is no difference to size a probe for"
-    size = abs(100 * result["diff"])
+    if hint is None:
+        if result["a"]["rate"] == result["b"]["rate"]:
+            return text + "; the observed rates are equal, so there is no difference to size a probe for"
+        return text
+    size = abs(100 * (result["b"]["rate"] - result["a"]["rate"]))
     paired = (
-        f"{hint['paired']} repeats of these {hint['cases']} cases (paired, about "
-        f"{100 * hint['paired_power']:.0f}% power)"
+        f"about {hint['paired']} repeats of these {hint['cases']} cases (paired, "
+        f"{100 * hint['paired_power']:.0f}% power simulated)"
         if hint["paired"]
-        else f"more than 200 repeats of these {hint['cases']} cases (paired)"
+        else f"more than {hint['paired_limit']} repeats of these {hint['cases']} cases (paired)"
     )
-    unpaired = (
-        f"{hint['unpaired']} repeats"
-        if hint["unpaired"]
-        else f"no number of repeats: at least {hint['unpaired_cases_needed']} cases a side"
-    )
-    return text + f"; to detect a {size:.0f}-point difference you need about {paired}; unpaired: {unpaired}"
+    if hint["unpaired"]:
+        unpaired = f"about {hint['unpaired']} repeats"
+    elif hint["unpaired_cases_needed"]:
+        unpaired = f"no number of repeats: at least {hint['unpaired_cases_needed']} cases a side"
+    else:
+        unpaired = f"no number of repeats of {hint['cases']} cases (probe plan --cases says how many)"
+    return text + f"; to detect a {size:.0f}-point difference you need {paired}; unpaired: {unpaired}"
 
 
 def generalise_sentence(result: dict[str, Any]) -> str | None:
@@ -385,10 +546,16 @@ def render_comparison(
     if not results:
         return "no metric has samples on both sides"
     first = results[0]
-    out = [f"A = {first['a']['label']}", f"B = {first['b']['label']}", ""]
+    out = [
+        f"A = {first['a']['name']} ({first['a']['label']})",
+        f"B = {first['b']['name']} ({first['b']['label']})",
+        "",
+    ]
+    family = len(results) > 1
     rows = []
     for r in results:
         a, b = r["a"], r["b"]
+        effect = r["effect"]
         rows.append(
             [
                 r["metric"],
@@ -396,10 +563,12 @@ def render_comparison(
                 _pct(a["rate"]),
                 f"{b['k']}/{b['n']}",
                 _pct(b["rate"]),
-                _points(r["diff"]),
-                f"{_points(r['newcombe'][0])} to {_points(r['newcombe'][1])}",
-                "-" if r["p_value"] is None else f"{r['p_value']:.3g}",
-                "-" if r["p_boschloo"] is None else f"{r['p_boschloo']:.3g}",
+                _points(effect["estimate"]),
+                f"{_points(effect['interval'][0])} to {_points(effect['interval'][1])}",
+                f"{_points(r['diff'])} ({_points(r['newcombe'][0])} to {_points(r['newcombe'][1])})",
+                _p(r["p_value"]),
+                *([_p(r["p_adjusted"])] if family else []),
+                _p(r["p_boschloo"]),
                 r["design"],
                 f"{a['errors']}/{b['errors']}",
                 _verdict_cell(r, color and fmt == "table"),
@@ -413,22 +582,29 @@ def render_comparison(
         "B",
         "B-A (pts)",
         "95% CI (pts)",
+        "pooled, Newcombe",
         "p",
+        *(["p Holm"] if family else []),
         "Boschloo p",
         "design",
         "failed A/B",
         "verdict",
     ]
-    optional = ("Boschloo p", "design", ("A", "B"), "failed A/B")
+    optional = ("Boschloo p", "pooled, Newcombe", "design", ("A", "B"), "failed A/B")
     out.append(table(rows, headers, fmt, optional=optional, width=width))
     out.append("")
     for r in results:
-        prefix = f"{r['metric']}: " if len(results) > 1 else ""
+        prefix = f"{r['metric']}: " if family else ""
         out.append(prefix + sentence(r))
         generalise = generalise_sentence(r)
         if generalise:
             out.append(prefix + generalise)
-    if len(results) == 1 and first.get("paired"):
+    if family:
+        out.append(
+            f"p Holm: p-values adjusted for comparing {len(results)} metrics at once (Holm); the verdicts "
+            "and --fail-if-worse use them, so the chance of any false alarm stays at alpha"
+        )
+    if not family and first.get("paired"):
         moved = [c for c in first["paired"]["cases"] if c["diff"] != 0]
         out.append("")
         if moved:
@@ -470,12 +646,15 @@ def render_comparison(
 
 
 def failure_line(result: dict[str, Any]) -> str:
-    """The `FAIL:` line of --fail-if-worse."""
+    """The `FAIL:` line of --fail-if-worse: which metric got worse, by how much, how sure."""
     direction = "higher is better" if result["higher_is_better"] else "lower is better"
+    effect = result["effect"]
+    lo, hi = effect["interval"]
+    p_text = f"{result['test']} p = {_p(result['p_value'])}"
+    if result.get("p_adjusted") is not None and result["p_adjusted"] != result["p_value"]:
+        p_text += f", Holm-adjusted {_p(result['p_adjusted'])}"
     return (
-        f"FAIL: {result['metric']} got worse: A {_pct(result['a']['rate'])} -> B {_pct(result['b']['rate'])} "
-        f"({_points(result['diff'])} points, 95% CI {_points(result['newcombe'][0])} to "
-        f"{_points(result['newcombe'][1])}; {direction}; {result['test']} p = "
-        + ("-" if result["p_value"] is None else f"{result['p_value']:.3g}")
-        + ")"
+        f"FAIL: {result['metric']} got worse: {result['a']['name']} {_pct(result['a']['rate'])} -> "
+        f"{result['b']['name']} {_pct(result['b']['rate'])} ({_points(effect['estimate'])} points, 95% CI "
+        f"{_points(lo)} to {_points(hi)}; {direction}; {p_text})"
     )

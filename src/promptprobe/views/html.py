@@ -190,7 +190,10 @@ def compare_html(a: str, b: str, comparison: dict[str, Any]) -> str:
 
     results = []
     for result in comparison["results"]:
-        rows = [{"label": "A", **result["a"]}, {"label": "B", **result["b"]}]
+        rows = [
+            {**result["a"], "label": f"A: {result['a']['name']}"},
+            {**result["b"], "label": f"B: {result['b']['name']}"},
+        ]
         results.append(
             {
                 **result,

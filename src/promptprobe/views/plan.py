@@ -10,10 +10,11 @@ from typing import Any
 from ..errors import InputError
 from ..jsonio import dumps_pretty
 from ..stats.planning import (
+    MAX_SAMPLES,
     detectable_difference,
     gate_block_probability,
-    n_per_arm,
     paired_repeats,
+    size_plan,
     unpaired_repeats,
     validate,
 )
@@ -52,13 +53,18 @@ def plan_sample_size(
     cases: int | None = None,
     icc: float | None = None,
 ) -> dict[str, Any]:
+    """Every figure is the power of the test the verdict uses: exact for one question asked n
+    times per arm, simulated for a probe set of `cases` cases (paired and unpaired)."""
     check_flags(p1, p2, alpha, power, icc)
     if p1 == p2:
         raise InputError("--p1 and --p2 are equal: there is no difference to detect")
+    size = size_plan(p1, p2, alpha, power)
     result: dict[str, Any] = {
         "p1": p1,
         "p2": p2,
-        "n_per_arm": n_per_arm(p1, p2, alpha, power),
+        "n_per_arm": size.n,
+        "n_per_arm_power": size.power,
+        "test": size.test,
         "alpha": alpha,
         "power": power,
     }
@@ -71,7 +77,10 @@ def plan_sample_size(
             repeats=paired.repeats,
             paired_power=paired.power,
             repeats_unpaired=unpaired.repeats,
+            unpaired_power=unpaired.power,
             unpaired_cases_needed=unpaired.cases_needed,
+            unpaired_smallest_p=unpaired.smallest_p,
+            unpaired_reachable=unpaired.reachable,
         )
     return result
 
@@ -126,36 +135,62 @@ def render_plan(result: dict[str, Any], fmt: str = "table") -> str:
             f"detectable change (alpha {result['alpha']:g}, power {result['power']:g}) is "
             + " or ".join(parts)
         )
-    text = (
-        f"to tell {100 * result['p1']:.1f}% from {100 * result['p2']:.1f}% with independent samples you need "
-        f"{result['n_per_arm']} samples per arm "
-        f"(two-sided alpha {result['alpha']:g}, power {result['power']:g})"
-    )
+    if result["n_per_arm"] is None:
+        text = (
+            f"to tell {100 * result['p1']:.1f}% from {100 * result['p2']:.1f}% one question needs more than "
+            f"{MAX_SAMPLES:,} samples per arm"
+        )
+    else:
+        how = (
+            f"exact power {100 * result['n_per_arm_power']:.1f}% of the exact test"
+            if result["n_per_arm_power"] is not None
+            else f"{result['test']}"
+        )
+        text = (
+            f"to tell {100 * result['p1']:.1f}% from {100 * result['p2']:.1f}% with one question asked n "
+            f"times per arm you need {result['n_per_arm']:,} samples per arm ({how}; two-sided alpha "
+            f"{result['alpha']:g}, power {result['power']:g})"
+        )
     if "cases" in result:
         cases, icc = result["cases"], result["icc"]
+        where = f"the same {cases} cases under both versions, as one probe run asks them"
         if result["repeats"] is None:
             text += (
-                f"\npaired (the same {cases} cases under both versions, as one probe run asks them): "
-                "more than 200 repeats per case "
+                f"\npaired ({where}) at ICC {icc:g}: more than 200 repeats per case "
                 f"(simulated power at 200: {100 * result['paired_power']:.0f}%)"
             )
         else:
             text += (
-                f"\npaired (the same {cases} cases under both versions, as one probe run asks them) at ICC "
-                f"{icc:g}: {result['repeats']} repeats per case "
+                f"\npaired ({where}) at ICC {icc:g}: {result['repeats']} repeats per case "
                 f"({result['repeats'] * cases} samples per arm; "
                 f"simulated power {100 * result['paired_power']:.0f}%)"
             )
-        if result["repeats_unpaired"] is None:
+        unpaired = f"\nunpaired (different questions per version, {cases} a side)"
+        needed = result["unpaired_cases_needed"]
+        needed_text = (
+            f"it needs at least {needed} cases a side" if needed else "it needs more than 2,000 cases a side"
+        )
+        if not result["unpaired_reachable"]:
             text += (
-                f"\nunpaired (different questions per version): no number of repeats gets there with {cases} "
-                f"cases at ICC {icc:g}; it needs at least {result['unpaired_cases_needed']} cases a side"
+                f"{unpaired}: cannot reach alpha {result['alpha']:g} at all: the smallest p the case "
+                f"permutation test can give with {cases} cases a side is "
+                f"{result['unpaired_smallest_p']:.3g}; {needed_text}"
             )
+        elif result["repeats_unpaired"] is None:
+            if icc >= 1:
+                reason = "at ICC 1 every repeat of a question gives the same outcome, so repeats do not help"
+            else:
+                reason = (
+                    f"even unlimited repeats reach only {100 * result['unpaired_power']:.0f}% power "
+                    f"at ICC {icc:g}"
+                )
+            text += f"{unpaired}: no number of repeats gets there: {reason}; {needed_text}"
         else:
             text += (
-                f"\nunpaired (different questions per version): {result['repeats_unpaired']} repeats per case"
+                f"{unpaired}: {result['repeats_unpaired']} repeats per case "
+                f"(simulated power {100 * result['unpaired_power']:.0f}%)"
             )
-        if math.isfinite(icc) and icc > 0:
+        if math.isfinite(icc) and 0 < icc < 1:
             text += (
                 "\nthe ICC is how alike repeats of one question are; `probe report` shows the DEFF a run had"
             )
