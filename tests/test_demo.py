@@ -17,7 +17,7 @@ from promptprobe.providers.base import GenerationParams
 from promptprobe.retrievers.local import LocalRetriever
 from promptprobe.tokens import tokenize
 
-ACME = ROOT / "examples" / "acme"
+ACME = ROOT / "examples" / "demo" / "acme"
 
 
 def test_tokenizer_handles_chinese_and_english():

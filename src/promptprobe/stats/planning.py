@@ -356,7 +356,9 @@ def unpaired_repeats(
             if not decides(permutation_smallest_p(g, g), alpha):
                 return 0.0
             # Half the probes and a quarter of the permutations: a search over case counts.
-            search = _UnpairedSimulation(p1, p2, g, icc, alpha, max(100, trials // 2), PLAN_SEED, resamples // 4)
+            search = _UnpairedSimulation(
+                p1, p2, g, icc, alpha, max(100, trials // 2), PLAN_SEED, resamples // 4
+            )
             return search.power(None)
 
         return smallest_reaching(power_with, power, max(2, cases), 2, max_cases, tolerance, 2.0, exact_below)
