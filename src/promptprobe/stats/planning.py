@@ -103,6 +103,17 @@ def smallest_reaching(
     return hi
 
 
+def confirmed(fresh_power: Callable[[int], float], m: int, target: float, high: int) -> tuple[int, float]:
+    """Re-estimate the power at the search's pick on fresh random numbers and twice the probes
+    (the search's own estimate there is biased upwards: it stopped where its noise first crossed
+    the target), stepping up by 10% until that estimate reaches the target too; (m, its power)."""
+    power = fresh_power(m)
+    while power < target and m < high:
+        m = min(high, max(m + 1, math.ceil(m * 1.1)))
+        power = fresh_power(m)
+    return m, power
+
+
 @dataclass(frozen=True)
 class SizePlan:
     n: int | None  # samples per arm; None when the rates are equal or it exceeds the limit
@@ -256,8 +267,10 @@ def paired_repeats(
     max_repeats: int = MAX_REPEATS,
     tolerance: float = 0.01,
     exact_below: int = 200,
+    confirm: bool = True,
 ) -> PairedPlan:
-    """The fewest repeats of `cases` cases whose paired test reaches `power` (simulated)."""
+    """The fewest repeats of `cases` cases whose paired test reaches `power` (simulated; with
+    `confirm`, the pick is re-simulated on fresh random numbers and raised until it holds)."""
     validate("icc", icc, 0, 1)
     check_test_settings(alpha, power)
     if p1 == p2:
@@ -266,7 +279,13 @@ def paired_repeats(
     guess = n_per_arm_float(p1, p2, alpha, power) / cases
     start = max(1, min(max_repeats, math.ceil(guess)))
     repeats = smallest_reaching(simulation.power, power, start, 1, max_repeats, tolerance, 2.0, exact_below)
-    return PairedPlan(repeats, simulation.power(repeats or max_repeats), max_repeats)
+    if repeats is None:
+        return PairedPlan(None, simulation.power(max_repeats), max_repeats)
+    if not confirm:
+        return PairedPlan(repeats, simulation.power(repeats), max_repeats)
+    fresh = _PairedSimulation(p1, p2, cases, icc, alpha, 2 * trials, PLAN_SEED + 1)
+    repeats, achieved = confirmed(fresh.power, repeats, power, max_repeats)
+    return PairedPlan(repeats if achieved >= power else None, achieved, max_repeats)
 
 
 class _UnpairedSimulation:
@@ -321,6 +340,7 @@ class UnpairedPlan:
     cases_needed: int | None  # cases per side unlimited repeats would need (when repeats cannot)
     smallest_p: float  # the smallest p the case permutation test can give with these cases
     reachable: bool  # whether alpha can be reached at all with these cases
+    cases_power: float | None = None  # simulated power with `cases_needed` cases, unlimited repeats
 
 
 def unpaired_repeats(
@@ -335,6 +355,7 @@ def unpaired_repeats(
     max_cases: int = MAX_CASES,
     tolerance: float = 0.01,
     exact_below: int = 200,
+    confirm: bool = True,
 ) -> UnpairedPlan:
     """Repeats per case for the case-level unpaired test (simulated), or the cases it needs
     (searched up to `max_cases`; 0 skips that search)."""
@@ -348,30 +369,54 @@ def unpaired_repeats(
         return UnpairedPlan(None, None, None, smallest, decides(smallest, alpha))
     resamples = resamples or RESAMPLES
 
-    def cases_needed() -> int | None:
+    def cases_needed() -> tuple[int | None, float | None]:
         if max_cases < 2:
-            return None
+            return None, None
+        powers: dict[int, float] = {}
 
         def power_with(g: int) -> float:
-            if not decides(permutation_smallest_p(g, g), alpha):
-                return 0.0
-            # Half the probes and a quarter of the permutations: a search over case counts.
-            search = _UnpairedSimulation(
-                p1, p2, g, icc, alpha, max(100, trials // 2), PLAN_SEED, resamples // 4
-            )
-            return search.power(None)
+            if g not in powers:
+                if not decides(permutation_smallest_p(g, g), alpha):
+                    powers[g] = 0.0
+                else:
+                    # Half the probes and a quarter of the permutations: a search over case counts.
+                    search = _UnpairedSimulation(
+                        p1, p2, g, icc, alpha, max(100, trials // 2), PLAN_SEED, resamples // 4
+                    )
+                    powers[g] = search.power(None)
+            return powers[g]
 
-        return smallest_reaching(power_with, power, max(2, cases), 2, max_cases, tolerance, 2.0, exact_below)
+        needed = smallest_reaching(
+            power_with, power, max(2, cases), 2, max_cases, tolerance, 2.0, exact_below
+        )
+        if needed is None or not confirm:
+            return needed, (powers[needed] if needed else None)
+
+        def fresh_with(g: int) -> float:
+            return _UnpairedSimulation(p1, p2, g, icc, alpha, 2 * trials, PLAN_SEED + 1, resamples).power(
+                None
+            )
+
+        needed, achieved = confirmed(fresh_with, needed, power, max_cases)
+        return (needed if achieved >= power else None), achieved
 
     if not decides(smallest, alpha):
-        return UnpairedPlan(None, None, cases_needed(), smallest, False)
+        needed, needed_power = cases_needed()
+        return UnpairedPlan(None, None, needed, smallest, False, needed_power)
     simulation = _UnpairedSimulation(p1, p2, cases, icc, alpha, trials, PLAN_SEED, resamples)
     ceiling = simulation.power(None)
     if ceiling < power:
-        return UnpairedPlan(None, ceiling, cases_needed(), smallest, True)
+        needed, needed_power = cases_needed()
+        return UnpairedPlan(None, ceiling, needed, smallest, True, needed_power)
     guess = n_per_arm_float(p1, p2, alpha, power) / cases
     start = max(1, min(MAX_REPEATS, math.ceil(guess)))
     repeats = smallest_reaching(
         simulation.power, power, start, 1, 10 * MAX_REPEATS, tolerance, 2.0, exact_below
     )
-    return UnpairedPlan(repeats, simulation.power(repeats) if repeats else ceiling, None, smallest, True)
+    if repeats is None:
+        return UnpairedPlan(None, ceiling, None, smallest, True)
+    if not confirm:
+        return UnpairedPlan(repeats, simulation.power(repeats), None, smallest, True)
+    fresh = _UnpairedSimulation(p1, p2, cases, icc, alpha, 2 * trials, PLAN_SEED + 1, resamples)
+    repeats, achieved = confirmed(fresh.power, repeats, power, 10 * MAX_REPEATS)
+    return UnpairedPlan(repeats if achieved >= power else None, achieved, None, smallest, True)

@@ -79,6 +79,7 @@ def plan_sample_size(
             repeats_unpaired=unpaired.repeats,
             unpaired_power=unpaired.power,
             unpaired_cases_needed=unpaired.cases_needed,
+            unpaired_cases_needed_power=unpaired.cases_power,
             unpaired_smallest_p=unpaired.smallest_p,
             unpaired_reachable=unpaired.reachable,
         )
