@@ -48,7 +48,7 @@ def test_non_2xx_names_url_and_status():
 
 def test_timeout_names_url():
     with LocalServer(lambda r: Reply(body=HITS, delay=1.0)) as server:
-        with pytest.raises(RetrievalError, match=rf"retrieval {server.url}/search: timed out") as info:
+        with pytest.raises(RetrievalError, match=rf"retrieval {server.url}/search: no complete reply within 0.2 s") as info:
             http(f"{server.url}/search", timeout=0.2).retrieve("q", [])
     assert info.value.retryable
 

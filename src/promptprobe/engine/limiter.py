@@ -4,7 +4,9 @@
 - A 429 or 529 pauses the whole endpoint for the wait its retry takes, not only the worker
   that got it; waiters resume staggered (jitter) rather than all in the same millisecond.
 - Rate-limit headers (`x-ratelimit-remaining-*` with `x-ratelimit-reset-*`, and Anthropic's
-  `anthropic-ratelimit-*-remaining` with `-reset`) pause it until the reset when a budget is spent.
+  `anthropic-ratelimit-*-remaining` with `-reset`) pause it until the reset when a budget is
+  spent, for at most `--max-retry-wait` (then it tries again: a reset a server puts 1,000 s out
+  must not stall a run the user capped at 2 s between attempts).
 """
 
 import random
@@ -19,7 +21,6 @@ DURATION = re.compile(
     r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m(?!s))?(?:(\d+(?:\.\d+)?)s)?(?:(\d+(?:\.\d+)?)ms)?$"
 )
 BUDGETS = ("requests", "tokens", "input-tokens", "output-tokens")
-MAX_HEADER_PAUSE = 300.0
 
 
 class Cancelled(Exception):
@@ -45,8 +46,8 @@ def parse_reset(value: str, now: float | None = None) -> float | None:
     return max(0.0, when.timestamp() - current)
 
 
-def header_pause(headers: dict[str, Any]) -> float | None:
-    """How long a spent budget in these headers asks us to wait, if any is spent."""
+def header_pause(headers: dict[str, Any], longest: float) -> float | None:
+    """How long a spent budget in these headers asks us to wait (at most `longest`), if any is spent."""
     waits = []
     for budget in BUDGETS:
         for remaining_name, reset_name in (
@@ -62,7 +63,7 @@ def header_pause(headers: dict[str, Any]) -> float | None:
                 continue  # a malformed header says nothing
             wait = parse_reset(str(reset)) if spent else None
             if wait is not None:
-                waits.append(min(wait, MAX_HEADER_PAUSE))
+                waits.append(min(wait, longest))
     return max(waits) if waits else None
 
 
@@ -72,8 +73,10 @@ class Limiter:
         rpm: float = 0,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] | None = None,  # tests record waits instead of sleeping
+        max_wait: float = 60.0,  # --max-retry-wait: the longest a rate-limit header may pause
     ) -> None:
         self.rpm = rpm
+        self.max_wait = max_wait
         self._clock = clock
         self.sleep = sleep
         self.slept = 0.0  # time a recording `sleep` pretended to pass
@@ -119,6 +122,6 @@ class Limiter:
                 self.pause_length = seconds
 
     def observe(self, headers: dict[str, Any]) -> None:
-        wait = header_pause(headers)
+        wait = header_pause(headers, self.max_wait)
         if wait:
             self.pause(wait)

@@ -68,6 +68,36 @@ class RunOutcome:
     cost: float | None = None  # None when a model's price is unknown
 
 
+# Seconds a model endpoint gets to accept a connection before the run starts.
+CONNECT_CHECK_SECONDS = 3.0
+PROXY_VARIABLES = ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY", "https_proxy", "http_proxy", "all_proxy")
+
+
+def unreachable_endpoints(providers: dict[str, Provider]) -> dict[str, str]:
+    """The models whose endpoint refuses a TCP connection (or whose host does not resolve), with
+    why; no API call is made. Skipped behind a proxy, where only the proxy can be reached."""
+    if any(os.environ.get(name) for name in PROXY_VARIABLES):
+        return {}
+    import socket
+    from concurrent.futures import ThreadPoolExecutor
+
+    def check(item: tuple[str, Provider]) -> tuple[str, str | None]:
+        spec, provider = item
+        address = provider.address()
+        if address is None:
+            return spec, None
+        try:
+            socket.create_connection(address, timeout=CONNECT_CHECK_SECONDS).close()
+        except OSError as exc:
+            host, port = address
+            return spec, f"model {spec}: cannot connect to {host}:{port} ({exc.strerror or exc})"
+        return spec, None
+
+    with ThreadPoolExecutor(max_workers=min(8, len(providers) or 1)) as pool:
+        results = list(pool.map(check, providers.items()))
+    return {spec: reason for spec, reason in results if reason}
+
+
 def endpoint(spec: ModelSpec) -> str:
     """Models behind one endpoint share its rate limits."""
     return f"{spec.provider}@{spec.base_url or 'default'}"
@@ -124,7 +154,9 @@ class ProbeRun:
             raise
         limiters: dict[str, Limiter] = {}
         self.limiters = {
-            m.spec: limiters.setdefault(endpoint(m), Limiter(options.rpm, sleep=options.sleep))
+            m.spec: limiters.setdefault(
+                endpoint(m), Limiter(options.rpm, sleep=options.sleep, max_wait=options.max_retry_wait)
+            )
             for m in models
         }
         self.store: RunStore | None = None
@@ -134,6 +166,7 @@ class ProbeRun:
         self.created = ""
         self.resumes: list[dict[str, Any]] = []
         self.extra_manifest: dict[str, Any] = {}
+        self.down_models: dict[str, str] = {}  # model spec -> why it is not called
 
     # -- the manifest ----------------------------------------------------------------------
 
@@ -205,7 +238,9 @@ class ProbeRun:
         self.cancel_event.set()
 
     def preflight(self) -> Retrieved | None:
-        """Retrieve the first question before creating anything: a target that is down stops here."""
+        """Before creating anything: connect to each model's endpoint and retrieve the first
+        question. A target that refuses connections stops here (exit 3, no run directory); a
+        model that does while others answer is marked down and its samples recorded without calls."""
         first = self.plan.case_order(1)[0]
         # One quick retry at most: a target that refuses connections now is down, not flaky.
         executor = self.executor_for(None)
@@ -214,6 +249,13 @@ class ProbeRun:
         if retrieved.error is not None and retrieved.error.unreachable:
             self.close()
             raise StartError(f"{retrieved.error}; nothing was run")
+        unreachable = unreachable_endpoints(self.providers)
+        if unreachable and len(unreachable) == len(self.providers):
+            self.close()
+            raise StartError(f"{'; '.join(unreachable.values())}; nothing was run")
+        self.down_models = {
+            spec: f"{reason}: the model looks down; not called in this run" for spec, reason in unreachable.items()
+        }
         return retrieved
 
     def executor_for(self, store: RunStore | None) -> Executor:
@@ -268,6 +310,7 @@ class ProbeRun:
             max_cost=self.options.max_cost,
             on_record=self.on_record,
             tally=self.tally,
+            down=self.down_models,
             **kwargs,
         )
 
@@ -299,8 +342,13 @@ class ProbeRun:
 
     def conclude(self, scheduler: Scheduler) -> RunOutcome:
         if scheduler.abort is not None:
+            abort = scheduler.abort
             self.finish("failed", None)
-            raise scheduler.abort
+            assert self.store is not None
+            if self.counts()["recorded"] == 0 and not self.resumes:
+                shutil.rmtree(self.store.path, ignore_errors=True)  # nothing to keep or resume
+                raise type(abort)(f"{abort}; nothing was recorded, so no run directory was kept")
+            raise type(abort)(f"{abort}; the samples recorded so far are in {self.store.path}")
         if self.cancel_event.is_set():
             status = "interrupted"
         elif scheduler.stopped_by:

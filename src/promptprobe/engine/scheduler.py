@@ -87,6 +87,7 @@ class Scheduler:
         on_record: Callable[[dict[str, Any]], None] | None = None,
         record_extra: dict[str, Any] | None = None,
         tally: Tally | None = None,
+        down: dict[str, str] | None = None,
     ) -> None:
         self.plan = plan
         self.executor = executor
@@ -104,7 +105,9 @@ class Scheduler:
         self.units: Iterator[Unit] = iter(())
         self.abort: ProbeError | None = None
         self.stopped_by: str | None = None
-        self.models: dict[str, Health] = {arm.model.spec: Health() for arm in plan.arms}
+        self.models: dict[str, Health] = {
+            arm.model.spec: Health(down=(down or {}).get(arm.model.spec)) for arm in plan.arms
+        }
         self.retrieval = Health()
 
     # -- dispatch --------------------------------------------------------------------------
@@ -241,10 +244,9 @@ class Scheduler:
                 f"{reason} after retries); not called again in this run"
             )
             if all(h.down for h in self.models.values()):
-                where = self.executor.store.path
                 self.abort = self.abort or StartError(
                     f"{error['message']}: the model looks down (its first {len(health.failures)} samples "
-                    f"{reason} after retries); the samples recorded so far are in {where}"
+                    f"{reason} after retries)"
                     + ("" if len(self.models) == 1 else "; every model of this run is down")
                 )
                 self.cancel.set()
@@ -269,8 +271,7 @@ class Scheduler:
             health.failures.append(signature)
             if len(health.failures) >= FAIL_FAST and len(set(health.failures[-FAIL_FAST:])) == 1:
                 self.abort = self.abort or StartError(
-                    f"{error}: the retrieval failed the same way on the first {FAIL_FAST} questions; "
-                    f"stopped (the samples recorded so far are in {self.executor.store.path})"
+                    f"{error}: the retrieval failed the same way on the first {FAIL_FAST} questions; stopped"
                 )
                 self.cancel.set()
 

@@ -12,6 +12,7 @@ import fcntl
 import hashlib
 import os
 import secrets
+import shutil
 import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -42,16 +43,20 @@ def utc_now() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def _storage_error(exc: OSError, path: Path) -> StorageError:
+def _reason(exc: OSError) -> str:
     if exc.errno == errno.ENOSPC:
-        reason = "the disk is full"
-    elif exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
-        reason = "it is not writable"
-    elif exc.errno == errno.EFBIG:
-        reason = "the file size limit was reached"
-    else:
-        reason = exc.strerror or str(exc)
-    return StorageError(f"cannot write {path}: {reason}")
+        return "the disk is full"
+    if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return "it is not writable"
+    if exc.errno == errno.EFBIG:
+        return "the file size limit was reached"
+    if exc.errno == errno.ENAMETOOLONG:
+        return "the name is too long"
+    return exc.strerror or str(exc)
+
+
+def _storage_error(exc: OSError, path: Path) -> StorageError:
+    return StorageError(f"cannot write {path}: {_reason(exc)}")
 
 
 class RunStore:
@@ -80,14 +85,24 @@ class RunStore:
         store = cls(path, umask)
         try:
             runs_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StartError(
+                f"--runs-dir {runs_dir}: cannot create a run directory there ({_reason(exc)})"
+            ) from None
+        try:
             for folder in (path, path / "raw", path / "prompts"):
                 folder.mkdir(mode=store.dir_mode)
                 os.chmod(folder, store.dir_mode)  # mkdir's mode is filtered by the process umask
-        except OSError as exc:
-            raise StartError(
-                f"--runs-dir {runs_dir}: cannot create a run directory there ({exc.strerror or exc})"
-            ) from None
-        store.acquire()
+            store.acquire()
+        except BaseException as exc:
+            # A run that could not start leaves nothing behind (a full disk, a read-only folder).
+            store.release()
+            shutil.rmtree(path, ignore_errors=True)
+            if isinstance(exc, OSError):
+                raise StartError(
+                    f"--runs-dir {runs_dir}: cannot create a run directory there ({_reason(exc)})"
+                ) from None
+            raise
         return store
 
     @classmethod
@@ -116,10 +131,14 @@ class RunStore:
                 f"{self.path}: another probe process{f' (pid {owner})' if owner else ''} "
                 "is working on this run"
             ) from None
-        handle.seek(0)
-        handle.truncate()
-        handle.write(str(os.getpid()))
-        handle.flush()
+        try:
+            handle.seek(0)
+            handle.truncate()
+            handle.write(str(os.getpid()))
+            handle.flush()
+        except OSError as exc:
+            handle.close()
+            raise _storage_error(exc, lock_path) from None
         self.lock_handle = handle
 
     def release(self) -> None:

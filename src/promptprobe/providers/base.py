@@ -231,7 +231,11 @@ def sdk_error(
             headers=headers,
         )
     if isinstance(exc, sdk.APITimeoutError):
-        return ProviderError("timeout", f"{spec.spec}: request timed out", retryable=True)
+        return ProviderError(
+            "timeout",
+            f"{spec.spec}: no complete reply within {timeout:g} s (the --timeout deadline)",
+            retryable=True,
+        )
     if isinstance(exc, sdk.APIConnectionError):
         cause = exc.__cause__
         detail = f"{type(cause).__name__}: {cause}" if cause else str(exc)
@@ -330,6 +334,18 @@ class Provider:
             raise aborted_error(exc, self.spec, self.params.timeout) from None
         except transport as exc:  # a reset or a bad chunk while reading a stream
             raise transport_error(exc, self.spec, self.monitor) from None
+        except ProviderError:
+            raise
+        except Exception as exc:  # whatever else the SDK raised on a reply it could not read
+            raise bad_body(self.spec, self.monitor, exc) from None
+
+    def address(self) -> tuple[str, int] | None:
+        """The host and port this provider's calls go to (None when it cannot tell)."""
+        url = getattr(getattr(self, "client", None), "base_url", None)
+        host = getattr(url, "host", None)
+        if not host:
+            return None
+        return host, url.port or (443 if url.scheme == "https" else 80)
 
     def close(self) -> None:
         """Release the SDK client."""

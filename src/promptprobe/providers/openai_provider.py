@@ -6,11 +6,14 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+import httpcore2
 import httpx2
 import openai
 
+from .. import deadline
 from ..models import ModelSpec
 from .base import (
+    CallAborted,
     Completion,
     GenerationParams,
     Provider,
@@ -43,6 +46,7 @@ class OpenAIProvider(Provider):
         if spec.base_url:
             options["base_url"] = spec.base_url
         self.client = openai.OpenAI(**options)
+        deadline.apply(options["http_client"], httpcore2)  # --timeout bounds headers and connect too
         self.client.chat.completions.with_raw_response  # noqa: B018  # its lazy imports now, not at the first call
 
     def _request(self, messages: Sequence[dict[str, str]]) -> dict[str, Any]:
@@ -63,67 +67,114 @@ class OpenAIProvider(Provider):
     ) -> Completion:
         self.monitor.start(time.monotonic() + self.params.timeout, cancel)
         request = self._request(messages)
-        with self.errors_of(openai, httpx2.TransportError):
+        with deadline.until(self.params.timeout), self.errors_of(openai, httpx2.TransportError):
             if self.params.stream:
                 return self._stream(request)
             raw = self.client.chat.completions.with_raw_response.create(**request)
             try:
-                completion = raw.parse()
-                choices = completion.choices
-            except (ValueError, TypeError, AttributeError) as exc:  # HTML, cut-off JSON, another shape
+                reply = read_completion(raw.parse())
+            except Exception as exc:  # HTML, cut-off JSON, or JSON of another shape: not a reply
                 raise bad_body(self.spec, self.monitor, exc) from None
-            if not choices:
-                raise bad_body(self.spec, self.monitor, ValueError("the reply has no choices"))
-            choice = choices[0]
             return Completion(
-                text=choice.message.content,
+                text=reply["text"],
                 body=self.monitor.take() or raw.http_response.content,
-                stop_reason=choice.finish_reason,
-                usage=usage_dict(completion.usage),
+                stop_reason=reply["stop"],
+                usage=reply["usage"],
                 request_id=raw.headers.get("x-request-id"),
-                model=completion.model,
-                refusal=getattr(choice.message, "refusal", None),
+                model=reply["model"],
+                refusal=reply["refusal"],
                 headers=self.monitor.headers(),
             )
 
     def _stream(self, request: dict[str, Any]) -> Completion:
-        texts: list[str] = []
-        refusals: list[str] = []
-        stop = model = None
-        usage: dict[str, Any] = {}
         stream = self.client.chat.completions.create(
             stream=True, stream_options={"include_usage": True}, **request
         )
         request_id = stream.response.headers.get("x-request-id")
+        reader = StreamReader()
         try:
             for chunk in stream:
-                model = chunk.model or model
-                if chunk.usage:
-                    usage = usage_dict(chunk.usage)
-                for choice in chunk.choices:
-                    if choice.delta.content:
-                        texts.append(choice.delta.content)
-                    if getattr(choice.delta, "refusal", None):
-                        refusals.append(choice.delta.refusal)
-                    if choice.finish_reason:
-                        stop = choice.finish_reason
-        except ValueError as exc:  # a chunk that is not JSON
+                reader.add(chunk)
+        except (openai.APIError, httpx2.TransportError, CallAborted):
+            raise  # errors_of classifies them
+        except Exception as exc:  # an event that is not JSON, or JSON of another shape
             raise bad_body(self.spec, self.monitor, exc) from None
-        if stop is None:
+        if reader.stop is None:
             raise truncated(self.spec, self.monitor, "no finish_reason")
         return Completion(
-            "".join(texts) if texts else None,
+            "".join(reader.texts) if reader.texts else None,
             self.monitor.take(),
-            stop,
-            usage,
+            reader.stop,
+            reader.usage,
             request_id,
-            model,
-            refusal="".join(refusals) or None,
+            reader.model,
+            refusal="".join(reader.refusals) or None,
             headers=self.monitor.headers(),
         )
 
     def close(self) -> None:
         self.client.close()
+
+
+def _field(value: Any, name: str) -> Any:
+    """An attribute of an SDK object, or a key of a dict; None when absent."""
+    if isinstance(value, dict):
+        return value.get(name)
+    return getattr(value, name, None)
+
+
+def _text(value: Any, what: str) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    raise ValueError(f"{what} is {type(value).__name__}, not text")
+
+
+def read_completion(completion: Any) -> dict[str, Any]:
+    """Text, stop reason, usage, model and refusal of a Chat Completions reply, every field
+    optional; ValueError when there is no choice to read (the reply is not an answer)."""
+    choices = _field(completion, "choices")
+    if not choices:
+        raise ValueError("the reply has no choices")
+    choice = choices[0]
+    message = _field(choice, "message")
+    if message is None:
+        raise ValueError("the first choice has no message")
+    usage = _field(completion, "usage")
+    return {
+        "text": _text(_field(message, "content"), "message.content"),
+        "stop": _text(_field(choice, "finish_reason"), "finish_reason"),
+        "usage": usage_dict(usage) if usage is not None and not isinstance(usage, dict) else (usage or {}),
+        "model": _text(_field(completion, "model"), "model"),
+        "refusal": _text(_field(message, "refusal"), "message.refusal"),
+    }
+
+
+class StreamReader:
+    """The parts of a Chat Completions stream, read chunk by chunk with every field optional."""
+
+    def __init__(self) -> None:
+        self.texts: list[str] = []
+        self.refusals: list[str] = []
+        self.stop: str | None = None
+        self.model: str | None = None
+        self.usage: dict[str, Any] = {}
+
+    def add(self, chunk: Any) -> None:
+        self.model = _text(_field(chunk, "model"), "model") or self.model
+        usage = _field(chunk, "usage")
+        if usage:
+            self.usage = usage_dict(usage) if not isinstance(usage, dict) else usage
+        for choice in _field(chunk, "choices") or []:
+            delta = _field(choice, "delta")
+            content = _text(_field(delta, "content"), "delta.content") if delta is not None else None
+            if content:
+                self.texts.append(content)
+            refusal = _text(_field(delta, "refusal"), "delta.refusal") if delta is not None else None
+            if refusal:
+                self.refusals.append(refusal)
+            finish = _text(_field(choice, "finish_reason"), "finish_reason")
+            if finish:
+                self.stop = finish
 
 
 def make(spec: ModelSpec, params: GenerationParams, key: str | None) -> OpenAIProvider:

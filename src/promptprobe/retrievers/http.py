@@ -5,8 +5,10 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+import httpcore
 import httpx
 
+from .. import deadline
 from ..errors import StartError
 from ..redaction import SCRUBBER
 from .base import Passage, RetrievalError, Retriever, passages_from
@@ -72,7 +74,10 @@ class HttpRetriever(Retriever):
         headers = {
             k: expand_env(str(v), f"[retrieval] header {k}") for k, v in config.get("headers", {}).items()
         }
-        self.client = httpx.Client(headers=headers, timeout=config.get("timeout", 30.0))
+        # `timeout` bounds the whole retrieval (connect, headers, body), not each read.
+        self.timeout = float(config.get("timeout", 30.0))
+        self.client = httpx.Client(headers=headers, timeout=self.timeout)
+        deadline.apply(self.client, httpcore)
         self.description = f"http {self.method} {self.url}"
 
     def retrieve(self, question: str, history: Sequence[dict[str, str]]) -> list[Passage]:
@@ -80,13 +85,17 @@ class HttpRetriever(Retriever):
         if history:
             payload = dict(payload, history=list(history))
         try:
-            if self.method == "GET":
-                params = {k: v for k, v in payload.items() if not isinstance(v, list | dict)}
-                response = self.client.get(self.url, params=params)
-            else:
-                response = self.client.post(self.url, json=payload)
+            with deadline.until(self.timeout):
+                if self.method == "GET":
+                    params = {k: v for k, v in payload.items() if not isinstance(v, list | dict)}
+                    response = self.client.get(self.url, params=params)
+                else:
+                    response = self.client.post(self.url, json=payload)
         except httpx.TimeoutException:
-            raise RetrievalError(f"retrieval {self.url}: timed out", retryable=True) from None
+            raise RetrievalError(
+                f"retrieval {self.url}: no complete reply within {self.timeout:g} s (its timeout)",
+                retryable=True,
+            ) from None
         except httpx.TransportError as exc:
             raise RetrievalError(
                 f"retrieval {self.url}: cannot connect ({exc or type(exc).__name__})",
