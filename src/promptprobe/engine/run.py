@@ -254,7 +254,8 @@ class ProbeRun:
             self.close()
             raise StartError(f"{'; '.join(unreachable.values())}; nothing was run")
         self.down_models = {
-            spec: f"{reason}: the model looks down; not called in this run" for spec, reason in unreachable.items()
+            spec: f"{reason}: the model looks down; not called in this run"
+            for spec, reason in unreachable.items()
         }
         return retrieved
 

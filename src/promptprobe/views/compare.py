@@ -223,6 +223,7 @@ def _repeats_hint(a: Side, b: Side, rate_a: float, rate_b: float, alpha: float) 
         trials=HINT_TRIALS,
         resamples=HINT_RESAMPLES,
         max_cases=HINT_MAX_CASES,
+        **HINT_PRECISION,
     )
     return {
         "cases": cases,
