@@ -84,11 +84,23 @@ def emit(text: str, output: Path | None = None) -> None:
     if output is None:
         click.echo(text)
         return
+    write_private(output, SCRUBBER.text(text if text.endswith("\n") else text + "\n").encode("utf-8"))
+    click.echo(f"wrote {output}", err=True)
+
+
+def write_private(output: Path, data: bytes) -> None:
+    """A file only its owner can read (0600): reports and exports hold production answers."""
     try:
-        output.write_text(text if text.endswith("\n") else text + "\n", encoding="utf-8")
+        fd = os.open(output, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.fchmod(fd, 0o600)  # an existing file keeps its mode otherwise
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+        finally:
+            os.close(fd)
     except OSError as exc:
         raise InputError(f"-o {output}: cannot write ({exc.strerror})") from None
-    click.echo(f"wrote {output}", err=True)
 
 
 def finite(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
@@ -594,6 +606,9 @@ def _resume(ctx: click.Context, resume_path: Path, fmt: str) -> None:
 
 def _execute(runner: Any, fmt: str, total: int) -> None:
     from .views.report import build_report, render_report
+
+    for warning in SCRUBBER.warnings():
+        click.echo(f"warning: {warning}", err=True)
 
     outcome = None
     with Progress(total) as progress, interruptible(runner.cancel) as received:

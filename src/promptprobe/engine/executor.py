@@ -11,6 +11,7 @@ from ..checks import Check, CheckError, CheckSettings, SampleView, outcomes, run
 from ..jsonio import dumps_pretty
 from ..probeset import Case
 from ..providers.base import Completion, Provider, ProviderError
+from ..redaction import SCRUBBER
 from ..retrievers import Passage, RetrievalError, Retriever, snapshot_digest
 from .limiter import Cancelled, Limiter
 from .plan import Arm, Unit, sample_id
@@ -182,13 +183,16 @@ class Executor:
         self, record: dict[str, Any], completion: Completion, unit: Unit, passages: list[Passage]
     ) -> None:
         sid = record["sample_id"]
+        body, withheld = SCRUBBER.clean_body(completion.body)
         response: dict[str, Any] = {
             "stop_reason": completion.stop_reason,
             "usage": completion.usage,
             "request_id": completion.request_id,
             "model": completion.model,
-            "body": self.store.write_bytes(f"raw/{sid}.body", completion.body)["path"],
+            "body": self.store.write_bytes(f"raw/{sid}.body", body)["path"] if body is not None else None,
         }
+        if withheld:
+            response["body_withheld"] = withheld  # the text is kept (scrubbed); the wire bytes are not
         if completion.refusal:
             response["refusal"] = completion.refusal
         if completion.text is None:

@@ -55,7 +55,7 @@ def attempt_entry(error: BaseException) -> dict[str, Any]:
         "status": getattr(error, "status", None),
         "request_id": getattr(error, "request_id", None),
         "message": SCRUBBER.text(str(error)),
-        "body": SCRUBBER.text(body[:BODY_LIMIT].decode("utf-8", "replace")) if body else None,
+        "body": SCRUBBER.text(body.decode("utf-8", "replace"))[:BODY_LIMIT] if body else None,
     }
 
 

@@ -67,7 +67,8 @@ class ProviderError(Exception):
         self.retryable = retryable
         self.retry_after = retry_after
         self.request_id = request_id
-        self.body = body[:ERROR_BODY_LIMIT] if body else body
+        # Scrubbed before it is cut, so that no cut leaves part of a secret behind.
+        self.body = SCRUBBER.bytes(body)[:ERROR_BODY_LIMIT] if body else body
         self.headers = headers or {}
 
 
@@ -184,7 +185,7 @@ def aborted_error(reason: CallAborted, spec: ModelSpec, timeout: float) -> Provi
 
 
 def body_snippet(body: bytes, content_type: str | None) -> str:
-    text = body[:200].decode("utf-8", "replace").strip()
+    text = SCRUBBER.bytes(body)[:200].decode("utf-8", "replace").strip()
     kind = f" ({content_type})" if content_type else ""
     return f"{text!r}{kind}"
 

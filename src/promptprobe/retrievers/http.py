@@ -106,19 +106,19 @@ class HttpRetriever(Retriever):
             retryable = response.status_code in (408, 409, 429) or response.status_code >= 500
             raise RetrievalError(
                 f"retrieval {self.url}: HTTP {response.status_code} "
-                f"{response.reason_phrase}: {response.text[:200]!r}",
+                f"{response.reason_phrase}: {SCRUBBER.text(response.text)[:200]!r}",
                 retryable=retryable,
                 status=response.status_code,
-                body=response.content[:ERROR_BODY_LIMIT],
+                body=SCRUBBER.bytes(response.content)[:ERROR_BODY_LIMIT],
             )
         try:
             data = response.json()
         except ValueError:
             raise RetrievalError(
-                f"retrieval {self.url}: reply is not JSON: {response.text[:200]!r}",
+                f"retrieval {self.url}: reply is not JSON: {SCRUBBER.text(response.text)[:200]!r}",
                 retryable=True,  # a proxy's error page: transient more often than not
                 status=response.status_code,
-                body=response.content[:ERROR_BODY_LIMIT],
+                body=SCRUBBER.bytes(response.content)[:ERROR_BODY_LIMIT],
             ) from None
         try:
             items = _dig(data, self.results)
