@@ -82,7 +82,7 @@ def test_bad_expect(tmp_path):
 
 def test_bad_id_characters(tmp_path):
     message = refuse(tmp_path, '[[case]]\nid = "price enterprise"\nquestion = "Q?"\n')
-    assert "case 'price enterprise'" in message and "[A-Za-z0-9._-]+" in message
+    assert "case 'price enterprise'" in message and "must start with a letter or a digit" in message
 
 
 def test_duplicate_id(tmp_path):

@@ -326,15 +326,15 @@ def test_a_retrieval_that_404s_on_every_call_fails_fast(tmp_path):
 
 def test_a_huge_plan_asks_for_yes(tmp_path):
     result = CliRunner().invoke(main, ["run", probeset(tmp_path, 10), "--prompt", PROMPT, "--model",
-                                       "openai:m@http://127.0.0.1:9/v1", "-n", "1000000000",
+                                       "openai:m@http://127.0.0.1:9/v1", "-n", "1000000",
                                        "--runs-dir", str(tmp_path / "runs")])
     assert result.exit_code == 2
-    assert "this plan makes 10,000,000,000 model calls" in result.stderr and "--yes" in result.stderr
+    assert "this plan makes 10,000,000 model calls" in result.stderr and "--yes" in result.stderr
     assert not (tmp_path / "runs").exists()
     priced = CliRunner().invoke(main, ["run", probeset(tmp_path, 10), "--prompt", PROMPT, "--model",
-                                       "openai:gpt-4.1-mini", "-n", "1000000000", "--dry-run", "--json"])
+                                       "openai:gpt-4.1-mini", "-n", "1000000", "--dry-run", "--json"])
     assert priced.exit_code == 0, priced.output
-    assert json.loads(priced.stdout)["calls"] == 10_000_000_000
+    assert json.loads(priced.stdout)["calls"] == 10_000_000
 
 
 def test_model_calls_start_before_all_retrievals_are_done(tmp_path):

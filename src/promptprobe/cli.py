@@ -24,6 +24,7 @@ from . import __version__
 from .checks import metric_names
 from .errors import InputError, ProbeError, StartError
 from .jsonio import dumps_line, dumps_pretty
+from .limits import LIMITS
 from .redaction import SCRUBBER
 
 METRIC = click.Choice(metric_names())
@@ -356,7 +357,10 @@ def interruptible(cancel: Callable[[], None]) -> Iterator[list[int]]:
     help="anthropic:MODEL, openai:MODEL or openai:MODEL@BASE_URL; repeat for several.",
 )
 @click.option(
-    "-n", "--repeats", type=click.IntRange(min=1), help="Repeats per case (default: config, then probe set)."
+    "-n",
+    "--repeats",
+    type=click.IntRange(*LIMITS["repeats"]),
+    help="Repeats per case (default: config, then probe set).",
 )
 @click.option(
     "--config", "config_path", type=click.Path(path_type=Path), help="Target config (default ./probe.toml)."
@@ -368,29 +372,42 @@ def interruptible(cancel: Callable[[], None]) -> Iterator[list[int]]:
     type=click.Path(path_type=Path),
     help="Finish RUN from its own manifest: run exactly the samples missing or failed.",
 )
-@click.option("--temperature", type=click.FloatRange(min=0), callback=finite, help="Sent only when given.")
-@click.option("--max-tokens", type=click.IntRange(min=1), help="Default 1024.")
-@click.option("--seed", type=int, help="Sent where the API has a seed (OpenAI); also orders the plan.")
-@click.option("--concurrency", type=click.IntRange(min=1), help="Calls in flight (default 8).")
+@click.option(
+    "--temperature",
+    type=click.FloatRange(*LIMITS["temperature"]),
+    callback=finite,
+    help="Sent only when given.",
+)
+@click.option("--max-tokens", type=click.IntRange(*LIMITS["max_tokens"]), help="Default 1024.")
+@click.option(
+    "--seed",
+    type=click.IntRange(*LIMITS["seed"]),
+    help="Sent where the API has a seed (OpenAI); also orders the plan.",
+)
+@click.option(
+    "--concurrency", type=click.IntRange(*LIMITS["concurrency"]), help="Calls in flight (default 8)."
+)
 @click.option("--stream/--no-stream", default=None, help="Use the streaming API.")
 @click.option(
     "--timeout",
-    type=click.FloatRange(min=0, min_open=True),
+    type=click.FloatRange(0, LIMITS["timeout"][1], min_open=True),
     callback=finite,
     help="Deadline for one call, body included, in seconds (default 120).",
 )
 @click.option(
-    "--max-attempts", type=click.IntRange(min=1), help="Calls per sample before it fails (default 6)."
+    "--max-attempts",
+    type=click.IntRange(*LIMITS["max_attempts"]),
+    help="Calls per sample before it fails (default 6).",
 )
 @click.option(
     "--max-retry-wait",
-    type=click.FloatRange(min=0),
+    type=click.FloatRange(*LIMITS["max_retry_wait"]),
     callback=finite,
     help="Longest wait between attempts, in seconds (default 60).",
 )
 @click.option(
     "--rpm",
-    type=click.FloatRange(min=0),
+    type=click.FloatRange(*LIMITS["rpm"]),
     callback=finite,
     help="Requests per minute per provider (default: no limit).",
 )

@@ -9,6 +9,7 @@ from typing import Any
 
 from .checks.settings import CheckSettings, CitationConfig, FilterConfig, HeaderConfig
 from .errors import InputError
+from .limits import LIMITS
 from .models import ModelSpec
 from .providers import parse_spec
 from .tomlfile import check_keys, parse_toml, read_input
@@ -96,8 +97,12 @@ def _typed(
         raise InputError(f"{where}: '{key}' must be {names}, got {value!r}")
     if isinstance(value, float) and not math.isfinite(value):
         raise InputError(f"{where}: '{key}' must be a finite number, got {value!r}")
-    if minimum is not None and value < minimum:
-        raise InputError(f"{where}: '{key}' must be at least {minimum}, got {value!r}")
+    low, high = LIMITS.get(key, (minimum, None))
+    if minimum is not None:
+        low = max(low, minimum) if low is not None else minimum
+    if (low is not None and value < low) or (high is not None and value > high):
+        limits = f"between {low:g} and {high:g}" if high is not None else f"at least {low:g}"
+        raise InputError(f"{where}: '{key}' must be {limits}, got {value!r}")
     return value
 
 

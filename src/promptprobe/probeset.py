@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from . import names
 from .errors import InputError
 from .tomlfile import parse_toml, read_input, unknown_keys
 
-CASE_ID = re.compile(r"[A-Za-z0-9._-]+")
 EXPECT_VALUES = ("answer", "no_answer")
 TOP_KEYS = {"name", "description", "repeats", "case"}
 CASE_KEYS = {
@@ -129,8 +129,8 @@ def _case(raw: Any, index: int, path: Path, problems: _Problems) -> Case | None:
     case_id = raw.get("id")
     if case_id is None:
         problems.add(f"{label}: missing 'id'")
-    elif not isinstance(case_id, str) or not CASE_ID.fullmatch(case_id):
-        problems.add(f"{label}: 'id' must match [A-Za-z0-9._-]+, got {case_id!r}")
+    elif id_problem := names.problem(case_id, "'id'", names.CASE_ID_MAX):
+        problems.add(f"{label}: {id_problem}")
     question = raw.get("question")
     if question is None:
         problems.add(f"{label}: missing 'question'")
@@ -205,14 +205,11 @@ def parse_probeset(source: bytes, path: Path) -> ProbeSet:
     bad_keys = unknown_keys(data, TOP_KEYS, str(path))
     if bad_keys:
         problems.add(bad_keys)
-    name = _top(
-        data,
-        "name",
-        lambda v: isinstance(v, str) and bool(v),
-        f"{path}: 'name' must be a non-empty string",
-        path.stem,
-        problems,
-    )
+    name = data.get("name", path.stem)
+    name_problem = names.problem(name, "the probe set's name" if "name" in data else "the file name")
+    if name_problem:
+        hint = "" if "name" in data else ' (set name = "..." in the file)'
+        problems.add(f"{path}: {name_problem}{hint}")
     description = _top(
         data,
         "description",
@@ -224,8 +221,8 @@ def parse_probeset(source: bytes, path: Path) -> ProbeSet:
     repeats = _top(
         data,
         "repeats",
-        lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1,
-        f"{path}: 'repeats' must be a whole number of at least 1",
+        lambda v: isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 1_000_000,
+        f"{path}: 'repeats' must be a whole number from 1 to 1,000,000",
         3,
         problems,
     )

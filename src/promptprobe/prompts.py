@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from . import names
 from .errors import InputError
 from .tomlfile import read_input
 
@@ -25,10 +26,13 @@ class PromptVersion:
         return self.source.decode("utf-8")
 
 
-NAME = re.compile(r"[A-Za-z0-9._-]+")
+NAME = re.compile(r"[^=/\\]+")  # what may stand before `=` in NAME=PATH
 
 
 def prompt_from_bytes(name: str, path: Path, source: bytes) -> PromptVersion:
+    problem = names.problem(name, "prompt name")
+    if problem:
+        raise InputError(f"{path}: {problem}; give one with --prompt NAME={path}")
     try:
         source.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -36,12 +40,19 @@ def prompt_from_bytes(name: str, path: Path, source: bytes) -> PromptVersion:
     return PromptVersion(name, path, source, hashlib.sha256(source).hexdigest())
 
 
+def _exists(path: Path) -> bool:
+    try:
+        return path.exists()
+    except OSError:
+        return False  # a name too long to be a file is not one
+
+
 def load_prompt(argument: str | Path) -> PromptVersion:
     """Read a prompt file as exact bytes. `NAME=PATH` names the version; otherwise the name is
     the file stem (so two files called prompt.md in different folders need a NAME)."""
     text = str(argument)
     name, eq, rest = text.partition("=")
-    if eq and NAME.fullmatch(name) and not Path(text).exists():
+    if eq and NAME.fullmatch(name) and not _exists(Path(text)):
         path = Path(rest)
     else:
         name, path = Path(text).stem, Path(text)

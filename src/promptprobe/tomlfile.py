@@ -16,7 +16,8 @@ def read_input(path: Path, what: str = "file") -> bytes:
     except IsADirectoryError:
         raise InputError(f"{path}: is a directory, not a {what}") from None
     except OSError as exc:
-        raise InputError(f"{path}: cannot read ({exc.strerror})") from None
+        shown = str(path) if len(str(path)) <= 80 else str(path)[:77] + "..."
+        raise InputError(f"{shown}: cannot read ({exc.strerror})") from None
 
 
 def parse_toml(data: bytes, path: Path) -> dict[str, Any]:
@@ -29,6 +30,9 @@ def parse_toml(data: bytes, path: Path) -> dict[str, Any]:
     except tomllib.TOMLDecodeError as exc:
         # tomllib's message ends with "(at line N, column M)": the user needs that.
         raise InputError(f"{path}: TOML syntax error: {exc}") from None
+    except RecursionError:
+        # tomllib recurses once per level of nested arrays and inline tables.
+        raise InputError(f"{path}: arrays or tables nested too deeply to read") from None
 
 
 def unknown_keys(table: dict[str, Any], allowed: set[str], where: str) -> str | None:

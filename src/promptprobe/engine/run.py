@@ -478,7 +478,10 @@ class ResumedRun(ProbeRun):
 
 
 def _verified(path: Path, relative: str, sha256: str, what: str) -> bytes:
-    data = (path / relative).read_bytes()
+    try:
+        data = (path / relative).read_bytes()
+    except OSError as exc:
+        raise InputError(f"{path / relative}: cannot read the {what} copy ({exc.strerror})") from None
     if hashlib.sha256(data).hexdigest() != sha256:
         raise InputError(f"{path / relative}: the {what} copy does not match its sha256 in the manifest")
     return data
@@ -502,6 +505,27 @@ def resume_run(
     RESUME_CHANGEABLE; they are used from now on and recorded in the manifest's `resumes`."""
     path = Path(path)
     manifest = load_manifest(path)
+    for key in ("created", "counts", "repeats", "seed"):
+        if key not in manifest:
+            raise InputError(f"{path}: not a resumable run: manifest.json lacks {key}")
+    try:
+        return _resume(path, manifest, options, on_record, prompts, models, probeset, changes)
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise InputError(
+            f"{path}: not a resumable run: manifest.json is damaged ({type(exc).__name__}: {exc})"
+        ) from None
+
+
+def _resume(
+    path: Path,
+    manifest: dict[str, Any],
+    options: RunOptions | None,
+    on_record: Callable[[dict[str, Any]], None] | None,
+    prompts: Sequence[PromptVersion] | None,
+    models: Sequence[ModelSpec] | None,
+    probeset: ProbeSet | None,
+    changes: dict[str, Any] | None,
+) -> ResumedRun:
     state = run_state(path, manifest)
     if state == "running":
         raise InputError(f"{path}: the run is still going (pid {manifest.get('pid')}); nothing to resume")

@@ -279,14 +279,30 @@ def run_state(path: Path, manifest: dict[str, Any]) -> str:
     return "killed"
 
 
+# What every reader of a run needs from its manifest, and the shape each must have.
+MANIFEST_NEEDS: dict[str, type] = {"probeset": dict, "prompts": list, "models": list, "arms": list}
+PROBESET_NEEDS = ("source", "path", "sha256", "copy")
+
+
 def load_manifest(run_dir: Path) -> dict[str, Any]:
     manifest_path = run_dir / "manifest.json"
     if not manifest_path.is_file():
         raise InputError(f"{run_dir}: not a run directory (no manifest.json)")
     try:
-        return loads(manifest_path.read_bytes())
+        manifest = loads(manifest_path.read_bytes())
     except ValueError as exc:
         raise InputError(f"{manifest_path}: not valid JSON ({exc})") from None
+    if not isinstance(manifest, dict):
+        raise InputError(f"{run_dir}: not a readable run: manifest.json is not a JSON object")
+    for key, kind in MANIFEST_NEEDS.items():
+        if not isinstance(manifest.get(key), kind):
+            raise InputError(f"{run_dir}: not a readable run: manifest.json lacks {key}")
+    missing = [k for k in PROBESET_NEEDS if not isinstance(manifest["probeset"].get(k), str)]
+    if missing:
+        raise InputError(
+            f"{run_dir}: not a readable run: manifest.json's probeset lacks {', '.join(missing)}"
+        )
+    return manifest
 
 
 def iter_samples(run_dir: Path, on_warning: Any = warn) -> Iterator[dict[str, Any]]:
