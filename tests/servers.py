@@ -214,3 +214,75 @@ class LocalServer:
         self.stopping.set()
         self.httpd.shutdown()
         self.httpd.server_close()
+
+
+class RawServer:
+    """A server on raw sockets for faults an HTTP library would not send: `handler(conn, request)`
+    writes whatever it likes (headers a byte at a time, a body that never ends) and returns."""
+
+    def __init__(self, handler: Callable[[socket.socket, bytes], None]) -> None:
+        self.handler = handler
+        self.sock = socket.socket()
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+
+    def _serve(self) -> None:
+        while not self.stopping.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._handle, args=(conn,), daemon=True).start()
+
+    def _handle(self, conn: socket.socket) -> None:
+        try:
+            conn.settimeout(5)
+            data = b""
+            while b"\r\n\r\n" not in data:
+                chunk = conn.recv(65536)
+                if not chunk:
+                    return
+                data += chunk
+            head, _, body = data.partition(b"\r\n\r\n")
+            length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                           if line.lower().startswith(b"content-length:")), 0)
+            while len(body) < length:
+                chunk = conn.recv(65536)
+                if not chunk:
+                    break
+                body += chunk
+            self.handler(conn, head + b"\r\n\r\n" + body)
+        except OSError:
+            return  # the client gave up: what the fault was for
+        finally:
+            conn.close()
+
+    def trickle(self, conn: socket.socket, data: bytes, every: float) -> None:
+        """Send `data` one byte at a time, `every` seconds apart, until done or stopped."""
+        for index in range(len(data)):
+            conn.sendall(data[index : index + 1])
+            if self.stopping.wait(every):
+                return
+
+    @property
+    def url(self) -> str:
+        host, port = self.sock.getsockname()[:2]
+        return f"http://{host}:{port}"
+
+    def __enter__(self) -> "RawServer":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stopping.set()
+        self.sock.close()
+
+
+def http_response(body: bytes, status: str = "200 OK", content_type: str = "application/json",
+                  headers: dict[str, str] | None = None) -> bytes:
+    lines = [f"HTTP/1.1 {status}", f"content-type: {content_type}", f"content-length: {len(body)}",
+             "connection: close", *(f"{k}: {v}" for k, v in (headers or {}).items())]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode() + body

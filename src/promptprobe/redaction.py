@@ -111,20 +111,26 @@ class Scrubber:
     def found_in(self, value: str) -> bool:
         return self._pattern is not None and self._pattern.search(value) is not None
 
-    def clean_body(self, body: builtins.bytes) -> tuple[builtins.bytes | None, str | None]:
-        """(the scrubbed body, None), or (None, why) when a secret can still be read from it
-        once decoded, such as a streamed answer that spelled it across several events."""
+    def clean_body(
+        self, body: builtins.bytes, text: str | None = None
+    ) -> tuple[builtins.bytes | None, str | None]:
+        """(the scrubbed body, None), or (None, why) when a secret can still be read from it once
+        decoded, or when the answer `text` held a secret and the body is a stream that carried it
+        in pieces (each piece too short to recognise)."""
         scrubbed = self.bytes(body)
         if self._pattern is None:
             return scrubbed, None
-        text = scrubbed.decode("utf-8", "replace")
-        decoded = _decoded_strings(text)
-        for value in decoded:
-            if self.found_in(value):
-                return None, "a secret could still be read from it after scrubbing"
-        if self.found_in("".join(decoded)):
+        decoded_text = scrubbed.decode("utf-8", "replace")
+        decoded = _decoded_strings(decoded_text)
+        if any(self.found_in(value) for value in decoded):
+            return None, "a secret could still be read from it after scrubbing"
+        if text is not None and self.found_in(text) and _is_stream(decoded_text):
             return None, "a secret was spelled across several stream events"
         return scrubbed, None
+
+
+def _is_stream(text: str) -> bool:
+    return any(line.startswith(("data:", "event:")) for line in text.splitlines()[:5])
 
 
 def _strings(value: Any) -> list[str]:

@@ -183,7 +183,7 @@ class Executor:
         self, record: dict[str, Any], completion: Completion, unit: Unit, passages: list[Passage]
     ) -> None:
         sid = record["sample_id"]
-        body, withheld = SCRUBBER.clean_body(completion.body)
+        body, withheld = SCRUBBER.clean_body(completion.body, completion.text)
         response: dict[str, Any] = {
             "stop_reason": completion.stop_reason,
             "usage": completion.usage,

@@ -95,8 +95,10 @@ class Limiter:
             now = self.clock()
             start = now
             if self.paused_until > now:
-                # Stagger the workers a pause released, over up to a fifth of it (2 s at most).
-                start = self.paused_until + self.rng.uniform(0, min(2.0, 0.2 * self.pause_length))
+                # Stagger the workers a pause released, over up to a fifth of it (2 s at most),
+                # within --max-retry-wait: pause and stagger together never wait longer than that.
+                room = max(0.0, self.max_wait - self.pause_length)
+                start = self.paused_until + self.rng.uniform(0, min(2.0, 0.2 * self.pause_length, room))
             if self.rpm > 0:
                 start = max(start, self.next_slot)
                 self.next_slot = start + 60.0 / self.rpm
