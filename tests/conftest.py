@@ -26,6 +26,9 @@ def clean_env(monkeypatch):
                  "ANTHROPIC_AUTH_TOKEN", "NO_COLOR", "PROBE_PROGRESS_INTERVAL"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("COLUMNS", "100")  # tables and wrapped lines as on a 100-column terminal
+    from promptprobe.redaction import SCRUBBER
+
+    SCRUBBER.take_warnings()  # a short key another test used is not this test's warning
 
 
 def search_reply(request: Request) -> Reply:

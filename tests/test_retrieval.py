@@ -95,7 +95,7 @@ def test_redact_removes_secret_looking_keys():
     ({"retrieval": {"kind": "http", "url": "http://x", "method": "PUT"}}, "'method' must be"),
     ({"retrieval": {"kind": "python", "function": "nocolon"}}, "'function' must be \"module:function\""),
     ({"retrieval": {"kind": "none", "url": "http://x"}}, "unknown key 'url'"),
-    ({"run": {"concurrency": 0}}, "'concurrency' must be at least 1"),
+    ({"run": {"concurrency": 0}}, "'concurrency' must be between 1 and 1000"),
     ({"run": {"max_tokens": "many"}}, "'max_tokens' must be int"),
     ({"run": {"models": ["claude"]}}, "expected PROVIDER:MODEL"),
     ({"run": {"models": [{"spec": "openai:m", "key": "x"}]}}, "unknown key 'key'"),

@@ -624,7 +624,7 @@ def _resume(ctx: click.Context, resume_path: Path, fmt: str) -> None:
 def _execute(runner: Any, fmt: str, total: int) -> None:
     from .views.report import build_report, render_report
 
-    for warning in SCRUBBER.warnings():
+    for warning in SCRUBBER.take_warnings():
         click.echo(f"warning: {warning}", err=True)
 
     outcome = None

@@ -86,12 +86,14 @@ class Scrubber:
             self._order = [self.secrets[secret] for secret in ordered]
             self._pattern = re.compile("|".join(f"({pattern_of(secret)})" for secret in ordered))
 
-    def warnings(self) -> list[str]:
-        """One line per secret too short to be scrubbed reliably."""
+    def take_warnings(self) -> list[str]:
+        """One line per secret too short to be scrubbed reliably, each said once."""
+        with self.lock:
+            short, self.short = self.short, {}
         return [
             f"{name} is shorter than {MIN_SECRET_LENGTH} characters: it cannot be scrubbed reliably from run "
             "files and exports (every word that matches it would be removed too)"
-            for name in sorted(self.short)
+            for name in sorted(short)
         ]
 
     def text(self, value: str) -> str:
