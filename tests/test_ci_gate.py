@@ -40,7 +40,8 @@ def test_the_examples_are_files_equal_to_the_packaged_demo():
     for folder in (ROOT / "probes", ROOT / "prompts", ROOT / "examples"):
         assert not [p for p in folder.rglob("*") if p.is_symlink()], folder
     assert sorted(p.name for p in (ROOT / "examples" / "demo" / "acme").iterdir()) == sorted(
-        p.name for p in (PACKAGE_DEMO / "acme").iterdir())
+        p.name for p in (PACKAGE_DEMO / "acme").iterdir()
+    )
 
 
 @pytest.fixture
@@ -60,10 +61,23 @@ def repository(tmp_path):
 
 def gate(repo: Path, model: str, **env: str) -> subprocess.CompletedProcess:
     path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
-    environment = {**os.environ, "PATH": path, "MODEL": model, "PROBE_RUN_ARGS": "-n 2", "OUT": "out",
-                   "GITHUB_ENV": str(repo / "github.env"), **env}
-    return subprocess.run([str(SCRIPT), "main", "prompts/always-header.md"], cwd=repo, env=environ_clean(environment),
-                          capture_output=True, text=True, timeout=120)
+    environment = {
+        **os.environ,
+        "PATH": path,
+        "MODEL": model,
+        "PROBE_RUN_ARGS": "-n 2",
+        "OUT": "out",
+        "GITHUB_ENV": str(repo / "github.env"),
+        **env,
+    }
+    return subprocess.run(
+        [str(SCRIPT), "main", "prompts/always-header.md"],
+        cwd=repo,
+        env=environ_clean(environment),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def environ_clean(environment: dict[str, str]) -> dict[str, str]:
@@ -125,7 +139,13 @@ def test_a_target_that_is_down_still_leaves_a_report_page(repository):
 def test_a_prompt_missing_at_the_baseline_is_exit_2(repository, demo_model):
     (repository / "prompts" / "new.md").write_text("a new prompt")
     path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
-    result = subprocess.run([str(SCRIPT), "main", "prompts/new.md"], cwd=repository, capture_output=True, text=True,
-                            env={**os.environ, "PATH": path, "MODEL": demo_model, "OUT": "out"}, timeout=60)
+    result = subprocess.run(
+        [str(SCRIPT), "main", "prompts/new.md"],
+        cwd=repository,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PATH": path, "MODEL": demo_model, "OUT": "out"},
+        timeout=60,
+    )
     assert result.returncode == 2 and "does not exist at main" in result.stderr
     assert (repository / "out" / "report.html").is_file()

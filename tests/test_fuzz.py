@@ -27,12 +27,22 @@ from promptprobe.providers.base import Completion, GenerationParams, ProviderErr
 
 PROMPT = str(ROOT / "prompts" / "always-header.md")
 KEY = "sk-ant-fuzz-key-0000000000000000000000000"
-FUZZ = settings(max_examples=200, deadline=None, derandomize=True,
-                suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+FUZZ = settings(
+    max_examples=200,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers(-5, 5) | st.floats(allow_nan=False, width=16) | st.text(max_size=8),
-    lambda children: st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=6), children, max_size=3),
+    st.none()
+    | st.booleans()
+    | st.integers(-5, 5)
+    | st.floats(allow_nan=False, width=16)
+    | st.text(max_size=8),
+    lambda children: (
+        st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=6), children, max_size=3)
+    ),
     max_leaves=8,
 )
 
@@ -59,10 +69,14 @@ def mutated(document: object, draw) -> object:
 def replies(draw, provider: str) -> Reply:
     kind = draw(st.sampled_from(["json", "stream", "garbage"]))
     if kind == "garbage":
-        body = draw(st.binary(max_size=64) | st.sampled_from([b"<html>proxy error</html>", b"", b"{", b"null"]))
+        body = draw(
+            st.binary(max_size=64) | st.sampled_from([b"<html>proxy error</html>", b"", b"{", b"null"])
+        )
         return Reply(body=body, content_type=draw(st.sampled_from(["application/json", "text/html"])))
     if kind == "json":
-        valid = json.loads((anthropic_body if provider == "anthropic" else openai_body)("[[ANSWER]]\nok", "m", None))
+        valid = json.loads(
+            (anthropic_body if provider == "anthropic" else openai_body)("[[ANSWER]]\nok", "m", None)
+        )
         return Reply(body=json.dumps(mutated(valid, draw)).encode(), content_type="application/json")
     valid = (anthropic_stream if provider == "anthropic" else openai_stream)("[[ANSWER]]\nok", "m", None)
     events = []
@@ -72,8 +86,9 @@ def replies(draw, provider: str) -> Reply:
         payload = data if data == "[DONE]" else mutated(json.loads(data), draw)
         events.append((lines.get("event"), payload))
     cut = draw(st.integers(0, len(events)))
-    events = events[:cut] + draw(st.lists(st.tuples(st.sampled_from([None, "error", "ping"]), json_values),
-                                           max_size=2))
+    events = events[:cut] + draw(
+        st.lists(st.tuples(st.sampled_from([None, "error", "ping"]), json_values), max_size=2)
+    )
     return Reply(body=sse(events), content_type="text/event-stream")
 
 
@@ -90,8 +105,10 @@ def test_any_reply_is_read_or_is_a_provider_error(scripted_server, provider, mon
     monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
     server, current = scripted_server
     spec = f"anthropic:m@{server.url}" if provider == "anthropic" else f"openai:m@{server.url}/v1"
-    providers = {stream: make_provider(parse_model_spec(spec), GenerationParams(stream=stream, timeout=5))
-                 for stream in (False, True)}
+    providers = {
+        stream: make_provider(parse_model_spec(spec), GenerationParams(stream=stream, timeout=5))
+        for stream in (False, True)
+    }
 
     @FUZZ
     @given(replies(provider))
@@ -116,8 +133,12 @@ def test_a_run_through_random_replies_records_every_sample(tmp_path_factory, pro
     monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
     runs = []
 
-    @settings(max_examples=12, deadline=None, derandomize=True,
-              suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+    @settings(
+        max_examples=12,
+        deadline=None,
+        derandomize=True,
+        suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+    )
     @given(st.lists(replies(provider), min_size=1, max_size=4), st.booleans())
     def check(script, stream):
         tmp = tmp_path_factory.mktemp("fuzzrun")
@@ -130,12 +151,21 @@ def test_a_run_through_random_replies_records_every_sample(tmp_path_factory, pro
                 return script[(calls[0] - 1) % len(script)]
 
         probeset = load_probeset(write_probeset(tmp / "p.toml", [(f"c{i}", f"q{i}", None) for i in range(3)]))
-        spec = ("anthropic:m@{}" if provider == "anthropic" else "openai:m@{}/v1")
+        spec = "anthropic:m@{}" if provider == "anthropic" else "openai:m@{}/v1"
         with LocalServer(responder) as server:
-            outcome = run_probe(probeset, [load_prompt(PROMPT)], [parse_model_spec(spec.format(server.url))],
-                                load_config(None), RunOptions(runs_dir=tmp / "runs", sleep=lambda s: None,
-                                                              max_attempts=2, concurrency=2,
-                                                              params=GenerationParams(stream=stream, timeout=5)))
+            outcome = run_probe(
+                probeset,
+                [load_prompt(PROMPT)],
+                [parse_model_spec(spec.format(server.url))],
+                load_config(None),
+                RunOptions(
+                    runs_dir=tmp / "runs",
+                    sleep=lambda s: None,
+                    max_attempts=2,
+                    concurrency=2,
+                    params=GenerationParams(stream=stream, timeout=5),
+                ),
+            )
         samples = read_jsonl(outcome.path / "samples.jsonl")
         assert sorted(s["sample_id"] for s in samples) == [f"c{i}.r1.a1" for i in range(3)]
         for sample in samples:
@@ -151,7 +181,7 @@ def test_a_run_through_random_replies_records_every_sample(tmp_path_factory, pro
 # -- the CLI on random input ----------------------------------------------------------------------
 
 names = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=20)
-toml_scalars = st.one_of(st.integers(-10**20, 10**20), st.floats(allow_nan=True), st.booleans(), names)
+toml_scalars = st.one_of(st.integers(-(10**20), 10**20), st.floats(allow_nan=True), st.booleans(), names)
 
 
 def toml_value(value: object) -> str:
@@ -160,8 +190,11 @@ def toml_value(value: object) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, float):
-        return "nan" if value != value else ("inf" if value == float("inf") else "-inf" if value == float("-inf")
-                                               else repr(value))
+        return (
+            "nan"
+            if value != value
+            else ("inf" if value == float("inf") else "-inf" if value == float("-inf") else repr(value))
+        )
     return str(value)
 
 
@@ -172,8 +205,11 @@ def probe_sets(draw) -> str:
         lines.append(f"{key} = {toml_value(draw(toml_scalars))}")
     for _ in range(draw(st.integers(0, 3))):
         lines.append("[[case]]")
-        for key in draw(st.lists(st.sampled_from(["id", "question", "expect", "tags", "regex", "vars", "nope"]),
-                                 unique=True)):
+        for key in draw(
+            st.lists(
+                st.sampled_from(["id", "question", "expect", "tags", "regex", "vars", "nope"]), unique=True
+            )
+        ):
             lines.append(f"{key} = {toml_value(draw(toml_scalars))}")
     if draw(st.booleans()):
         lines.append(draw(st.sampled_from(["[", "x = ", "id = 'a", "[[case]]\n[[case]]", "= 1"])))
@@ -183,9 +219,26 @@ def probe_sets(draw) -> str:
 @st.composite
 def configs(draw) -> str:
     lines = []
-    for table, keys in (("run", ["repeats", "max_tokens", "timeout", "max_retry_wait", "rpm", "concurrency",
-                                 "temperature", "seed", "stream", "umask", "oops"]),
-                        ("retrieval", ["kind", "url", "timeout", "k"]), ("header", ["markers", "no_answer"])):
+    for table, keys in (
+        (
+            "run",
+            [
+                "repeats",
+                "max_tokens",
+                "timeout",
+                "max_retry_wait",
+                "rpm",
+                "concurrency",
+                "temperature",
+                "seed",
+                "stream",
+                "umask",
+                "oops",
+            ],
+        ),
+        ("retrieval", ["kind", "url", "timeout", "k"]),
+        ("header", ["markers", "no_answer"]),
+    ):
         if draw(st.booleans()):
             lines.append(f"[{table}]")
             for key in draw(st.lists(st.sampled_from(keys), unique=True, max_size=4)):
@@ -193,19 +246,42 @@ def configs(draw) -> str:
     return "\n".join(lines) + "\n"
 
 
-FLAGS = st.lists(st.sampled_from([
-    ["-n", "0"], ["-n", "3"], ["--timeout", "0"], ["--timeout", "1e12"], ["--max-tokens", "99999999999"],
-    ["--concurrency", "-1"], ["--rpm", "nan"], ["--temperature", "inf"], ["--alpha", "0.9"], ["--detect", "0"],
-    ["--max-retry-wait", "1e308"], ["--seed", "99999999999999999999999"], ["--prompt", "..=x.md"],
-    ["--model", "nope:x"], ["--model", "openai:"], ["--top-k", "0"], ["--metric", "vibes"],
-]), max_size=3)
+FLAGS = st.lists(
+    st.sampled_from(
+        [
+            ["-n", "0"],
+            ["-n", "3"],
+            ["--timeout", "0"],
+            ["--timeout", "1e12"],
+            ["--max-tokens", "99999999999"],
+            ["--concurrency", "-1"],
+            ["--rpm", "nan"],
+            ["--temperature", "inf"],
+            ["--alpha", "0.9"],
+            ["--detect", "0"],
+            ["--max-retry-wait", "1e308"],
+            ["--seed", "99999999999999999999999"],
+            ["--prompt", "..=x.md"],
+            ["--model", "nope:x"],
+            ["--model", "openai:"],
+            ["--top-k", "0"],
+            ["--metric", "vibes"],
+        ]
+    ),
+    max_size=3,
+)
 
 
-@settings(max_examples=60, deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    max_examples=60,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 @given(probe_sets(), configs(), st.binary(max_size=40), FLAGS)
-def test_random_input_to_check_and_dry_run_is_exit_0_or_2_never_a_traceback(tmp_path, probeset, config, prompt,
-                                                                           flags):
+def test_random_input_to_check_and_dry_run_is_exit_0_or_2_never_a_traceback(
+    tmp_path, probeset, config, prompt, flags
+):
     folder = Path(tmp_path)
     (folder / "p.toml").write_text(probeset, encoding="utf-8")
     (folder / "c.toml").write_text(config, encoding="utf-8")
@@ -213,33 +289,51 @@ def test_random_input_to_check_and_dry_run_is_exit_0_or_2_never_a_traceback(tmp_
     checked = CliRunner().invoke(main, ["check", str(folder / "p.toml")])
     assert checked.exit_code in (0, 2) and "Traceback" not in checked.output
     assert checked.exception is None or isinstance(checked.exception, SystemExit), checked.output
-    args = ["run", str(folder / "p.toml"), "--prompt", str(folder / "x.md"), "--config", str(folder / "c.toml"),
-            "--model", "openai:gpt-4.1-mini", "--dry-run", *[part for flag in flags for part in flag]]
+    args = [
+        "run",
+        str(folder / "p.toml"),
+        "--prompt",
+        str(folder / "x.md"),
+        "--config",
+        str(folder / "c.toml"),
+        "--model",
+        "openai:gpt-4.1-mini",
+        "--dry-run",
+        *[part for flag in flags for part in flag],
+    ]
     result = CliRunner().invoke(main, args)
     assert result.exit_code in (0, 2), (args, result.output)
     assert result.exception is None or isinstance(result.exception, SystemExit), (args, result.output)
     if result.exit_code == 2:
-        assert [line for line in result.stderr.splitlines() if line.lower().startswith("error")], result.stderr
+        assert [line for line in result.stderr.splitlines() if line.lower().startswith("error")], (
+            result.stderr
+        )
 
 
 # -- fault scenarios into probe run ---------------------------------------------------------------
 
-SCENARIOS = st.sampled_from([
-    Reply("[[ANSWER]]\nok"),
-    Reply(status=500, body=b'{"error": {"message": "boom"}}'),
-    Reply(status=429, body=b'{"error": {"message": "slow"}}', headers={"retry-after": "0"}),
-    Reply(status=401, body=f'{{"error": {{"message": "bad key {KEY}"}}}}'.encode()),
-    Reply(status=200, body=b"<html>gateway</html>", content_type="text/html"),
-    Reply(status=200, body=f"<html>{'x' * 190}{KEY}</html>".encode(), content_type="text/html"),
-    Reply(body=b'{"choices": [{"index": 0}]}'),
-    Reply("[[ANSWER]]\nok", cut=40),
-    Reply("[[ANSWER]]\nok", delay=3.0),
-    Reply(f"[[ANSWER]]\nthe key is {KEY}"),
-])
+SCENARIOS = st.sampled_from(
+    [
+        Reply("[[ANSWER]]\nok"),
+        Reply(status=500, body=b'{"error": {"message": "boom"}}'),
+        Reply(status=429, body=b'{"error": {"message": "slow"}}', headers={"retry-after": "0"}),
+        Reply(status=401, body=f'{{"error": {{"message": "bad key {KEY}"}}}}'.encode()),
+        Reply(status=200, body=b"<html>gateway</html>", content_type="text/html"),
+        Reply(status=200, body=f"<html>{'x' * 190}{KEY}</html>".encode(), content_type="text/html"),
+        Reply(body=b'{"choices": [{"index": 0}]}'),
+        Reply("[[ANSWER]]\nok", cut=40),
+        Reply("[[ANSWER]]\nok", delay=3.0),
+        Reply(f"[[ANSWER]]\nthe key is {KEY}"),
+    ]
+)
 
 
-@settings(max_examples=15, deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    max_examples=15,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 @given(st.lists(SCENARIOS, min_size=1, max_size=5), st.booleans())
 def test_random_fault_scenarios_end_in_a_documented_state(tmp_path_factory, script, stream):
     tmp = tmp_path_factory.mktemp("faults")
@@ -253,10 +347,26 @@ def test_random_fault_scenarios_end_in_a_documented_state(tmp_path_factory, scri
 
     probeset = write_probeset(tmp / "p.toml", [(f"c{i}", f"q{i}", None) for i in range(4)])
     with LocalServer(responder) as server:
-        result = CliRunner(env={"ANTHROPIC_API_KEY": KEY}).invoke(main, [
-            "run", str(probeset), "--prompt", PROMPT, "--model", f"anthropic:m@{server.url}",
-            "--runs-dir", str(tmp / "runs"), "--max-attempts", "2", "--max-retry-wait", "0.01", "--timeout", "1",
-            *(["--stream"] if stream else [])])
+        result = CliRunner(env={"ANTHROPIC_API_KEY": KEY}).invoke(
+            main,
+            [
+                "run",
+                str(probeset),
+                "--prompt",
+                PROMPT,
+                "--model",
+                f"anthropic:m@{server.url}",
+                "--runs-dir",
+                str(tmp / "runs"),
+                "--max-attempts",
+                "2",
+                "--max-retry-wait",
+                "0.01",
+                "--timeout",
+                "1",
+                *(["--stream"] if stream else []),
+            ],
+        )
     assert result.exit_code in (0, 1, 3), result.output
     assert result.exception is None or isinstance(result.exception, SystemExit), result.output
     runs = list((tmp / "runs").iterdir()) if (tmp / "runs").exists() else []

@@ -46,8 +46,23 @@ def prompt_files(folder: Path, names: list[str]) -> list[str]:
 def probe(folder: Path, server, prompts: list[str], *extra: str, questions: str = "question") -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     probeset = write_probeset(folder / "p.toml", [(f"c{i}", f"{questions} {i}", None) for i in range(6)])
-    result = CliRunner().invoke(main, ["run", str(probeset), *prompt_files(folder, prompts), "--model", f"openai:m@{server.url}/v1", "--runs-dir", str(folder / "runs"),
-                                       "--max-attempts", "1", "--concurrency", "4", *extra])
+    result = CliRunner().invoke(
+        main,
+        [
+            "run",
+            str(probeset),
+            *prompt_files(folder, prompts),
+            "--model",
+            f"openai:m@{server.url}/v1",
+            "--runs-dir",
+            str(folder / "runs"),
+            "--max-attempts",
+            "1",
+            "--concurrency",
+            "4",
+            *extra,
+        ],
+    )
     assert result.exit_code in (0, 1), result.output  # 1: B's samples failed, as planned
     return run_dir_of(result)
 
@@ -74,17 +89,31 @@ def matrix_runs(tmp_path_factory):
             run = probe(tmp / "paired" / scenario, server, [a, b], "-n", "3")
             pairs[("paired", scenario)] = (f"{run}#prompt={a}", f"{run}#prompt={b}")
             run_a = probe(tmp / "unpaired" / scenario / "a", server, [a], "-n", "3")
-            run_b = probe(tmp / "unpaired" / scenario / "b", server, [b], "-n", "3", questions="other question")
+            run_b = probe(
+                tmp / "unpaired" / scenario / "b", server, [b], "-n", "3", questions="other question"
+            )
             pairs[("unpaired", scenario)] = (str(run_a), str(run_b))
             for metric in ("header_present", "header_absent"):
-                run = probe(tmp / "sequential" / metric / scenario, server, [a, b], "--until-decided",
-                            "--metric", metric, "--max-rounds", "4")
+                run = probe(
+                    tmp / "sequential" / metric / scenario,
+                    server,
+                    [a, b],
+                    "--until-decided",
+                    "--metric",
+                    metric,
+                    "--max-rounds",
+                    "4",
+                )
                 pairs[("sequential", scenario, metric)] = (f"{run}#prompt={a}", f"{run}#prompt={b}")
     return pairs
 
 
-CELLS = [(design, metric, scenario) for design in ("paired", "unpaired", "sequential")
-         for metric in ("header_present", "header_absent") for scenario in SCENARIOS]
+CELLS = [
+    (design, metric, scenario)
+    for design in ("paired", "unpaired", "sequential")
+    for metric in ("header_present", "header_absent")
+    for scenario in SCENARIOS
+]
 
 
 @pytest.mark.parametrize("design,metric,scenario", CELLS, ids=["-".join(c).replace(" ", "_") for c in CELLS])
@@ -134,7 +163,10 @@ def test_a_family_decides_on_holm_adjusted_p_values():
     b = side("B", [(0, 3)] + [(3, 3)] * 3 + [(1, 3)] * 5)
     single = compare_sides(a, b, "header_present", hints=False)
     assert single["verdict"] == "A>B" and single["p_adjusted"] == single["p_value"] < 0.05
-    family = [compare_sides(a, b, "header_present", hints=False), compare_sides(a, b, "declared_correct", hints=False)]
+    family = [
+        compare_sides(a, b, "header_present", hints=False),
+        compare_sides(a, b, "declared_correct", hints=False),
+    ]
     adjust(family, 0.05)
     for result in family:
         assert result["p_adjusted"] == pytest.approx(min(1, 2 * single["p_value"]))
@@ -148,13 +180,31 @@ def test_the_gate_on_several_metrics_uses_adjusted_p_values(demo_run):
     # marker_leaked alone: exception-only leaks the marker in 5 of 36 against 0 (exact p = 0.05).
     alone = CliRunner().invoke(main, ["compare", good, bad, "--metric", "marker_leaked", "--fail-if-worse"])
     assert alone.exit_code == 4 and "FAIL: marker_leaked got worse" in alone.stderr
-    both = CliRunner().invoke(main, ["compare", good, bad, "--metric", "marker_leaked", "--metric", "citation_none",
-                                     "--fail-if-worse", "--json"])
+    both = CliRunner().invoke(
+        main,
+        [
+            "compare",
+            good,
+            bad,
+            "--metric",
+            "marker_leaked",
+            "--metric",
+            "citation_none",
+            "--fail-if-worse",
+            "--json",
+        ],
+    )
     assert both.exit_code == 0, both.stderr
     data = json.loads(both.stdout)
-    assert data["family"] == 2 and [r["metric"] for r in data["results"]] == ["marker_leaked", "citation_none"]
+    assert data["family"] == 2 and [r["metric"] for r in data["results"]] == [
+        "marker_leaked",
+        "citation_none",
+    ]
     leaked = data["results"][0]
-    assert leaked["p_adjusted"] == pytest.approx(2 * leaked["p_value"]) and leaked["verdict"] == "indistinguishable"
+    assert (
+        leaked["p_adjusted"] == pytest.approx(2 * leaked["p_value"])
+        and leaked["verdict"] == "indistinguishable"
+    )
     everything = CliRunner().invoke(main, ["compare", good, bad, "--all", "--fail-if-worse"])
     assert everything.exit_code == 4  # header_present got far worse, whatever the family
     failing = [line.split()[1] for line in everything.stderr.splitlines() if line.startswith("FAIL:")]
@@ -229,12 +279,15 @@ def test_sato_variance_against_exact_arithmetic_and_wald_for_one_case():
         assert result.estimate == pytest.approx(rd, abs=1e-12)
         half = (result.interval[1] - result.interval[0]) / 2
         if -1 < result.interval[0] and result.interval[1] < 1:
-            assert half >= 1.959963984540054 * math.sqrt(variance) - 1e-12  # Sato, or the noise floor above it
+            assert (
+                half >= 1.959963984540054 * math.sqrt(variance) - 1e-12
+            )  # Sato, or the noise floor above it
     # One case: Sato's variance is the Wald variance of p_B - p_A (3/10 against 7/10: 0.042).
     assert sato_by_hand([(3, 10, 7, 10)]) == (pytest.approx(0.4), pytest.approx(0.042))
     one = effect.mantel_haenszel([(3, 10, 7, 10)])
-    assert one.interval == pytest.approx((0.4 - 1.959963984540054 * math.sqrt(0.042),
-                                          0.4 + 1.959963984540054 * math.sqrt(0.042)))
+    assert one.interval == pytest.approx(
+        (0.4 - 1.959963984540054 * math.sqrt(0.042), 0.4 + 1.959963984540054 * math.sqrt(0.042))
+    )
 
 
 def test_an_effect_with_no_variation_still_has_a_width():
@@ -249,8 +302,10 @@ def exact_p(cases):
     distribution = {0: Fraction(1)}
     for a, n_a, b, n_b in cases:
         total = a + b
-        step = {x: Fraction(math.comb(n_a, x) * math.comb(n_b, total - x), math.comb(n_a + n_b, total))
-                for x in range(max(0, total - n_b), min(total, n_a) + 1)}
+        step = {
+            x: Fraction(math.comb(n_a, x) * math.comb(n_b, total - x), math.comb(n_a + n_b, total))
+            for x in range(max(0, total - n_b), min(total, n_a) + 1)
+        }
         combined: dict[int, Fraction] = {}
         for s, p in distribution.items():
             for x, q in step.items():
@@ -260,10 +315,13 @@ def exact_p(cases):
     return sum(p for p in distribution.values() if p <= observed)
 
 
-@pytest.mark.parametrize("cases,floating", [
-    ([(0, 2, 1, 2), (0, 2, 3, 3)], 0.05000000000000002),
-    ([(1, 2, 0, 2), (2, 2, 0, 3)], 0.05),
-])
+@pytest.mark.parametrize(
+    "cases,floating",
+    [
+        ([(0, 2, 1, 2), (0, 2, 3, 3)], 0.05000000000000002),
+        ([(1, 2, 0, 2), (2, 2, 0, 3)], 0.05),
+    ],
+)
 def test_an_exact_p_of_one_twentieth_decides_however_it_rounded(cases, floating):
     assert exact_p(cases) == Fraction(1, 20)
     assert tests.stratified_exact(cases).p_value == floating  # how double precision lands
@@ -307,7 +365,9 @@ def brute_force_power(n, p1, p2, alpha=0.05):
     return total
 
 
-@pytest.mark.parametrize("n,p1,p2", [(1, 0.2, 0.9), (4, 0.0, 1.0), (7, 0.3, 0.9), (15, 0.85, 1.0), (25, 0.5, 0.8)])
+@pytest.mark.parametrize(
+    "n,p1,p2", [(1, 0.2, 0.9), (4, 0.0, 1.0), (7, 0.3, 0.9), (15, 0.85, 1.0), (25, 0.5, 0.8)]
+)
 def test_fisher_power_is_exact(n, p1, p2):
     assert power.fisher_power(n, p1, p2, 0.05) == pytest.approx(brute_force_power(n, p1, p2), abs=1e-12)
 
@@ -338,8 +398,10 @@ def test_the_sequential_simulation_uses_the_rules_e_value():
 
     b_higher = np.array([[0, 3, 8], [2, 5, 10]])
     discordant = np.array([[1, 4, 9], [4, 10, 12]])
-    expected = [[math.log(mixture_e_value(s, d)) for s, d in zip(row_s, row_d, strict=True)]
-                for row_s, row_d in zip(b_higher, discordant, strict=True)]
+    expected = [
+        [math.log(mixture_e_value(s, d)) for s, d in zip(row_s, row_d, strict=True)]
+        for row_s, row_d in zip(b_higher, discordant, strict=True)
+    ]
     assert power.log_mixture_e(b_higher, discordant, 0.5) == pytest.approx(np.array(expected), abs=1e-9)
 
 
@@ -373,8 +435,10 @@ def interrupted_run(tmp_path, server):
 def test_resume_takes_how_it_calls_and_says_so(tmp_path):
     with LocalServer(reply) as server:
         run = interrupted_run(tmp_path, server)
-        result = CliRunner().invoke(main, ["run", "--resume", str(run), "--concurrency", "8", "--rpm", "100000",
-                                           "--max-attempts", "2"])
+        result = CliRunner().invoke(
+            main,
+            ["run", "--resume", str(run), "--concurrency", "8", "--rpm", "100000", "--max-attempts", "2"],
+        )
     assert result.exit_code == 0, result.output
     assert "resume: --concurrency 8 from now on (the run had 1)" in result.stderr
     assert "resume: --rpm 100000 from now on (the run had 60000.0)" in result.stderr
@@ -385,9 +449,19 @@ def test_resume_takes_how_it_calls_and_says_so(tmp_path):
     assert len(read_jsonl(run / "samples.jsonl")) == 12
 
 
-@pytest.mark.parametrize("flag", [["--temperature", "0.5"], ["--alpha", "0.1"], ["--metric", "header_absent"],
-                                  ["--until-decided"], ["--seed", "3"], ["--runs-dir", "elsewhere"],
-                                  ["--detect", "10"], ["--stream"]])
+@pytest.mark.parametrize(
+    "flag",
+    [
+        ["--temperature", "0.5"],
+        ["--alpha", "0.1"],
+        ["--metric", "header_absent"],
+        ["--until-decided"],
+        ["--seed", "3"],
+        ["--runs-dir", "elsewhere"],
+        ["--detect", "10"],
+        ["--stream"],
+    ],
+)
 def test_resume_refuses_every_other_flag(tmp_path, flag):
     with LocalServer(reply) as server:
         run = interrupted_run(tmp_path, server)

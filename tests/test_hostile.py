@@ -42,10 +42,17 @@ def spec(provider: str, url: str) -> str:
 
 def probe(tmp_path: Path, model: str, cases: int = 2, config=None, **options):
     tmp_path.mkdir(parents=True, exist_ok=True)
-    probeset = load_probeset(write_probeset(tmp_path / "p.toml", [(f"c{i}", f"q{i}", None) for i in range(cases)]))
+    probeset = load_probeset(
+        write_probeset(tmp_path / "p.toml", [(f"c{i}", f"q{i}", None) for i in range(cases)])
+    )
     defaults = {"runs_dir": tmp_path / "runs", "sleep": lambda s: None, "concurrency": 2, "max_attempts": 2}
-    outcome = run_probe(probeset, [load_prompt(PROMPT)], [parse_model_spec(model)], config or load_config(None),
-                        RunOptions(**(defaults | options)))
+    outcome = run_probe(
+        probeset,
+        [load_prompt(PROMPT)],
+        [parse_model_spec(model)],
+        config or load_config(None),
+        RunOptions(**(defaults | options)),
+    )
     return outcome, read_jsonl(outcome.path / "samples.jsonl")
 
 
@@ -64,8 +71,13 @@ def test_response_headers_trickled_a_byte_a_second_stop_at_the_deadline(tmp_path
         server.trickle(conn, head, 1.0)
 
     with RawServer(trickle) as server:
-        outcome, samples = probe(tmp_path, spec(provider, server.url), cases=1, max_attempts=1,
-                                 params=GenerationParams(timeout=2.0))
+        outcome, samples = probe(
+            tmp_path,
+            spec(provider, server.url),
+            cases=1,
+            max_attempts=1,
+            params=GenerationParams(timeout=2.0),
+        )
     assert samples[0]["latency_ms"] < (2.0 + 1) * 1000  # the whole attempt, headers and all
     assert samples[0]["error"]["kind"] == "timeout" and "within 2 s" in samples[0]["error"]["message"]
 
@@ -90,17 +102,30 @@ def test_an_http_retrieval_trickled_a_byte_a_second_stops_at_its_timeout(tmp_pat
 # -- replies the SDK accepts but that are not answers -----------------------------------------------
 
 WRONG_SHAPES = {
-    "openai": [b'{"choices":[{"index":0}]}', b'{"choices":[null]}', b'{"choices":[]}',
-               b'{"choices":[{"index":0,"message":{"role":"assistant","content":7}}]}'],
-    "anthropic": [b'{"type":"message","content":[{"type":"text"}]}', b'{"type":"message"}',
-                  b'{"type":"message","content":"text"}'],
+    "openai": [
+        b'{"choices":[{"index":0}]}',
+        b'{"choices":[null]}',
+        b'{"choices":[]}',
+        b'{"choices":[{"index":0,"message":{"role":"assistant","content":7}}]}',
+    ],
+    "anthropic": [
+        b'{"type":"message","content":[{"type":"text"}]}',
+        b'{"type":"message"}',
+        b'{"type":"message","content":"text"}',
+    ],
 }
 WRONG_STREAMS = {
-    "openai": [sse([(None, {"id": "x"})]), sse([("error", {"message": "boom", "code": 500})]),
-               sse([(None, {"id": "x", "choices": [None]})]), b"data: {not json\n\n"],
-    "anthropic": [sse([("message_start", {"type": "message_start"})]),
-                  sse([("error", {"message": "boom", "code": 500})]),
-                  sse([("content_block_delta", {"type": "content_block_delta", "delta": None})])],
+    "openai": [
+        sse([(None, {"id": "x"})]),
+        sse([("error", {"message": "boom", "code": 500})]),
+        sse([(None, {"id": "x", "choices": [None]})]),
+        b"data: {not json\n\n",
+    ],
+    "anthropic": [
+        sse([("message_start", {"type": "message_start"})]),
+        sse([("error", {"message": "boom", "code": 500})]),
+        sse([("content_block_delta", {"type": "content_block_delta", "delta": None})]),
+    ],
 }
 
 
@@ -111,8 +136,11 @@ def test_valid_json_of_the_wrong_shape_is_a_bad_body_attempt_never_a_crash(tmp_p
     for index, reply in enumerate(replies):
         stream = reply.content_type == "text/event-stream"
         with LocalServer(lambda request, reply=reply: reply) as server:
-            outcome, samples = probe(tmp_path / str(index), spec(provider, server.url),
-                                     params=GenerationParams(stream=stream, timeout=10))
+            outcome, samples = probe(
+                tmp_path / str(index),
+                spec(provider, server.url),
+                params=GenerationParams(stream=stream, timeout=10),
+            )
         assert outcome.status == "complete" and len(samples) == 2, reply.body
         for sample in samples:
             assert sample["error"] is not None and sample["raw"] is None, reply.body
@@ -127,8 +155,12 @@ def test_valid_json_of_the_wrong_shape_is_a_bad_body_attempt_never_a_crash(tmp_p
 def test_a_disk_already_full_is_exit_3_with_nothing_left_behind(tmp_path):
     mount = tmp_path / "tiny"
     mount.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount)],
-                      capture_output=True).returncode != 0:
+    if (
+        subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount)], capture_output=True
+        ).returncode
+        != 0
+    ):
         pytest.skip("cannot mount a small tmpfs here (needs root)")
     try:
         (mount / "runs").mkdir()
@@ -141,9 +173,19 @@ def test_a_disk_already_full_is_exit_3_with_nothing_left_behind(tmp_path):
         finally:
             os.close(fd)
         with LocalServer() as server:
-            result = CliRunner().invoke(main, ["run", str(write_probeset(tmp_path / "p.toml", [("c0", "q", None)])),
-                                               "--prompt", PROMPT, "--model", f"openai:m@{server.url}/v1",
-                                               "--runs-dir", str(mount / "runs")])
+            result = CliRunner().invoke(
+                main,
+                [
+                    "run",
+                    str(write_probeset(tmp_path / "p.toml", [("c0", "q", None)])),
+                    "--prompt",
+                    PROMPT,
+                    "--model",
+                    f"openai:m@{server.url}/v1",
+                    "--runs-dir",
+                    str(mount / "runs"),
+                ],
+            )
         assert result.exit_code == 3, result.output
         assert result.stderr.count("\n") == 1 and "the disk is full" in result.stderr
         assert "Traceback" not in result.output
@@ -156,8 +198,9 @@ def test_rate_limit_headers_pause_at_most_max_retry_wait(tmp_path):
     spent = {"x-ratelimit-remaining-requests": "0", "x-ratelimit-reset-requests": "1000s"}
     with LocalServer(lambda r: Reply("[[ANSWER]]\nok", headers=dict(spent))) as server:
         started = time.monotonic()
-        outcome, samples = probe(tmp_path, spec("openai", server.url), cases=5, concurrency=1, max_retry_wait=0.5,
-                                 sleep=None)
+        outcome, samples = probe(
+            tmp_path, spec("openai", server.url), cases=5, concurrency=1, max_retry_wait=0.5, sleep=None
+        )
     assert len(samples) == 5 and all(s["error"] is None for s in samples)
     assert time.monotonic() - started < 5 * 0.5 * 1.3 + 3  # five pauses of at most 0.5 s (and jitter)
 
@@ -182,19 +225,47 @@ def test_a_key_in_an_html_error_page_near_byte_200_is_not_kept_in_part(tmp_path)
 
 
 def test_a_key_spelled_across_stream_events_withholds_the_body(tmp_path):
-    events = [("message_start", {"type": "message_start", "message": {
-        "id": "m", "type": "message", "role": "assistant", "model": "m", "content": [], "stop_reason": None,
-        "usage": {"input_tokens": 1, "output_tokens": 1}}})]
+    events = [
+        (
+            "message_start",
+            {
+                "type": "message_start",
+                "message": {
+                    "id": "m",
+                    "type": "message",
+                    "role": "assistant",
+                    "model": "m",
+                    "content": [],
+                    "stop_reason": None,
+                    "usage": {"input_tokens": 1, "output_tokens": 1},
+                },
+            },
+        )
+    ]
     text = f"[[ANSWER]]\nthe key is {KEY}"
     for i in range(0, len(text), 5):
-        events.append(("content_block_delta", {"type": "content_block_delta", "index": 0,
-                                               "delta": {"type": "text_delta", "text": text[i : i + 5]}}))
-    events += [("message_delta", {"type": "message_delta", "delta": {"stop_reason": "end_turn"},
-                                  "usage": {"output_tokens": 9}}), ("message_stop", {"type": "message_stop"})]
+        events.append(
+            (
+                "content_block_delta",
+                {
+                    "type": "content_block_delta",
+                    "index": 0,
+                    "delta": {"type": "text_delta", "text": text[i : i + 5]},
+                },
+            )
+        )
+    events += [
+        (
+            "message_delta",
+            {"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 9}},
+        ),
+        ("message_stop", {"type": "message_stop"}),
+    ]
     body = sse(events)
     with LocalServer(lambda r: Reply(body=body, content_type="text/event-stream")) as server:
-        outcome, samples = probe(tmp_path, spec("anthropic", server.url), cases=1,
-                                 params=GenerationParams(stream=True, timeout=10))
+        outcome, samples = probe(
+            tmp_path, spec("anthropic", server.url), cases=1, params=GenerationParams(stream=True, timeout=10)
+        )
     sample = samples[0]
     assert sample["error"] is None
     assert sample["response"]["body"] is None
@@ -209,16 +280,19 @@ def test_a_retrieval_token_echoed_json_escaped_is_not_stored(tmp_path, monkeypat
     monkeypatch.setenv("SEARCH_TOKEN", token)
 
     def search(request):
-        echoed = json.dumps({"results": [{"id": "a", "text": "auth was " + request.headers["authorization"],
-                                          "score": 1.0}]}).replace("/", "\\/")
+        echoed = json.dumps(
+            {"results": [{"id": "a", "text": "auth was " + request.headers["authorization"], "score": 1.0}]}
+        ).replace("/", "\\/")
         return Reply(body=echoed.encode())
 
     with LocalServer(search) as retrieval, LocalServer() as model:
         (tmp_path / "probe.toml").write_text(
             f'[retrieval]\nkind = "http"\nurl = "{retrieval.url}/search"\n'
-            'headers = { Authorization = "Bearer ${SEARCH_TOKEN}" }\n')
-        outcome, samples = probe(tmp_path, spec("openai", model.url), cases=1,
-                                 config=load_config(tmp_path / "probe.toml"))
+            'headers = { Authorization = "Bearer ${SEARCH_TOKEN}" }\n'
+        )
+        outcome, samples = probe(
+            tmp_path, spec("openai", model.url), cases=1, config=load_config(tmp_path / "probe.toml")
+        )
     written = everything_written(outcome.path)
     assert b"removed]" in written
     assert no_trace_of(token, written) and no_trace_of(token, written.replace(b"\\/", b"/"))
@@ -246,11 +320,22 @@ def test_scrubbing_finds_every_written_form():
 def test_a_short_key_is_warned_about(tmp_path, monkeypatch):
     monkeypatch.setenv("SHORT_KEY", "abc123")
     with LocalServer() as server:
-        (tmp_path / "probe.toml").write_text(f'[run]\nmodels = [{{ spec = "openai:m@{server.url}/v1", '
-                                             'api_key_env = "SHORT_KEY" }]\n')
-        result = CliRunner().invoke(main, ["run", str(write_probeset(tmp_path / "p.toml", [("c0", "q", None)])),
-                                           "--prompt", PROMPT, "--config", str(tmp_path / "probe.toml"),
-                                           "--runs-dir", str(tmp_path / "runs")])
+        (tmp_path / "probe.toml").write_text(
+            f'[run]\nmodels = [{{ spec = "openai:m@{server.url}/v1", api_key_env = "SHORT_KEY" }}]\n'
+        )
+        result = CliRunner().invoke(
+            main,
+            [
+                "run",
+                str(write_probeset(tmp_path / "p.toml", [("c0", "q", None)])),
+                "--prompt",
+                PROMPT,
+                "--config",
+                str(tmp_path / "probe.toml"),
+                "--runs-dir",
+                str(tmp_path / "runs"),
+            ],
+        )
     assert result.exit_code == 0, result.output
     assert "warning: SHORT_KEY is shorter than 8 characters: it cannot be scrubbed reliably" in result.stderr
 
@@ -258,9 +343,11 @@ def test_a_short_key_is_warned_about(tmp_path, monkeypatch):
 def test_every_file_probe_writes_is_private(tmp_path):
     with LocalServer() as server:
         outcome, _ = probe(tmp_path, spec("openai", server.url), cases=1)
-    for args, name in ((["report", str(outcome.path), "-o"], "report.html"),
-                       (["report", str(outcome.path), "--format", "html", "-o"], "again.html"),
-                       (["compare", str(outcome.path), str(outcome.path), "-o"], "compare.txt")):
+    for args, name in (
+        (["report", str(outcome.path), "-o"], "report.html"),
+        (["report", str(outcome.path), "--format", "html", "-o"], "again.html"),
+        (["compare", str(outcome.path), str(outcome.path), "-o"], "compare.txt"),
+    ):
         target = tmp_path / name
         target.write_text("old")
         target.chmod(0o644)
@@ -275,10 +362,22 @@ def test_every_file_probe_writes_is_private(tmp_path):
 def test_ctrl_c_at_any_moment_exits_130_never_1(tmp_path, delay):
     with LocalServer(lambda r: Reply("[[ANSWER]]\nok", delay=0.3)) as server:
         process = subprocess.Popen(
-            [PROBE, "run", str(write_probeset(tmp_path / "p.toml", [(f"c{i}", f"q{i}", None) for i in range(20)])),
-             "--prompt", PROMPT, "--model", f"openai:m@{server.url}/v1", "--runs-dir", str(tmp_path / "runs")],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+            [
+                PROBE,
+                "run",
+                str(write_probeset(tmp_path / "p.toml", [(f"c{i}", f"q{i}", None) for i in range(20)])),
+                "--prompt",
+                PROMPT,
+                "--model",
+                f"openai:m@{server.url}/v1",
+                "--runs-dir",
+                str(tmp_path / "runs"),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        )
         time.sleep(delay)
         process.send_signal(signal.SIGINT)
         _, stderr = process.communicate(timeout=30)
@@ -299,34 +398,93 @@ def deep_toml() -> str:
 
 
 BAD_INPUTS = {
-    "probe set nested 3000 deep": (lambda t: ["check", str(write(t / "p.toml", deep_toml()))], "nested too deeply"),
-    "probe.toml nested 3000 deep": (lambda t: ["run", probes(t), "--prompt", PROMPT, "--config",
-                                               str(write(t / "c.toml", "[run]\n" + deep_toml())), "--dry-run"],
-                                    "nested too deeply"),
-    "prompt named ..": (lambda t: ["run", probes(t), "--prompt", f"..={PROMPT}", "--dry-run"], "prompt name '..'"),
-    "prompt named .": (lambda t: ["run", probes(t), "--prompt", f".={PROMPT}", "--dry-run"], "prompt name '.'"),
-    "300-character prompt name": (lambda t: ["run", probes(t), "--prompt", "a" * 300 + f"={PROMPT}", "--dry-run"],
-                                  "is 300 characters long"),
-    "max_tokens beyond int64": (lambda t: ["run", probes(t), "--prompt", PROMPT, "--config",
-                                           str(write(t / "c.toml", "[run]\nmax_tokens = 9223372036854775807\n")),
-                                           "--dry-run"], "'max_tokens' must be between 1 and 1e+06"),
-    "5000-character probe-set name": (lambda t: ["check", str(write(t / "p.toml", f'name = "{"n" * 5000}"\n'
-                                                                     '[[case]]\nid = "a"\nquestion = "q"\n'))],
-                                      "is 5000 characters long"),
-    "300-character case id": (lambda t: ["check", str(write(t / "p.toml", f'[[case]]\nid = "{"c" * 300}"\n'
-                                                             'question = "q"\n'))], "is 300 characters long"),
-    "timeout = 1e308": (lambda t: ["run", probes(t), "--prompt", PROMPT, "--config",
-                                   str(write(t / "c.toml", "[run]\ntimeout = 1e308\n")), "--dry-run"],
-                        "'timeout' must be between"),
-    "--timeout 1e12": (lambda t: ["run", probes(t), "--prompt", PROMPT, "--timeout", "1e12", "--dry-run"],
-                       "--timeout"),
-    "max_retry_wait = 1e308": (lambda t: ["run", probes(t), "--prompt", PROMPT, "--config",
-                                          str(write(t / "c.toml", "[run]\nmax_retry_wait = 1e308\n")), "--dry-run"],
-                               "'max_retry_wait' must be between"),
-    "a manifest without probeset (report)": (lambda t: ["report", str(damaged(t))],
-                                             "not a readable run: manifest.json lacks probeset"),
-    "a manifest without probeset (resume)": (lambda t: ["run", "--resume", str(damaged(t))],
-                                             "not a readable run: manifest.json lacks probeset"),
+    "probe set nested 3000 deep": (
+        lambda t: ["check", str(write(t / "p.toml", deep_toml()))],
+        "nested too deeply",
+    ),
+    "probe.toml nested 3000 deep": (
+        lambda t: [
+            "run",
+            probes(t),
+            "--prompt",
+            PROMPT,
+            "--config",
+            str(write(t / "c.toml", "[run]\n" + deep_toml())),
+            "--dry-run",
+        ],
+        "nested too deeply",
+    ),
+    "prompt named ..": (
+        lambda t: ["run", probes(t), "--prompt", f"..={PROMPT}", "--dry-run"],
+        "prompt name '..'",
+    ),
+    "prompt named .": (
+        lambda t: ["run", probes(t), "--prompt", f".={PROMPT}", "--dry-run"],
+        "prompt name '.'",
+    ),
+    "300-character prompt name": (
+        lambda t: ["run", probes(t), "--prompt", "a" * 300 + f"={PROMPT}", "--dry-run"],
+        "is 300 characters long",
+    ),
+    "max_tokens beyond int64": (
+        lambda t: [
+            "run",
+            probes(t),
+            "--prompt",
+            PROMPT,
+            "--config",
+            str(write(t / "c.toml", "[run]\nmax_tokens = 9223372036854775807\n")),
+            "--dry-run",
+        ],
+        "'max_tokens' must be between 1 and 1e+06",
+    ),
+    "5000-character probe-set name": (
+        lambda t: [
+            "check",
+            str(write(t / "p.toml", f'name = "{"n" * 5000}"\n[[case]]\nid = "a"\nquestion = "q"\n')),
+        ],
+        "is 5000 characters long",
+    ),
+    "300-character case id": (
+        lambda t: ["check", str(write(t / "p.toml", f'[[case]]\nid = "{"c" * 300}"\nquestion = "q"\n'))],
+        "is 300 characters long",
+    ),
+    "timeout = 1e308": (
+        lambda t: [
+            "run",
+            probes(t),
+            "--prompt",
+            PROMPT,
+            "--config",
+            str(write(t / "c.toml", "[run]\ntimeout = 1e308\n")),
+            "--dry-run",
+        ],
+        "'timeout' must be between",
+    ),
+    "--timeout 1e12": (
+        lambda t: ["run", probes(t), "--prompt", PROMPT, "--timeout", "1e12", "--dry-run"],
+        "--timeout",
+    ),
+    "max_retry_wait = 1e308": (
+        lambda t: [
+            "run",
+            probes(t),
+            "--prompt",
+            PROMPT,
+            "--config",
+            str(write(t / "c.toml", "[run]\nmax_retry_wait = 1e308\n")),
+            "--dry-run",
+        ],
+        "'max_retry_wait' must be between",
+    ),
+    "a manifest without probeset (report)": (
+        lambda t: ["report", str(damaged(t))],
+        "not a readable run: manifest.json lacks probeset",
+    ),
+    "a manifest without probeset (resume)": (
+        lambda t: ["run", "--resume", str(damaged(t))],
+        "not a readable run: manifest.json lacks probeset",
+    ),
 }
 
 
@@ -351,7 +509,11 @@ def test_every_bad_input_is_one_sentence_and_exit_2(tmp_path, name):
     make_args, words = BAD_INPUTS[name]
     result = CliRunner().invoke(main, make_args(tmp_path))
     assert result.exit_code == 2, (name, result.output)
-    assert "Traceback" not in result.output and result.exception is None or isinstance(result.exception, SystemExit)
+    assert (
+        "Traceback" not in result.output
+        and result.exception is None
+        or isinstance(result.exception, SystemExit)
+    )
     assert words in result.stderr, result.stderr
     error_lines = [line for line in result.stderr.splitlines() if line.startswith(("error:", "Error:"))]
     assert len(error_lines) == 1, result.stderr
@@ -359,14 +521,22 @@ def test_every_bad_input_is_one_sentence_and_exit_2(tmp_path, name):
 
 def test_retry_after_of_1e11_waits_no_longer_than_max_retry_wait(tmp_path):
     waits: list[float] = []
-    replies = iter([Reply(status=429, body=b'{"error": {"message": "slow down"}}', headers={"retry-after": "1e11"})])
+    replies = iter(
+        [Reply(status=429, body=b'{"error": {"message": "slow down"}}', headers={"retry-after": "1e11"})]
+    )
 
     def responder(request):
         return next(replies, Reply("[[ANSWER]]\nok"))
 
     with LocalServer(responder) as server:
-        outcome, samples = probe(tmp_path, spec("openai", server.url), cases=1, concurrency=1, sleep=waits.append,
-                                 max_retry_wait=2.0)
+        outcome, samples = probe(
+            tmp_path,
+            spec("openai", server.url),
+            cases=1,
+            concurrency=1,
+            sleep=waits.append,
+            max_retry_wait=2.0,
+        )
     assert samples[0]["error"] is None and waits and max(waits) <= 2.0
 
 
@@ -375,7 +545,10 @@ def test_the_report_of_a_run_with_a_key_in_its_bodies_shows_none_of_it(tmp_path)
     with LocalServer(lambda r: Reply(body=body)) as server:
         outcome, _ = probe(tmp_path, spec("openai", server.url), cases=1)
     html = tmp_path / "r.html"
-    assert CliRunner().invoke(main, ["report", str(outcome.path), "--format", "html", "-o", str(html)]).exit_code == 0
+    assert (
+        CliRunner().invoke(main, ["report", str(outcome.path), "--format", "html", "-o", str(html)]).exit_code
+        == 0
+    )
     assert no_trace_of(KEY, html.read_bytes()) and no_trace_of(KEY, everything_written(outcome.path))
     assert os.stat(html).st_mode & 0o077 == 0
     assert run_dir_of  # imported for the fuzz module's use as well

@@ -119,9 +119,7 @@ def _text(value: Any, what: str) -> str | None:
 
 
 def _usage(value: Any) -> dict[str, Any]:
-    if not value:
-        return {}
-    return value if isinstance(value, dict) else usage_dict(value)
+    return usage_dict(value)
 
 
 def read_message(message: Any) -> dict[str, Any]:

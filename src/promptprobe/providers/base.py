@@ -158,8 +158,29 @@ class CallMonitor:
 
 
 def usage_dict(usage: Any) -> dict[str, Any]:
-    """An SDK usage object as a plain dict without the fields the API left out."""
-    return usage.model_dump(exclude_none=True) if usage else {}
+    """An SDK usage object (or a dict) as a plain dict of token counts: fields the API left out,
+    and values that are not counts (a server's malformed usage), are dropped."""
+    if not usage:
+        return {}
+    if not isinstance(usage, dict):
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # pydantic warns about the very values dropped here
+            usage = usage.model_dump(exclude_none=True)
+    return _counts(usage)
+
+
+def _counts(value: dict[str, Any]) -> dict[str, Any]:
+    clean: dict[str, Any] = {}
+    for key, item in value.items():
+        if isinstance(item, dict):
+            clean[key] = _counts(item)
+        elif (
+            isinstance(item, int | float) and not isinstance(item, bool) and item == item and abs(item) < 1e15
+        ):
+            clean[key] = item
+    return clean
 
 
 def aborted_by(exc: BaseException) -> CallAborted | None:

@@ -143,7 +143,7 @@ def read_completion(completion: Any) -> dict[str, Any]:
     return {
         "text": _text(_field(message, "content"), "message.content"),
         "stop": _text(_field(choice, "finish_reason"), "finish_reason"),
-        "usage": usage_dict(usage) if usage is not None and not isinstance(usage, dict) else (usage or {}),
+        "usage": usage_dict(usage),
         "model": _text(_field(completion, "model"), "model"),
         "refusal": _text(_field(message, "refusal"), "message.refusal"),
     }
@@ -163,7 +163,7 @@ class StreamReader:
         self.model = _text(_field(chunk, "model"), "model") or self.model
         usage = _field(chunk, "usage")
         if usage:
-            self.usage = usage_dict(usage) if not isinstance(usage, dict) else usage
+            self.usage = usage_dict(usage)
         for choice in _field(chunk, "choices") or []:
             delta = _field(choice, "delta")
             content = _text(_field(delta, "content"), "delta.content") if delta is not None else None
