@@ -322,7 +322,7 @@ SCENARIOS = st.sampled_from(
         Reply(status=200, body=f"<html>{'x' * 190}{KEY}</html>".encode(), content_type="text/html"),
         Reply(body=b'{"choices": [{"index": 0}]}'),
         Reply("[[ANSWER]]\nok", cut=40),
-        Reply("[[ANSWER]]\nok", delay=3.0),
+        Reply("[[ANSWER]]\nok", delay=1.2),
         Reply(f"[[ANSWER]]\nthe key is {KEY}"),
     ]
 )
@@ -363,7 +363,7 @@ def test_random_fault_scenarios_end_in_a_documented_state(tmp_path_factory, scri
                 "--max-retry-wait",
                 "0.01",
                 "--timeout",
-                "1",
+                "0.6",
                 *(["--stream"] if stream else []),
             ],
         )
