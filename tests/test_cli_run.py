@@ -16,7 +16,9 @@ PROMPT = str(ROOT / "prompts" / "always-header.md")
 
 def invoke(tmp_path, monkeypatch, *args):
     monkeypatch.chdir(tmp_path)
-    result = CliRunner().invoke(main, ["run", *args, "--runs-dir", str(tmp_path / "runs")])
+    # Without a probe.toml of the test's own, probing without retrieval is asked for explicitly.
+    flag = [] if (tmp_path / "probe.toml").exists() or "--config" in args else ["--retrieval", "none"]
+    result = CliRunner().invoke(main, ["run", *flag, *args, "--runs-dir", str(tmp_path / "runs")])
     assert "Traceback" not in result.output
     return result
 

@@ -44,7 +44,7 @@ def recorded(tmp_path_factory):
     path = write_probeset(tmp / "p.toml", [(f"c{i}", f"question {i}", "answer" if i % 2 else "no_answer")
                                            for i in range(4)], repeats=2)
     with LocalServer(lambda r: Reply("[[ANSWER]]\nok [1]" if "1" in r.json["messages"][-1]["content"] else "no")) as s:
-        result = CliRunner().invoke(main, ["run", str(path), "--prompt", PROMPT, "--prompt", f"other={PROMPT}",
+        result = CliRunner().invoke(main, ["run", "--retrieval", "none", str(path), "--prompt", PROMPT, "--prompt", f"other={PROMPT}",
                                            "--model", f"openai:m@{s.url}/v1", "--runs-dir", str(tmp / "runs"),
                                            "--format", "json"])
     assert result.exit_code == 0, result.output
@@ -180,11 +180,11 @@ def test_prompt_names_tell_two_files_of_the_same_name_apart(tmp_path):
         (tmp_path / folder).mkdir()
         (tmp_path / folder / "prompt.md").write_text(f"{folder}\n")
     path = write_probeset(tmp_path / "p.toml", [("c", "q?", None)])
-    same = CliRunner().invoke(main, ["run", str(path), "--prompt", str(tmp_path / "one" / "prompt.md"),
+    same = CliRunner().invoke(main, ["run", "--retrieval", "none", str(path), "--prompt", str(tmp_path / "one" / "prompt.md"),
                                      "--prompt", str(tmp_path / "two" / "prompt.md"), "--model", "openai:m@http://x/v1"])
     assert same.exit_code == 2 and "name one with --prompt NAME=PATH" in same.stderr
     with LocalServer() as server:
-        named = CliRunner().invoke(main, ["run", str(path), "--prompt", f"one={tmp_path / 'one' / 'prompt.md'}",
+        named = CliRunner().invoke(main, ["run", "--retrieval", "none", str(path), "--prompt", f"one={tmp_path / 'one' / 'prompt.md'}",
                                           "--prompt", f"two={tmp_path / 'two' / 'prompt.md'}", "--model",
                                           f"openai:m@{server.url}/v1", "--runs-dir", str(tmp_path / "runs")])
     assert named.exit_code == 0, named.output

@@ -65,7 +65,7 @@ def test_dry_run_prices_the_plan_without_a_call(tmp_path):
 
 
 def test_max_cost_refuses_a_plan_estimated_above_it(tmp_path):
-    result = CliRunner().invoke(main, ["run", probeset(tmp_path), "--prompt", PROMPT, "--model",
+    result = CliRunner().invoke(main, ["run", "--retrieval", "none", probeset(tmp_path), "--prompt", PROMPT, "--model",
                                        "anthropic:claude-sonnet-4-5", "--max-cost", "0.001",
                                        "--runs-dir", str(tmp_path / "runs")])
     assert result.exit_code == 2
@@ -73,7 +73,7 @@ def test_max_cost_refuses_a_plan_estimated_above_it(tmp_path):
 
 
 def test_max_cost_needs_a_price(tmp_path):
-    result = CliRunner().invoke(main, ["run", probeset(tmp_path), "--prompt", PROMPT, "--model",
+    result = CliRunner().invoke(main, ["run", "--retrieval", "none", probeset(tmp_path), "--prompt", PROMPT, "--model",
                                        "openai:m@http://127.0.0.1:9/v1", "--max-cost", "5"])
     assert result.exit_code == 2 and "--max-cost needs a price" in result.stderr
 
@@ -100,7 +100,7 @@ def test_report_shows_tokens_latency_and_cost_per_arm(tmp_path):
         (tmp_path / "probe.toml").write_text(f'[prices]\n"{spec}" = {{ input = 2, output = 8 }}\n')
         priced = CliRunner().invoke(main, ["run", probeset(tmp_path, 4), "--prompt", PROMPT, "--model", spec,
                                            "--config", str(tmp_path / "probe.toml"), "--runs-dir", str(tmp_path / "a")])
-        unpriced = CliRunner().invoke(main, ["run", probeset(tmp_path, 4), "--prompt", PROMPT, "--model", spec,
+        unpriced = CliRunner().invoke(main, ["run", "--retrieval", "none", probeset(tmp_path, 4), "--prompt", PROMPT, "--model", spec,
                                              "--runs-dir", str(tmp_path / "b")])
     report = json.loads(CliRunner().invoke(main, ["report", str(run_dir_of(priced)), "--json"]).stdout)
     usage = report["arms"][0]["usage"]

@@ -351,6 +351,8 @@ def test_random_fault_scenarios_end_in_a_documented_state(tmp_path_factory, scri
             main,
             [
                 "run",
+                "--retrieval",
+                "none",
                 str(probeset),
                 "--prompt",
                 PROMPT,

@@ -50,6 +50,8 @@ def probe(folder: Path, server, prompts: list[str], *extra: str, questions: str 
         main,
         [
             "run",
+            "--retrieval",
+            "none",
             str(probeset),
             *prompt_files(folder, prompts),
             "--model",
@@ -457,7 +459,7 @@ def test_resume_takes_how_it_calls_and_says_so(tmp_path):
         ["--metric", "header_absent"],
         ["--until-decided"],
         ["--seed", "3"],
-        ["--runs-dir", "elsewhere"],
+        ["--top-k", "2"],
         ["--detect", "10"],
         ["--stream"],
     ],

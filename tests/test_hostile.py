@@ -177,6 +177,8 @@ def test_a_disk_already_full_is_exit_3_with_nothing_left_behind(tmp_path):
                 main,
                 [
                     "run",
+                    "--retrieval",
+                    "none",
                     str(write_probeset(tmp_path / "p.toml", [("c0", "q", None)])),
                     "--prompt",
                     PROMPT,
@@ -365,6 +367,8 @@ def test_ctrl_c_at_any_moment_exits_130_never_1(tmp_path, delay):
             [
                 PROBE,
                 "run",
+                "--retrieval",
+                "none",
                 str(write_probeset(tmp_path / "p.toml", [(f"c{i}", f"q{i}", None) for i in range(20)])),
                 "--prompt",
                 PROMPT,

@@ -104,8 +104,11 @@ def test_compare_html_says_the_verdict_in_words(tmp_path):
     assert result.exit_code == 0, result.output
     html = out.read_text()
     assert 'data-verdict="A&gt;B"' in html and "new is worse than old on header_present: old 16/16, new 0/16" in html
-    missing = CliRunner().invoke(main, ["compare", f"{run}#prompt=old", f"{run}#prompt=new", "--format", "html"])
-    assert missing.exit_code == 2 and "add -o FILE" in missing.stderr
+    printed = CliRunner().invoke(main, ["compare", f"{run}#prompt=old", f"{run}#prompt=new", "--format", "html"])
+    assert printed.exit_code == 0 and printed.stdout.startswith("<!doctype html>")  # HTML to stdout, for a pipe
+    by_suffix = tmp_path / "by-suffix.html"
+    assert CliRunner().invoke(main, ["compare", f"{run}#prompt=old", f"{run}#prompt=new", "-o", str(by_suffix)]).exit_code == 0
+    assert by_suffix.read_text().startswith("<!doctype html>")  # the suffix picked the format
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="headless Chromium is not installed (apt-get install chromium)")

@@ -24,7 +24,7 @@ PROBE = str(Path(sys.executable).parent / "probe")
 
 def start_probe(tmp_path: Path, *args: str, env: dict | None = None) -> subprocess.Popen:
     return subprocess.Popen(
-        [PROBE, "run", *args, "--runs-dir", str(tmp_path / "runs")],
+        [PROBE, "run", "--retrieval", "none", *args, "--runs-dir", str(tmp_path / "runs")],
         cwd=tmp_path,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -127,7 +127,7 @@ def test_sigkill_then_resume_runs_exactly_the_planned_samples_once(tmp_path):
 
 def test_a_torn_last_line_is_ignored_with_a_warning_and_resume_reruns_it(tmp_path):
     with LocalServer() as server:
-        result = CliRunner().invoke(main, ["run", probeset(tmp_path, 4), "--prompt", PROMPT, "--model",
+        result = CliRunner().invoke(main, ["run", "--retrieval", "none", probeset(tmp_path, 4), "--prompt", PROMPT, "--model",
                                            f"openai:m@{server.url}/v1", "--runs-dir", str(tmp_path / "runs")])
         run = run_dir_of(result)
         lines = (run / "samples.jsonl").read_bytes().splitlines(keepends=True)
@@ -170,7 +170,7 @@ def test_resume_keeps_earlier_failed_attempts_aside(tmp_path):
 
 def test_resume_refuses_a_run_whose_copies_were_changed(tmp_path):
     with LocalServer() as server:
-        done = CliRunner().invoke(main, ["run", probeset(tmp_path, 2), "--prompt", PROMPT, "--model",
+        done = CliRunner().invoke(main, ["run", "--retrieval", "none", probeset(tmp_path, 2), "--prompt", PROMPT, "--model",
                                          f"openai:m@{server.url}/v1", "--runs-dir", str(tmp_path / "runs")])
     run = run_dir_of(done)
     manifest = json.loads((run / "manifest.json").read_text())
@@ -210,7 +210,7 @@ def test_a_file_size_limit_mid_run_stops_cleanly_with_nothing_torn(tmp_path):
             "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
             "resource.setrlimit(resource.RLIMIT_FSIZE, (100000, 100000))\n"
             "from promptprobe.cli import main\n"
-            f"sys.argv = ['probe', 'run', {probeset(tmp_path, 150)!r}, '--prompt', {PROMPT!r}, "
+            f"sys.argv = ['probe', 'run', '--retrieval', 'none', {probeset(tmp_path, 150)!r}, '--prompt', {PROMPT!r}, "
             f"'--model', 'openai:m@{server.url}/v1', '--runs-dir', {str(tmp_path / 'runs')!r}, '--concurrency', '1']\n"
             "main()\n"
         )
@@ -237,7 +237,7 @@ def test_a_full_disk_stops_cleanly(tmp_path):
     try:
         big = "[[ANSWER]]\n" + "x" * 20000
         with LocalServer(lambda r: Reply(big)) as server:
-            result = CliRunner().invoke(main, ["run", probeset(tmp_path, 40), "--prompt", PROMPT, "--model",
+            result = CliRunner().invoke(main, ["run", "--retrieval", "none", probeset(tmp_path, 40), "--prompt", PROMPT, "--model",
                                                f"openai:m@{server.url}/v1", "--runs-dir", str(mount / "runs"),
                                                "--concurrency", "1"])
         assert result.exit_code == 3, result.output
@@ -254,7 +254,7 @@ def test_an_unwritable_runs_dir_is_a_clear_error(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
     with LocalServer() as server:
-        result = CliRunner().invoke(main, ["run", probeset(tmp_path, 1), "--prompt", PROMPT, "--model",
+        result = CliRunner().invoke(main, ["run", "--retrieval", "none", probeset(tmp_path, 1), "--prompt", PROMPT, "--model",
                                            f"openai:m@{server.url}/v1", "--runs-dir", str(blocker / "runs")])
     assert result.exit_code == 3
     assert result.stderr.startswith(f"error: --runs-dir {blocker / 'runs'}: cannot create a run directory there")
@@ -296,7 +296,7 @@ def test_401_on_every_call_fails_fast(tmp_path):
         return Reply(status=401, body=b'{"error": {"message": "invalid api key"}}')
 
     with LocalServer(unauthorized) as server:
-        result = CliRunner().invoke(main, ["run", probeset(tmp_path, 30), "--prompt", PROMPT, "--model",
+        result = CliRunner().invoke(main, ["run", "--retrieval", "none", probeset(tmp_path, 30), "--prompt", PROMPT, "--model",
                                            f"openai:m@{server.url}/v1", "--runs-dir", str(tmp_path / "runs"),
                                            "--concurrency", "1"])
     assert result.exit_code == 3
@@ -325,7 +325,7 @@ def test_a_retrieval_that_404s_on_every_call_fails_fast(tmp_path):
 
 
 def test_a_huge_plan_asks_for_yes(tmp_path):
-    result = CliRunner().invoke(main, ["run", probeset(tmp_path, 10), "--prompt", PROMPT, "--model",
+    result = CliRunner().invoke(main, ["run", "--retrieval", "none", probeset(tmp_path, 10), "--prompt", PROMPT, "--model",
                                        "openai:m@http://127.0.0.1:9/v1", "-n", "1000000",
                                        "--runs-dir", str(tmp_path / "runs")])
     assert result.exit_code == 2
@@ -389,15 +389,15 @@ def test_a_retriever_calling_sys_exit_while_probing_is_exit_2(tmp_path, monkeypa
 def test_an_empty_case_list_is_exit_2(tmp_path):
     path = tmp_path / "p.toml"
     path.write_text("case = []\n")
-    result = CliRunner().invoke(main, ["run", str(path), "--prompt", PROMPT, "--model", "openai:m@http://x/v1"])
+    result = CliRunner().invoke(main, ["run", "--retrieval", "none", str(path), "--prompt", PROMPT, "--model", "openai:m@http://x/v1"])
     assert result.exit_code == 2 and "needs at least one case" in result.stderr
 
 
 def test_run_files_are_private_unless_shared(tmp_path):
     with LocalServer() as server:
-        private = CliRunner().invoke(main, ["run", probeset(tmp_path, 1), "--prompt", PROMPT, "--model",
+        private = CliRunner().invoke(main, ["run", "--retrieval", "none", probeset(tmp_path, 1), "--prompt", PROMPT, "--model",
                                             f"openai:m@{server.url}/v1", "--runs-dir", str(tmp_path / "a")])
-        shared = CliRunner().invoke(main, ["run", probeset(tmp_path, 1), "--prompt", PROMPT, "--model",
+        shared = CliRunner().invoke(main, ["run", "--retrieval", "none", probeset(tmp_path, 1), "--prompt", PROMPT, "--model",
                                            f"openai:m@{server.url}/v1", "--runs-dir", str(tmp_path / "b"), "--share"])
     for result, dir_mode, file_mode in ((private, 0o700, 0o600), (shared, 0o755, 0o644)):
         run = run_dir_of(result)
@@ -419,7 +419,7 @@ def test_progress_lines_off_a_terminal(tmp_path):
 def test_a_run_started_with_ctrl_c_ignored_keeps_ignoring_it_and_stops_on_sigterm(tmp_path):
     with LocalServer(lambda r: Reply("[[ANSWER]]\nok", delay=60)) as server:
         process = subprocess.Popen(
-            [PROBE, "run", probeset(tmp_path, 4), "--prompt", PROMPT, "--model", f"openai:m@{server.url}/v1",
+            [PROBE, "run", "--retrieval", "none", probeset(tmp_path, 4), "--prompt", PROMPT, "--model", f"openai:m@{server.url}/v1",
              "--concurrency", "2", "--runs-dir", str(tmp_path / "runs")],
             cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),  # like `nohup probe run ... &`

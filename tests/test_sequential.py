@@ -73,7 +73,7 @@ def two_prompt_run(tmp_path, rates: dict[str, float], *extra: str, cases: int = 
         return Reply("[[ANSWER]]\nok" if present else "ok, no header")
 
     with LocalServer(reply) as server:
-        result = CliRunner().invoke(main, ["run", str(probeset), *prompts, "--model", f"openai:m@{server.url}/v1",
+        result = CliRunner().invoke(main, ["run", "--retrieval", "none", str(probeset), *prompts, "--model", f"openai:m@{server.url}/v1",
                                            "--until-decided", "--runs-dir", str(tmp_path / "runs"), *extra])
     return result
 

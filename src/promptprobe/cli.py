@@ -49,44 +49,86 @@ def handle_errors(func: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
+# A file name's suffix picks the format of -o FILE unless --format says otherwise.
+SUFFIX_FORMATS = {
+    ".json": "json",
+    ".md": "md",
+    ".markdown": "md",
+    ".html": "html",
+    ".htm": "html",
+    ".csv": "csv",
+    ".jsonl": "jsonl",
+    ".txt": "table",
+}
+
+
 def output_options(
-    formats: tuple[str, ...] = ("table", "md", "json"), default: str = "table", file_option: bool = False
+    formats: tuple[str, ...] = ("table", "md", "json"), default: str = "table"
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """The shared output flags: --format FORMAT, --json (= --format json), and -o FILE."""
+    """The one output convention of every command that prints: --format FORMAT (one of
+    `formats`), --json (= --format json), and -o FILE, whose suffix picks the format unless
+    --format says otherwise (written 0600)."""
 
     def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(func)
-        def wrapper(*args: Any, fmt: str, as_json: bool, **kwargs: Any) -> Any:
-            return func(*args, fmt="json" if as_json else fmt, **kwargs)
+        def wrapper(*args: Any, fmt: str | None, as_json: bool, output: Path | None, **kwargs: Any) -> Any:
+            chosen = "json" if as_json else fmt
+            if chosen is None:
+                by_suffix = SUFFIX_FORMATS.get(output.suffix.lower()) if output is not None else None
+                chosen = by_suffix if by_suffix in formats else default
+            return func(*args, fmt=chosen, output=output, **kwargs)
 
+        wrapper = click.option(
+            "-o",
+            "--output",
+            "output",
+            type=click.Path(path_type=Path, dir_okay=False),
+            help="Write to FILE (mode 0600) instead of stdout; its suffix picks the format.",
+        )(wrapper)
         wrapper = click.option("--json", "as_json", is_flag=True, help="Same as --format json.")(wrapper)
         wrapper = click.option(
             "--format",
             "fmt",
             type=click.Choice(formats),
-            default=default,
-            show_default=True,
-            help="Output format; json prints JSON only, on stdout.",
+            default=None,
+            help=f"Output format (default {default}; with -o, the file's suffix); json prints JSON only.",
         )(wrapper)
-        if file_option:
-            wrapper = click.option(
-                "-o",
-                "--output",
-                "output",
-                type=click.Path(path_type=Path),
-                help="Write to FILE instead of stdout (required for --format html).",
-            )(wrapper)
+        wrapper.formats = formats  # type: ignore[attr-defined]  # read by the docs test
+        wrapper.default_format = default  # type: ignore[attr-defined]
         return wrapper
 
     return decorate
 
 
-def emit(text: str, output: Path | None = None) -> None:
+def emit(text: str, output: Path | None = None, newline: bool = True) -> None:
+    """Print, or write -o FILE (0600, scrubbed of secrets like everything probe writes)."""
     if output is None:
-        click.echo(text)
+        click.echo(text, nl=newline)
         return
-    write_private(output, SCRUBBER.text(text if text.endswith("\n") else text + "\n").encode("utf-8"))
+    if newline and not text.endswith("\n"):
+        text += "\n"
+    write_private(output, SCRUBBER.text(text).encode("utf-8"))
     click.echo(f"wrote {output}", err=True)
+
+
+def runs_dir_option(func: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option(
+        "--runs-dir",
+        type=click.Path(path_type=Path, file_okay=False),
+        help="Where run ids, `latest` and `latest~N` are looked up (default $PROBE_RUNS_DIR, else ./runs).",
+    )(func)
+
+
+def runs_dir_of(given: Path | None) -> Path:
+    from .runref import runs_dir
+
+    return runs_dir(given)
+
+
+def resolve_run(reference: str | Path, runs_dir: Path | None) -> Path:
+    from .runref import resolve
+
+    return resolve(reference, runs_dir)
 
 
 def write_private(output: Path, data: bytes) -> None:
@@ -125,41 +167,48 @@ def main() -> None:
 # -- check / classify ---------------------------------------------------------------------
 
 
-@main.command(epilog="Example: probe check probes/*.toml")
-@click.argument("probesets", nargs=-1, required=True, type=click.Path(path_type=Path))
-@output_options(("table", "json"))
-def check(probesets: tuple[Path, ...], fmt: str) -> None:
-    """Validate probe sets: schema, unknown keys, regexes, duplicate ids and questions.
+@main.command(epilog="Example: probe check probes/*.toml prompts/*.md")
+@click.argument(
+    "paths", metavar="PROBESET_OR_PROMPT...", nargs=-1, required=True, type=click.Path(path_type=Path)
+)
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(path_type=Path),
+    help="A probe.toml whose [vars] the prompts may use (default ./probe.toml when there is one).",
+)
+@output_options(("table", "md", "json"))
+@handle_errors
+def check(paths: tuple[Path, ...], config_path: Path | None, fmt: str, output: Path | None) -> None:
+    """Validate probe sets (.toml: schema, unknown keys, regexes, duplicate ids and questions) and
+    prompts (any other file: placeholders, and a value for each variable in every case).
 
-    Every problem of a file is reported at once, each naming the file and the case.
+    Every problem of a file is reported at once, each naming the file and the case or line.
     """
-    from .probeset import ProbeSetInvalid, load_probeset
+    from .check import check_files
 
-    results = []
-    for path in probesets:
-        try:
-            probeset = load_probeset(path)
-        except ProbeSetInvalid as exc:
-            results.append({"path": str(path), "ok": False, "problems": exc.problems})
-            continue
-        except InputError as exc:
-            results.append({"path": str(path), "ok": False, "problems": [str(exc)]})
-            continue
-        results.append(
-            {
-                "path": str(path),
-                "ok": True,
-                "name": probeset.name,
-                "cases": len(probeset.cases),
-                "repeats": probeset.repeats,
-            }
-        )
+    results = check_files(list(paths), config_path)
     if fmt == "json":
-        click.echo(dumps_pretty({"probesets": results}))
+        emit(dumps_pretty({"probesets": results}), output)
+    elif fmt == "md":
+        lines = ["| file | ok | cases | repeats | problems |", "|---|---|---:|---:|---|"]
+        for r in results:
+            problems = "<br>".join(p.replace("|", "\\|") for p in r.get("problems", [])) or "-"
+            ok = "yes" if r["ok"] else "no"
+            counts = f"{r.get('cases', '-')} | {r.get('repeats', '-')}"
+            lines.append(f"| {r['path']} | {ok} | {counts} | {problems} |")
+        emit("\n".join(lines), output)
     else:
+        oks = [
+            f"ok: {r['name']} ({r['cases']} cases, {r['repeats']} repeats)"
+            if r["kind"] == "probe set"
+            else f"ok: prompt {r['name']} ({r['path']})"
+            for r in results
+            if r["ok"]
+        ]
+        if oks:
+            emit("\n".join(oks), output)
         for result in results:
-            if result["ok"]:
-                click.echo(f"ok: {result['name']} ({result['cases']} cases, {result['repeats']} repeats)")
             for problem in result.get("problems", []):
                 echo_error(problem)
     if not all(r["ok"] for r in results):
@@ -193,7 +242,8 @@ def header_override(markers: str | None, no_answer: str | None) -> Any:
     help="A probe.toml whose [header], [filter] and [citations] a run is reclassified with.",
 )
 @click.option("--top-k", type=click.IntRange(min=1), help="retrieval_hit only within the first K passages.")
-@output_options(("json", "table"), default="json")
+@runs_dir_option
+@output_options(("json", "table", "md"), default="json")
 @handle_errors
 def classify(
     paths: tuple[Path, ...],
@@ -201,7 +251,9 @@ def classify(
     no_answer: str | None,
     config_path: Path | None,
     top_k: int | None,
+    runs_dir: Path | None,
     fmt: str,
+    output: Path | None,
 ) -> None:
     """A file: print its header classification as JSON, one line per file.
 
@@ -217,8 +269,11 @@ def classify(
 
     override = header_override(markers, no_answer)
     failed = 0
+    printed: list[str] = []
     for path in paths:
         try:
+            if not path.is_file() and not is_run(path):
+                path = resolve_run(path, runs_dir)  # a run id, a prefix of one, latest, latest~N
             if is_run(path):
                 settings = settings_of(path, load_manifest(path), None)
                 if config_path is not None:
@@ -228,20 +283,23 @@ def classify(
                 if override is not None:
                     settings = replace(settings, header=override)
                 result = reclassify_run(path, settings.with_top_k(top_k))
-                click.echo(dumps_pretty(result) if fmt == "json" else describe_reclassification(result))
+                printed.append(dumps_pretty(result) if fmt == "json" else describe_reclassification(result))
             elif path.is_dir():
                 raise InputError(f"{path}: a directory that is not a run (no manifest.json)")
             else:
                 line = classify_file(path, override)
-                click.echo(
-                    dumps_line(line).decode("utf-8").rstrip("\n")
-                    if fmt == "json"
-                    else f"{path}: {line['header']}"
-                    + (f" ({line['where']}, line {line['line']})" if line["where"] else "")
-                )
+                where = f" ({line['where']}, line {line['line']})" if line["where"] else ""
+                if fmt == "json":
+                    printed.append(dumps_line(line).decode("utf-8").rstrip("\n"))
+                elif fmt == "md":
+                    printed.append(f"- `{path}`: **{line['header']}**{where}")
+                else:
+                    printed.append(f"{path}: {line['header']}{where}")
         except InputError as exc:
             failed += 1
             echo_error(str(exc))
+    if printed:
+        emit("\n".join(printed), output)
     if failed:
         sys.exit(InputError.exit_code)
 
@@ -260,56 +318,71 @@ def _models(specs: tuple[str, ...], config: Any) -> list[Any]:
 
 
 class Progress:
-    """A bar on a terminal; off a terminal (CI logs) one line every few seconds on stderr
-    (PROBE_PROGRESS_INTERVAL seconds, default 5)."""
+    """Samples done of the total, errors so far, the rate and the time left: one line kept up to
+    date on a terminal; off a terminal (CI logs) one line every few seconds on stderr
+    (PROBE_PROGRESS_INTERVAL seconds, default 5). `at_most`: the total is a cap (a sequential
+    run usually stops before it)."""
 
-    def __init__(self, total: int, interval: float | None = None) -> None:
+    def __init__(self, total: int, interval: float | None = None, at_most: bool = False) -> None:
         if interval is None:
             try:
                 interval = float(os.environ.get("PROBE_PROGRESS_INTERVAL", "5"))
             except ValueError:
                 interval = 5.0  # a malformed setting: the default
         self.total = total
+        self.at_most = at_most
         self.done = 0
         self.errors = 0
         self.started = time.monotonic()
         self.interval = interval
         self.lock = threading.Lock()
         self.stop = threading.Event()
-        self.bar: Any = None
+        self.terminal = sys.stderr.isatty()
         self.thread: threading.Thread | None = None
+        self.shown = 0.0
 
     def __enter__(self) -> "Progress":
-        if sys.stderr.isatty():
-            self.bar = click.progressbar(length=self.total, label="samples", file=sys.stderr)
-            self.bar.__enter__()
-        else:
-            self.thread = threading.Thread(target=self._report, daemon=True)
-            self.thread.start()
+        self.thread = threading.Thread(target=self._report, daemon=True)
+        self.thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.stop.set()
-        if self.bar is not None:
-            self.bar.__exit__(None, None, None)
+        if self.terminal:
+            click.echo("\r" + self.line() + "\x1b[K", err=True)
+
+    def say(self, message: str) -> None:
+        """A line of its own (the progress line is redrawn after it on a terminal)."""
+        with self.lock:
+            click.echo(("\r\x1b[K" if self.terminal else "") + message, err=True)
 
     def update(self, record: dict[str, Any]) -> None:
         with self.lock:
             self.done += 1
             self.errors += bool(record.get("error"))
-        if self.bar is not None:
-            self.bar.update(1)
+            now = time.monotonic()
+            if self.terminal and now - self.shown > 0.1:
+                self.shown = now
+                click.echo("\r" + self.line() + "\x1b[K", err=True, nl=False)
 
     def line(self) -> str:
         elapsed = max(1e-9, time.monotonic() - self.started)
-        return (
-            f"progress: {self.done}/{self.total} samples, {self.errors} errors, "
-            f"{self.done / elapsed:.1f} samples/s"
+        rate = self.done / elapsed
+        total = f"at most {self.total}" if self.at_most else str(self.total)
+        text = (
+            f"progress: {self.done}/{total} samples, {self.errors} "
+            f"error{'' if self.errors == 1 else 's'}, {rate:.1f} samples/s"
         )
+        left = self.total - self.done
+        if rate > 0 and left > 0 and not self.at_most:
+            seconds = round(left / rate)
+            text += f", about {seconds // 60}:{seconds % 60:02d} left"
+        return text
 
     def _report(self) -> None:
         while not self.stop.wait(self.interval):
-            click.echo(self.line(), err=True)
+            if not self.terminal:
+                click.echo(self.line(), err=True)
 
 
 @contextmanager
@@ -351,6 +424,7 @@ def interruptible(cancel: Callable[[], None]) -> Iterator[list[int]]:
     help="A prompt version file, or NAME=PATH to name it; repeat for several.",
 )
 @click.option(
+    "-m",
     "--model",
     "model_specs",
     multiple=True,
@@ -365,7 +439,13 @@ def interruptible(cancel: Callable[[], None]) -> Iterator[list[int]]:
 @click.option(
     "--config", "config_path", type=click.Path(path_type=Path), help="Target config (default ./probe.toml)."
 )
-@click.option("--runs-dir", type=click.Path(path_type=Path), default=Path("runs"), show_default=True)
+@click.option(
+    "--retrieval",
+    "retrieval_kind",
+    type=click.Choice(["none"]),
+    help="none: probe without retrieval (the model gets no passages); otherwise the config says how.",
+)
+@runs_dir_option
 @click.option(
     "--resume",
     "resume_path",
@@ -461,12 +541,14 @@ def interruptible(cancel: Callable[[], None]) -> Iterator[list[int]]:
 @click.pass_context
 def run(
     ctx: click.Context,
+    output: Path | None,
+    retrieval_kind: str | None,
     probeset_path: Path | None,
     prompt_paths: tuple[str, ...],
     model_specs: tuple[str, ...],
     repeats: int | None,
     config_path: Path | None,
-    runs_dir: Path,
+    runs_dir: Path | None,
     resume_path: Path | None,
     temperature: float | None,
     max_tokens: int | None,
@@ -500,7 +582,8 @@ def run(
     from .engine.run import RunOptions
 
     if resume_path is not None:
-        _resume(ctx, resume_path, fmt)
+        _resume(ctx, resume_run_path := resolve_run(resume_path, runs_dir), fmt, output)
+        del resume_run_path
         return
     if probeset_path is None:
         raise InputError("give a probe set (probe run PROBESET --prompt FILE), or --resume RUN")
@@ -509,7 +592,7 @@ def run(
     from .prompts import load_prompt
     from .providers.base import GenerationParams
 
-    config = load_config(config_path)
+    config = retrieval_choice(load_config(config_path), retrieval_kind, dry_run)
     probeset = load_probeset(probeset_path)
     prompts = [load_prompt(p) for p in prompt_paths]
     settings = config.run
@@ -528,7 +611,7 @@ def run(
         max_attempts=max_attempts or settings.max_attempts,
         max_retry_wait=max_retry_wait if max_retry_wait is not None else settings.max_retry_wait,
         rpm=rpm if rpm is not None else settings.rpm,
-        runs_dir=runs_dir,
+        runs_dir=runs_dir_of(runs_dir),
         seed=params.seed,
         umask=umask,
         max_cost=max_cost,
@@ -541,7 +624,7 @@ def run(
         from .engine.dryrun import render_dry_run
 
         result = price_plan(probeset, prompts, models, config, options)
-        click.echo(dumps_pretty(result) if fmt == "json" else render_dry_run(result))
+        emit(dumps_pretty(result) if fmt == "json" else render_dry_run(result), output)
         return
     if until_decided:
         from .engine.sequential import SequentialRule, SequentialRun
@@ -551,7 +634,7 @@ def run(
         )
         runner = SequentialRun.new(probeset, prompts, models, config, options, rule)
         click.echo(runner.describe(), err=True)
-        _execute(runner, fmt, runner.plan.samples)
+        _execute(runner, fmt, runner.plan.samples, output)
         return
     from .engine.run import ProbeRun
 
@@ -565,7 +648,33 @@ def run(
                 "(probe run --dry-run shows how it is made up)"
             )
     runner = ProbeRun(probeset, prompts, models, config, options)
-    _execute(runner, fmt, runner.plan.samples)
+    _execute(runner, fmt, runner.plan.samples, output)
+
+
+def retrieval_choice(config: Any, flag: str | None, dry_run: bool) -> Any:
+    """The config, checked for a retrieval path: probing without one must be asked for."""
+    from dataclasses import replace
+
+    if flag == "none":
+        if config.retrieval_given and config.retrieval.get("kind") != "none":
+            raise InputError(
+                f'--retrieval none, but {config.path} says [retrieval] kind = "{config.retrieval["kind"]}": '
+                "give one or the other"
+            )
+        return replace(config, retrieval={"kind": "none"}, retrieval_given=True)
+    if not config.retrieval_given and not dry_run:
+        if config.path is None:
+            raise InputError(
+                "no retrieval path: there is no probe.toml here. Point probe at the system under test with "
+                "--config FILE (its [retrieval] says how a question reaches the model), or add --retrieval "
+                "none to probe without retrieval"
+            )
+        click.echo(
+            f"warning: {config.path} has no [retrieval]: probing without retrieval (the model gets no "
+            'passages); kind = "none" or --retrieval none says so and silences this',
+            err=True,
+        )
+    return config
 
 
 def _given(ctx: click.Context, name: str) -> bool:
@@ -583,10 +692,10 @@ RESUME_FLAGS = {
     "max_retry_wait": "--max-retry-wait",
     "max_cost": "--max-cost",
 }
-OUTPUT_PARAMS = {"fmt", "as_json", "resume_path"}
+OUTPUT_PARAMS = {"fmt", "as_json", "output", "resume_path", "runs_dir"}
 
 
-def _resume(ctx: click.Context, resume_path: Path, fmt: str) -> None:
+def _resume(ctx: click.Context, resume_path: Path, fmt: str, output: Path | None) -> None:
     from .engine.run import RunOptions, resume_run
 
     refused = [
@@ -618,18 +727,21 @@ def _resume(ctx: click.Context, resume_path: Path, fmt: str) -> None:
             detect=sequential.get("detect", DEFAULT_DETECT),
         )
         runner = SequentialRun(runner, rule)
-    _execute(runner, fmt, runner.plan.samples)
+    _execute(runner, fmt, runner.plan.samples, output)
 
 
-def _execute(runner: Any, fmt: str, total: int) -> None:
+def _execute(runner: Any, fmt: str, total: int, output: Path | None = None) -> None:
     from .views.report import build_report, render_report
 
     for warning in SCRUBBER.take_warnings():
         click.echo(f"warning: {warning}", err=True)
 
     outcome = None
-    with Progress(total) as progress, interruptible(runner.cancel) as received:
+    sequential = hasattr(runner, "rule")
+    with Progress(total, at_most=sequential) as progress, interruptible(runner.cancel) as received:
         runner.on_record = progress.update
+        # Where the run is, as soon as it exists: another terminal can follow or resume it.
+        runner.on_start = lambda path: progress.say(f"run: {path}")
         try:
             outcome = runner.execute()
         except KeyboardInterrupt:
@@ -646,7 +758,7 @@ def _execute(runner: Any, fmt: str, total: int) -> None:
     assert outcome is not None
     report = build_report(outcome.path)
     if fmt == "json":
-        click.echo(
+        emit(
             dumps_pretty(
                 {
                     "run": str(outcome.path),
@@ -659,11 +771,11 @@ def _execute(runner: Any, fmt: str, total: int) -> None:
                     "stopped_by": outcome.stopped_by,
                     "report": report,
                 }
-            )
+            ),
+            output,
         )
     else:
-        click.echo(f"run: {outcome.path}", err=True)
-        click.echo(render_report(report, fmt))
+        emit(render_report(report, fmt), output)
     if outcome.stopped_by == "max_cost":
         echo_error(
             f"stopped at --max-cost: {outcome.recorded} of {outcome.planned} samples recorded; "
@@ -682,28 +794,30 @@ def _execute(runner: Any, fmt: str, total: int) -> None:
 
 
 @main.command(
-    epilog="Examples: probe report runs/20261129T120000-refusal-header-1a2b3c --format md   |   "
-    "probe report RUN --format html -o report.html   |   probe report RUN --by tag",
-    help=None,
+    epilog="Examples: probe report latest --format md   |   probe report latest -o report.html   |   "
+    "probe report 20261129T120000-refusal --by tag"
 )
-@click.argument("run_dir", metavar="RUN", type=click.Path(path_type=Path))
+@click.argument("run_ref", metavar="RUN")
 @click.option("--by", "by", type=click.Choice(["tag"]), help="Also each metric per case tag.")
 @click.option(
     "--classification", type=click.IntRange(min=1), help="Use reclassification N (default: the latest)."
 )
 @click.option("--top-k", type=click.IntRange(min=1), help="retrieval_hit only within the first K passages.")
-@output_options(("table", "md", "json", "html"), file_option=True)
+@runs_dir_option
+@output_options(("table", "md", "json", "html"))
 @handle_errors
 def report(
-    run_dir: Path,
+    run_ref: str,
     by: str | None,
     classification: int | None,
     top_k: int | None,
+    runs_dir: Path | None,
     fmt: str,
     output: Path | None,
 ) -> None:
     """Per arm: rates with Wilson intervals, design effects, failures, tokens, latency and cost;
-    per case: header counts; what the retrieval did.
+    per case: header counts; what the retrieval did. RUN is a run directory, its id, a unique
+    prefix of the id, latest or latest~N.
 
     \b
     DEFF: design effect, 1 + (m-1)·ICC: how much repeating a question inflates the variance.
@@ -714,20 +828,18 @@ def report(
     from .counts import build_counts
     from .views.report import build_report, render_report
 
-    counts = build_counts(run_dir, classification=classification, top_k=top_k)
+    counts = build_counts(resolve_run(run_ref, runs_dir), classification=classification, top_k=top_k)
     if fmt == "html":
         from .views.html import report_html
 
-        if output is None:
-            raise InputError("--format html writes a file: add -o FILE")
         emit(report_html(counts), output)
         return
     emit(render_report(build_report(counts, by_tag=by == "tag"), fmt), output)
 
 
 @main.command(
-    epilog="Examples: probe compare 'RUN#prompt=exception-only' 'RUN#prompt=always-header'   |   "
-    "probe compare runs/OLD runs/NEW --metric refusal_recall --fail-if-worse"
+    epilog="Examples: probe compare 'latest#prompt=exception-only' 'latest#prompt=always-header'   |   "
+    "probe compare latest~1 latest --metric refusal_recall --fail-if-worse"
 )
 @click.argument("a")
 @click.argument("b")
@@ -755,7 +867,8 @@ def report(
 )
 @click.option("--classification", type=click.IntRange(min=1), help="Use reclassification N of both runs.")
 @click.option("--top-k", type=click.IntRange(min=1), help="retrieval_hit only within the first K passages.")
-@output_options(("table", "md", "json", "html"), file_option=True)
+@runs_dir_option
+@output_options(("table", "md", "json", "html"))
 @handle_errors
 def compare(
     a: str,
@@ -766,13 +879,17 @@ def compare(
     alpha: float,
     classification: int | None,
     top_k: int | None,
+    runs_dir: Path | None,
     fmt: str,
     output: Path | None,
 ) -> None:
     """Are two arms different? A (baseline) and B (candidate) are RUN, RUN#prompt=NAME,
-    RUN#model=SPEC or both; differences are B - A."""
+    RUN#model=SPEC or both (RUN: a directory, an id or its prefix, latest, latest~N);
+    differences are B - A."""
+    from .runref import resolve_selector
     from .views.compare import compare_runs, failure_line, render_comparison
 
+    a, b = resolve_selector(a, runs_dir), resolve_selector(b, runs_dir)
     comparison = compare_runs(
         a,
         b,
@@ -785,8 +902,6 @@ def compare(
     if fmt == "html":
         from .views.html import compare_html
 
-        if output is None:
-            raise InputError("--format html writes a file: add -o FILE")
         emit(compare_html(a, b, comparison), output)
     elif fmt == "json":
         if all_metrics or len(comparison["results"]) > 1:
@@ -862,6 +977,7 @@ def plan(
     sequential: bool,
     detect: float,
     fmt: str,
+    output: Path | None,
 ) -> None:
     """Sample size to tell p1 from p2 (and repeats for the paired design); smallest difference
     an n detects; any-of-k gate blocking; rounds of a sequential run."""
@@ -890,24 +1006,26 @@ def plan(
         result = plan_sample_size(p1, p2, alpha, power, cases, icc)
     else:
         raise InputError("give --p1 and --p2, or --n and --p1, or --gate-any-of K and --p")
-    click.echo(render_plan(result, fmt))
+    emit(render_plan(result, fmt), output)
 
 
 # -- why ------------------------------------------------------------------------------------
 
 
-@main.command(epilog="Example: probe why 'runs/20261129T120000-refusal-header-1a2b3c#prompt=exception-only'")
+@main.command(epilog="Example: probe why 'latest#prompt=exception-only'")
 @click.argument("target", metavar="RUN[#ARM]")
 @click.option("--metric", type=METRIC, default="header_present", show_default=True)
 @click.option("--top", type=click.IntRange(min=1), default=10, show_default=True, help="Phrases to show.")
+@runs_dir_option
 @output_options()
 @handle_errors
-def why(target: str, metric: str, top: int, fmt: str) -> None:
+def why(target: str, metric: str, top: int, runs_dir: Path | None, fmt: str, output: Path | None) -> None:
     """Phrases over-represented in the samples that failed a metric, against those that passed
     (Fisher's exact test, Benjamini-Hochberg adjusted), with example sample ids."""
+    from .runref import resolve_selector
     from .views.why import explain, render_why
 
-    click.echo(render_why(explain(target, metric), fmt, top))
+    emit(render_why(explain(resolve_selector(target, runs_dir), metric), fmt, top), output)
 
 
 # -- demo -----------------------------------------------------------------------------------
@@ -941,18 +1059,18 @@ def demo_server(host: str, port: int, behaviour: Path | None) -> None:
 
 
 @main.command(epilog="Example: probe demo")
-@click.option("--runs-dir", type=click.Path(path_type=Path), default=Path("runs"), show_default=True)
+@runs_dir_option
 @click.option(
     "--port", type=click.IntRange(0, 65535), default=0, help="Demo server port (default: any free)."
 )
 @click.option("--stream", is_flag=True, help="Use the streaming API.")
 @handle_errors
-def demo(runs_dir: Path, port: int, stream: bool) -> None:
+def demo(runs_dir: Path | None, port: int, stream: bool) -> None:
     """Offline end to end on the SIMULATED model: the example probe set under both example
     prompts, the report, the comparison, and the same comparison decided sequentially."""
     from .demo import run_demo
 
-    result = run_demo(runs_dir, port, stream, progress=Progress)
+    result = run_demo(runs_dir_of(runs_dir), port, stream, progress=Progress)
     click.echo(result.text)
     if result.errors:
         sys.exit(1)
@@ -972,26 +1090,92 @@ def _sample_filters(func: Callable[..., Any]) -> Callable[..., Any]:
     return func
 
 
-@main.command(epilog="Example: probe show runs/20261129T120000-refusal-header-1a2b3c --header misplaced")
-@click.argument("run_dir", metavar="RUN", type=click.Path(path_type=Path))
+@main.command(epilog="Example: probe show latest --header misplaced")
+@click.argument("run_ref", metavar="RUN")
 @_sample_filters
+@runs_dir_option
+@output_options(("table", "md", "json"))
 @handle_errors
-def show(run_dir: Path, sample: str | None, case: str | None, header: str | None) -> None:
+def show(
+    run_ref: str,
+    sample: str | None,
+    case: str | None,
+    header: str | None,
+    runs_dir: Path | None,
+    fmt: str,
+    output: Path | None,
+) -> None:
     """Raw outputs with invisible characters made visible (CR, BOM, zero-width, trailing spaces)."""
     from .views.show import show as show_samples
 
-    click.echo(show_samples(run_dir, sample, case, header))
+    emit(show_samples(resolve_run(run_ref, runs_dir), sample, case, header, fmt), output)
 
 
 @main.command(
-    epilog="Example: probe export runs/20261129T120000-refusal-header-1a2b3c --case price-enterprise"
+    epilog="Examples: probe export latest --case price-enterprise -o incident.md   |   "
+    "probe export latest --format csv -o samples.csv"
 )
-@click.argument("run_dir", metavar="RUN", type=click.Path(path_type=Path))
+@click.argument("run_ref", metavar="RUN")
 @_sample_filters
-@output_options(("md", "json"), default="md")
+@runs_dir_option
+@output_options(("md", "json", "jsonl", "csv", "table"), default="md")
 @handle_errors
-def export(run_dir: Path, sample: str | None, case: str | None, header: str | None, fmt: str) -> None:
-    """An incident attachment: question, retrieval, classification and the exact raw output."""
+def export(
+    run_ref: str,
+    sample: str | None,
+    case: str | None,
+    header: str | None,
+    runs_dir: Path | None,
+    fmt: str,
+    output: Path | None,
+) -> None:
+    """An incident attachment (md, json): question, retrieval, classification and the exact raw
+    output; or one row per sample (jsonl, csv, table) for pandas, DuckDB or Datasette."""
+    run_dir = resolve_run(run_ref, runs_dir)
+    if fmt in ("jsonl", "csv", "table"):
+        from .views.rows import render_rows
+
+        emit(render_rows(run_dir, fmt, sample, case, header), output, newline=False)
+        return
     from .views.show import export as export_samples
 
-    click.echo(export_samples(run_dir, sample, case, header, fmt), nl=False)
+    emit(export_samples(run_dir, sample, case, header, fmt), output, newline=False)
+
+
+# -- runs -----------------------------------------------------------------------------------
+
+
+@main.command(epilog="Examples: probe runs   |   probe runs --limit 5 --format json")
+@click.option("--limit", type=click.IntRange(min=1), help="Only the N newest runs.")
+@runs_dir_option
+@output_options()
+@handle_errors
+def runs(limit: int | None, runs_dir: Path | None, fmt: str, output: Path | None) -> None:
+    """The runs of the runs directory, newest first: id, probe set, arms, status, samples,
+    errors, created. Any command that takes a RUN takes an id from here, a unique prefix of
+    one, latest or latest~N."""
+    from .runref import list_runs
+    from .runref import runs_dir as folder_of
+    from .views.tables import table
+
+    found = list_runs(runs_dir, limit)
+    if fmt == "json":
+        emit(dumps_pretty({"runs": [info.to_dict() for info in found]}), output)
+        return
+    if not found:
+        emit(f"no runs in {folder_of(runs_dir)}", output)
+        return
+    rows = [
+        [
+            info.id,
+            info.probeset,
+            "; ".join(info.arms),
+            info.status,
+            f"{info.samples}/{info.planned}" if info.planned is not None else info.samples,
+            info.errors,
+            info.created.replace("T", " ")[:19],
+        ]
+        for info in found
+    ]
+    headers = ["id", "probe set", "arms", "status", "samples", "errors", "created"]
+    emit(table(rows, headers, fmt, optional=("arms", "created"), wrap_first=("arms", "id")), output)

@@ -3,6 +3,7 @@ what the checks look for, and the run's defaults."""
 
 import hashlib
 import math
+import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ RETRIEVAL_KEYS = {
     "none": {"kind"},
     "local": {"kind", "path", "k"},
 }
-TOP_KEYS = {"retrieval", "assemble", "header", "filter", "citations", "run", "prices"}
+TOP_KEYS = {"retrieval", "assemble", "header", "filter", "citations", "run", "prices", "vars"}
 ASSEMBLE_KEYS = {"function"}
 HEADER_KEYS = {"markers", "no_answer", "allow_leading_whitespace"}
 FILTER_KEYS = {"function", "no_answer_status"}
@@ -68,6 +69,8 @@ class TargetConfig:
     checks: CheckSettings = field(default_factory=CheckSettings)
     run: RunSettings = field(default_factory=RunSettings)
     prices: dict[str, Any] = field(default_factory=dict)
+    retrieval_given: bool = False  # the file has a [retrieval] table (kind = "none" included)
+    vars: dict[str, str] = field(default_factory=dict)  # values of {{NAME}} in prompts
 
     @property
     def header(self) -> HeaderConfig:
@@ -246,7 +249,26 @@ def parse_config(data: dict[str, Any], path: Path | None, sha256: str | None = N
         from .engine.cost import load_prices
 
         load_prices(prices, f"{where} [prices]")  # refuse a bad price now, not mid-run
-    return TargetConfig(path, sha256, retrieval, function, checks, run, prices)
+    variables = _variables(_table(data, "vars", where), f"{where} [vars]")
+    return TargetConfig(
+        path, sha256, retrieval, function, checks, run, prices, "retrieval" in data, variables
+    )
+
+
+def _variables(table: dict[str, Any], where: str) -> dict[str, str]:
+    """Prompt variables: names as in {{NAME}}, values strings (numbers are written as text)."""
+    from .prompts import SOURCES
+
+    variables = {}
+    for name, value in table.items():
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) or name == SOURCES:
+            raise InputError(
+                f"{where}: {name!r} cannot be a variable name (letters, digits and _; not sources)"
+            )
+        if isinstance(value, bool) or not isinstance(value, str | int | float):
+            raise InputError(f"{where}: {name} must be text, got {value!r}")
+        variables[name] = str(value)
+    return variables
 
 
 def load_config(path: str | Path | None) -> TargetConfig:

@@ -29,6 +29,7 @@ CASE_KEYS = {
     "not_contains",
     "regex",
     "ignore_case",
+    "vars",
 }
 TURN_KEYS = {"role", "content"}
 
@@ -45,6 +46,11 @@ class Case:
     not_contains: tuple[str, ...] = ()
     regex: tuple[str, ...] = ()
     ignore_case: bool = False
+    vars: tuple[tuple[str, str], ...] = ()  # values of {{NAME}} in prompts for this case
+
+    @property
+    def variables(self) -> dict[str, str]:
+        return dict(self.vars)
 
 
 @dataclass(frozen=True)
@@ -149,6 +155,7 @@ def _case(raw: Any, index: int, path: Path, problems: _Problems) -> Case | None:
     }
     _regexes(lists["regex"], ignore_case, label, problems)
     history = _history(raw.get("history", []), label, problems)
+    variables = _case_vars(raw.get("vars", {}), label, problems)
     if not isinstance(case_id, str) or not isinstance(question, str) or not question.strip():
         return None
     # A case with other problems still takes part in the duplicate check: every problem at once.
@@ -158,8 +165,26 @@ def _case(raw: Any, index: int, path: Path, problems: _Problems) -> Case | None:
         expect=expect,
         history=history,
         ignore_case=ignore_case,
+        vars=variables,
         **lists,
     )
+
+
+def _case_vars(raw: Any, label: str, problems: "_Problems") -> tuple[tuple[str, str], ...]:
+    if not isinstance(raw, dict):
+        problems.add(f"{label}: 'vars' must be a table of NAME = \"text\"")
+        return ()
+    found = []
+    for name, value in raw.items():
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) or name == "sources":
+            problems.add(
+                f"{label}: vars: {name!r} cannot be a variable name (letters, digits and _; not sources)"
+            )
+        elif isinstance(value, bool) or not isinstance(value, str | int | float):
+            problems.add(f"{label}: vars: {name} must be text, got {value!r}")
+        else:
+            found.append((name, str(value)))
+    return tuple(sorted(found))
 
 
 def _duplicates(cases: list[Case], indexes: list[int], path: Path, problems: _Problems) -> None:

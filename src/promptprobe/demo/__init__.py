@@ -390,6 +390,6 @@ def run_demo(runs_dir: Path, port: int = 0, stream: bool = False, progress: Any 
 def _run(runner: Any, progress: Any) -> Any:
     if progress is None:
         return runner.execute()
-    with progress(runner.plan.samples) as bar:
+    with progress(runner.plan.samples, at_most=hasattr(runner, "rule")) as bar:
         runner.on_record = bar.update
         return runner.execute()

@@ -10,6 +10,7 @@ from ..assemble import AssembleError, Assembler
 from ..checks import Check, CheckError, CheckSettings, SampleView, outcomes, run_checks
 from ..jsonio import dumps_pretty
 from ..probeset import Case
+from ..prompts import fill
 from ..providers.base import Completion, Provider, ProviderError
 from ..redaction import SCRUBBER
 from ..retrievers import Passage, RetrievalError, Retriever, snapshot_digest
@@ -46,6 +47,7 @@ class Executor:
         settings: CheckSettings,
         policy: RetryPolicy,
         cancel: threading.Event,
+        variables: dict[str, str] | None = None,
     ) -> None:
         self.store = store
         self.retriever = retriever
@@ -56,6 +58,7 @@ class Executor:
         self.settings = settings
         self.policy = policy
         self.cancel = cancel
+        self.variables = variables or {}  # [vars] of the config; a case's own vars win
 
     # -- retrieval -------------------------------------------------------------------------
 
@@ -147,7 +150,8 @@ class Executor:
         }
         started = time.monotonic()
         try:
-            messages = self.assemble(arm.prompt.text, unit.case.question, passages, unit.case.history)
+            prompt = fill(arm.prompt.text, {**self.variables, **unit.case.variables})
+            messages = self.assemble(prompt, unit.case.question, passages, unit.case.history)
         except AssembleError as exc:
             record["error"] = {"kind": "assemble", "message": str(exc), "attempts": 0}
             return record

@@ -21,7 +21,7 @@ from ..errors import InputError, ProbeError, StartError
 from ..jsonio import iter_jsonl, loads
 from ..models import ModelSpec, parse_model_spec
 from ..probeset import ProbeSet, parse_probeset
-from ..prompts import PromptVersion, prompt_from_bytes
+from ..prompts import PromptVersion, check_prompts, prompt_from_bytes
 from ..providers import make_provider
 from ..providers.base import GenerationParams, Provider
 from ..retrievers import Retriever, make_retriever, redact
@@ -120,6 +120,9 @@ class ProbeRun:
         self.config = config
         self.options = options
         self.settings: CheckSettings = config.checks.with_top_k(options.top_k)
+        problems = check_prompts(prompts, probeset.cases, config.vars)
+        if problems:
+            raise InputError("\n".join(problems))
         arms = make_arms(prompts, models)
         self.seed = options.seed if options.seed is not None else random.SystemRandom().randrange(2**32)
         repeats = options.repeats or config.run.repeats or probeset.repeats
@@ -167,6 +170,7 @@ class ProbeRun:
         self.resumes: list[dict[str, Any]] = []
         self.extra_manifest: dict[str, Any] = {}
         self.down_models: dict[str, str] = {}  # model spec -> why it is not called
+        self.on_start: Callable[[Path], None] | None = None  # told the run directory once it exists
 
     # -- the manifest ----------------------------------------------------------------------
 
@@ -217,6 +221,7 @@ class ProbeRun:
                 "retrieval": redact(config.retrieval),
                 "assemble": config.assemble_function,
             },
+            "vars": config.vars,
             "header": self.settings.header.to_dict(),
             "checks": self.settings.to_dict(),
             "prices": config.prices,
@@ -270,6 +275,7 @@ class ProbeRun:
             self.settings,
             self.options.policy(),
             self.cancel_event,
+            self.config.vars,
         )
 
     def start(self) -> None:
@@ -288,6 +294,8 @@ class ProbeRun:
             for arm in self.plan.arms:
                 store.write_bytes(self.prompt_copy(arm.prompt), arm.prompt.source)
             store.write_manifest(manifest)
+            if self.on_start is not None:
+                self.on_start(store.path)
         except BaseException:
             # Nothing was recorded yet: leave no half-made run directory behind.
             store.release()
@@ -463,6 +471,8 @@ class ResumedRun(ProbeRun):
         manifest = self.manifest("running", None, self.counts())
         store.write_manifest(manifest)
         store.reserve(2 * len(str(manifest)))
+        if self.on_start is not None:
+            self.on_start(store.path)
         return done, reuse
 
     def counts(self) -> dict[str, int]:

@@ -164,6 +164,14 @@ class SequentialRun:
     def on_record(self, value: Any) -> None:
         self.runner.on_record = value
 
+    @property
+    def on_start(self) -> Any:
+        return self.runner.on_start
+
+    @on_start.setter
+    def on_start(self, value: Any) -> None:
+        self.runner.on_start = value
+
     def cancel(self) -> None:
         self.runner.cancel()
 

@@ -96,20 +96,49 @@ def _title(record: dict[str, Any]) -> str:
     )
 
 
-def show(run_dir: Path, sample: str | None = None, case: str | None = None, header: str | None = None) -> str:
-    """Raw outputs with invisible characters made visible, one block per sample."""
+def show(
+    run_dir: Path,
+    sample: str | None = None,
+    case: str | None = None,
+    header: str | None = None,
+    fmt: str = "table",
+) -> str:
+    """Raw outputs with invisible characters made visible, one block per sample (`table`), as
+    markdown (`md`, each output in a fence) or as JSON (`json`, the visible and the exact text)."""
     _, chosen = select_samples(run_dir, sample, case, header)
-    blocks = []
+    items = []
     for record in chosen:
-        lines = [f"== {_title(record)}"]
         raw = _raw(run_dir, record)
-        if raw is None:
-            lines.append(
-                f"error: {record['error']['message']} (after {record['error']['attempts']} attempts)"
-            )
+        text = raw.decode("utf-8", "surrogateescape") if raw is not None else None
+        items.append((record, text))
+    if fmt == "json":
+        return dumps_pretty(
+            {
+                "run": str(run_dir),
+                "samples": [
+                    {
+                        "sample_id": record["sample_id"],
+                        "title": _title(record),
+                        "header": ((record.get("header") or {}).get("header")),
+                        "error": record.get("error"),
+                        "visible": visible(text) if text is not None else None,
+                        "text": text,
+                    }
+                    for record, text in items
+                ],
+            }
+        )
+    blocks = []
+    for record, text in items:
+        if text is None:
+            body = f"error: {record['error']['message']} (after {record['error']['attempts']} attempts)"
         else:
-            lines.append(visible(raw.decode("utf-8", "surrogateescape")))
-        blocks.append("\n".join(lines))
+            body = visible(text)
+        if fmt == "md":
+            fence = _fence(body)
+            blocks.append(f"### {_title(record)}\n\n{fence}text\n{body}\n{fence}")
+        else:
+            blocks.append(f"== {_title(record)}\n{body}")
     return "\n\n".join(blocks) if blocks else "no sample matches"
 
 

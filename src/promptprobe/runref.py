@@ -1,0 +1,125 @@
+"""Run references: how a command names a run, and the list of runs (`probe runs`).
+
+A RUN argument is a run directory's path, its id (the directory's name), a unique prefix of
+the id, `latest` (the newest run) or `latest~N` (the N-th before it). Ids are looked up in the
+runs directory: `--runs-dir`, else the environment's `PROBE_RUNS_DIR`, else `./runs`. An
+unknown or ambiguous reference is an InputError (exit 2) that lists the candidates.
+"""
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .errors import InputError
+
+LATEST = re.compile(r"latest(?:~(\d+))?")
+ENV = "PROBE_RUNS_DIR"
+
+
+def runs_dir(given: str | Path | None = None) -> Path:
+    """The runs directory: the one given, else $PROBE_RUNS_DIR, else ./runs."""
+    if given:
+        return Path(given)
+    return Path(os.environ.get(ENV) or "runs")
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    path: Path
+    id: str
+    probeset: str
+    arms: list[str]
+    status: str
+    samples: int
+    planned: int | None
+    errors: int
+    created: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "run": str(self.path),
+            "id": self.id,
+            "probeset": self.probeset,
+            "arms": self.arms,
+            "status": self.status,
+            "samples": self.samples,
+            "planned": self.planned,
+            "errors": self.errors,
+            "created": self.created,
+        }
+
+
+def _info(path: Path) -> RunInfo | None:
+    """What `probe runs` shows of one run directory (None: not a readable run)."""
+    from .engine.store import load_manifest, run_state
+
+    try:
+        manifest = load_manifest(path)
+    except InputError:
+        return None
+    counts = manifest.get("counts") or {}
+    arms = [
+        f"{a.get('prompt')} x {a.get('model')}" for a in manifest.get("arms") or [] if isinstance(a, dict)
+    ]
+    return RunInfo(
+        path=path,
+        id=path.name,
+        probeset=str(manifest["probeset"].get("name") or "?"),
+        arms=arms,
+        status=run_state(path, manifest),
+        samples=int(counts.get("recorded") or 0),
+        planned=counts.get("planned"),
+        errors=int(counts.get("errors") or 0),
+        created=str(manifest.get("created") or ""),
+    )
+
+
+def list_runs(folder: str | Path | None = None, limit: int | None = None) -> list[RunInfo]:
+    """The runs of a runs directory, newest first."""
+    root = runs_dir(folder)
+    if not root.is_dir():
+        return []
+    found = [info for child in root.iterdir() if child.is_dir() and (info := _info(child)) is not None]
+    found.sort(key=lambda info: (info.created, info.id), reverse=True)
+    return found[:limit] if limit else found
+
+
+def resolve(reference: str | Path, folder: str | Path | None = None) -> Path:
+    """The run directory a reference names (see the module's docstring)."""
+    text = str(reference)
+    path = Path(text)
+    if path.is_dir():
+        return path  # a directory given by path: its readers say whether it is a run
+    root = runs_dir(folder)
+    latest = LATEST.fullmatch(text)
+    if latest:
+        back = int(latest.group(1) or 0)
+        runs = list_runs(root)
+        if back >= len(runs):
+            have = f"it has {len(runs)}" if runs else "it has none"
+            raise InputError(f"{text}: there is no such run in {root} ({have})")
+        return runs[back].path
+    if os.sep in text or text.startswith("."):
+        raise InputError(f"{path}: no such run directory")
+    candidates = (
+        sorted(p for p in root.iterdir() if p.is_dir() and p.name.startswith(text)) if root.is_dir() else []
+    )
+    exact = [p for p in candidates if p.name == text]
+    if exact:
+        return exact[0]
+    if len(candidates) == 1:
+        return candidates[0]
+    if not candidates:
+        known = ", ".join(info.id for info in list_runs(root, 5))
+        hint = f"; the newest: {known}" if known else f"; {root} holds no runs"
+        raise InputError(f"{text}: no run directory or run id matches it in {root}{hint}")
+    listing = ", ".join(p.name for p in candidates[:10]) + (" ..." if len(candidates) > 10 else "")
+    raise InputError(f"{text}: matches {len(candidates)} runs in {root}: {listing}; give more of the id")
+
+
+def resolve_selector(text: str, folder: str | Path | None = None) -> str:
+    """`RUN#arm` with its RUN part resolved (the selector after `#` kept as given)."""
+    run, hash_, selector = text.partition("#")
+    return str(resolve(run, folder)) + hash_ + selector
