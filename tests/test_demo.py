@@ -102,12 +102,12 @@ def test_demo_server_speaks_chat_completions_to_the_real_sdk(stream):
 
 def test_probe_demo_end_to_end_from_any_directory(demo_run):
     result, run_dir = demo_run  # run from an empty directory: the demo's data ships in the package
-    assert "samples 72/72" in result.stdout
+    assert "status complete, 72 of 72 samples" in result.stdout
     assert "NOTE: the model in this run is SIMULATED" in result.stdout
     assert "probe compare" in result.stdout and "header_present" in result.stdout
     verdict_line = next(line for line in result.stdout.splitlines() if line.startswith(("B>A", "A>B", "indist")))
     assert verdict_line.startswith("B>A")  # always-header beats exception-only on header_present
-    sequential = next(line for line in result.stdout.splitlines() if line.startswith(
+    sequential = next(line for line in result.stdout.replace("\n  ", " ").splitlines() if line.startswith(
         "sequential: always-header is better than exception-only on header_present: B>A, decided at round "))
     taken = int(sequential.split("): ")[1].split()[0])
     assert taken < 72 and "against 72 for the fixed plan" in sequential

@@ -93,7 +93,8 @@ def test_clearly_different_prompts_stop_early_with_the_right_verdict(tmp_path):
     assert len(read_jsonl(run / "retrievals.jsonl")) == 12  # one per (case, round), shared by both arms
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["sequential"]["max_rounds"] == 10 and manifest["status"] == "complete"
-    assert "sequential: stopped after round 2 of 10: B>A, e = " in result.stdout
+    said = result.stdout.replace("\n  ", " ")  # lines wrapped at the terminal's width, joined
+    assert "sequential on header_present: B>A (b's rate is higher), decided at round 2 (cap 10 rounds); e = " in said
     compare = CliRunner().invoke(main, ["compare", f"{run}#prompt=a", f"{run}#prompt=b", "--json"])
     data = json.loads(compare.stdout)
     assert data["design"] == "sequential" and data["verdict"] == "B>A"
@@ -110,7 +111,8 @@ def test_equal_prompts_run_to_the_cap_and_are_indistinguishable(tmp_path):
     assert len(rounds) == 4 and rounds[-1]["decision"] == "indistinguishable" and rounds[-1]["stop"]
     assert all(r["decision"] is None for r in rounds[:-1])
     assert len(read_jsonl(run_dir_of(result) / "samples.jsonl")) == 4 * 6 * 2
-    assert "reached the cap of 4 rounds: indistinguishable" in result.stdout
+    assert "sequential on header_present: indistinguishable at the cap of 4 rounds; e = " in result.stdout.replace(
+        "\n  ", " ")
 
 
 def test_only_two_arms(tmp_path):

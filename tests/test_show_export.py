@@ -79,6 +79,11 @@ def test_export_md_and_json_keep_exact_bytes(run_dir):
 
 
 def test_classify_run_offline_with_other_markers(run_dir):
+    same = json.loads(CliRunner().invoke(main, ["classify", str(run_dir)]).stdout)
+    assert same["reused"] is True and same["classification"] is None  # the run's own: nothing to redo
+    assert not (run_dir / "classifications").exists()
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    (run_dir / "manifest.json").write_text(json.dumps(dict(manifest, tool_version="0.0.1")))  # an older classifier
     result = CliRunner().invoke(main, ["classify", str(run_dir)])
     assert result.exit_code == 0, result.output
     summary = json.loads(result.stdout)

@@ -3,7 +3,9 @@
 A reclassification re-runs every check on every sample (no network call: the passages come
 from retrievals.jsonl, the text from raw/) with the run's settings or new ones, and is written
 as `classifications/N.jsonl` beside the earlier ones (each with the settings that made it).
-Report and compare use the latest unless told otherwise.
+Report and compare use the latest unless told otherwise. Asking again with identical settings
+and unchanged production code (the files of the functions the checks import) reuses the
+classification that has them: same number, no new file.
 """
 
 import os
@@ -11,6 +13,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from . import __version__
 from .checks import METRICS, CheckError, CheckSettings, SampleView, build_checks, outcomes, run_checks
 from .checks.header import classify, header_class
 from .checks.settings import HeaderConfig
@@ -36,13 +39,54 @@ def is_run(path: Path) -> bool:
     return (path / "manifest.json").is_file()
 
 
+def code_fingerprint(settings: CheckSettings) -> str:
+    """The fingerprint of the production code these checks call (promptprobe.production)."""
+    from .production import code_fingerprint as fingerprint
+
+    return fingerprint(settings.functions())
+
+
+def _same(
+    run_dir: Path, manifest: dict[str, Any], numbers: list[int], settings: CheckSettings
+) -> int | None | bool:
+    """The classification with these settings, this code and this version of promptprobe (None:
+    the run's own), or False."""
+    wanted = settings.to_dict()
+    fingerprint = code_fingerprint(settings)
+    from .jsonio import iter_jsonl as lines
+
+    for number in reversed(numbers):
+        meta = next(iter(lines(run_dir / "classifications" / f"{number}.jsonl", lambda message: None)), None)
+        same_tool = meta and meta.get("tool_version") == __version__  # a newer classifier may differ
+        if same_tool and meta.get("settings") == wanted and meta.get("code") == fingerprint:
+            return number
+    own = CheckSettings.from_dict(manifest.get("checks") or {"header": manifest.get("header")}).to_dict()
+    same_tool = manifest.get("tool_version") == __version__
+    if not numbers and same_tool and own == wanted and manifest.get("code", fingerprint) == fingerprint:
+        return None
+    return False
+
+
 def reclassify_run(run_dir: Path, settings: CheckSettings | None = None) -> dict[str, Any]:
-    """Re-run every check offline; write classification N; say what moved against the latest."""
+    """Re-run every check offline; write classification N; say what moved against the latest.
+    With the settings and code of an existing classification, that one is reused."""
     manifest = load_manifest(run_dir)
     numbers = classifications(run_dir)
     previous = numbers[-1] if numbers else None
     old_settings = settings_of(run_dir, manifest, previous)
     settings = settings or old_settings
+    existing = _same(run_dir, manifest, numbers, settings)
+    if existing is not False:
+        return {
+            "run": str(run_dir),
+            "classification": existing,
+            "based_on": previous,
+            "reused": True,
+            "samples": 0,
+            "settings": settings.to_dict(),
+            "moved": [],
+            "metrics_changed": {},
+        }
     checks = build_checks(settings)
     probeset = parse_probeset(
         manifest["probeset"]["source"].encode("utf-8"), Path(manifest["probeset"]["path"])
@@ -63,6 +107,8 @@ def reclassify_run(run_dir: Path, settings: CheckSettings | None = None) -> dict
             "created": utc_now(),
             "settings": settings.to_dict(),
             "based_on": previous,
+            "code": code_fingerprint(settings),
+            "tool_version": __version__,
         },
     )
     moved: Counter = Counter()
@@ -103,6 +149,7 @@ def reclassify_run(run_dir: Path, settings: CheckSettings | None = None) -> dict
         "run": str(run_dir),
         "classification": number,
         "based_on": previous,
+        "reused": False,
         "samples": total,
         "settings": settings.to_dict(),
         "moved": [{"from": a, "to": b, "samples": n} for (a, b), n in sorted(moved.items())],
@@ -111,6 +158,12 @@ def reclassify_run(run_dir: Path, settings: CheckSettings | None = None) -> dict
 
 
 def describe_reclassification(result: dict[str, Any]) -> str:
+    if result.get("reused"):
+        which = f"classification {result['classification']}" if result["classification"] else "the run's own"
+        return (
+            f"{result['run']}: {which} already has these settings and this code; nothing to do "
+            "(probe report and probe compare use it)"
+        )
     basis = f"classification {result['based_on']}" if result["based_on"] else "the run's own classification"
     lines = [
         f"classification {result['classification']} of {result['run']}: {result['samples']} samples "

@@ -41,7 +41,7 @@ RUN_KEYS = {
     "stream",
     "umask",
 }
-MODEL_KEYS = {"spec", "api_key_env"}
+MODEL_KEYS = {"spec", "api_key_env", "api_version", "region", "project"}
 
 
 @dataclass(frozen=True)
@@ -157,9 +157,10 @@ def _models(value: Any, where: str) -> tuple[ModelSpec, ...]:
                 check_keys(item, MODEL_KEYS, f"model {item.get('spec', '?')!r}")
                 if not isinstance(item.get("spec"), str):
                     raise InputError("a model table needs 'spec'")
-                specs.append(parse_spec(item["spec"], _typed(item, "api_key_env", str, "model")))
+                cloud = {key: _typed(item, key, str, "model") for key in ("api_version", "region", "project")}
+                specs.append(parse_spec(item["spec"], _typed(item, "api_key_env", str, "model"), **cloud))
             else:
-                raise InputError("each model is a spec string or { spec, api_key_env }")
+                raise InputError("each model is a spec string or { spec, api_key_env, ... }")
         except InputError as exc:
             raise InputError(f"{where}: {exc}") from None
     return tuple(specs)

@@ -22,7 +22,7 @@ from .engine.cost import PriceTable, load_prices, usage_tokens
 from .engine.store import iter_samples, load_manifest, run_state
 from .errors import InputError
 from .jsonio import iter_jsonl, loads
-from .models import parse_model_spec
+from .models import model_of
 from .probeset import Case, ProbeSet, parse_probeset
 
 HEADER_STATES = ("present", "absent", "misplaced", "empty", "errors")
@@ -384,7 +384,7 @@ def _child(send: Any, counter: _Counter, path: Path, start: int, end: int, last:
 
 
 def _pricer(prices: PriceTable, manifest: dict[str, Any]) -> Callable[[str], Any]:
-    specs = {m["spec"]: parse_model_spec(m["spec"], m.get("api_key_env")) for m in manifest.get("models", [])}
+    specs = {m["spec"]: model_of(m) for m in manifest.get("models", [])}
     cache: dict[str, Any] = {}
 
     def price_of(model: str) -> Any:

@@ -1,4 +1,6 @@
-"""Model specs: `anthropic:MODEL`, `openai:MODEL`, `openai:MODEL@BASE_URL`."""
+"""Model specs: `anthropic:MODEL`, `openai:MODEL`, `openai:MODEL@BASE_URL`, and the clouds through
+the same SDKs: `azure:DEPLOYMENT@https://RESOURCE.openai.azure.com`, `bedrock:MODEL`,
+`vertex:MODEL` (each may name another endpoint after `@`, e.g. a proxy)."""
 
 import re
 from dataclasses import dataclass
@@ -6,7 +8,13 @@ from typing import Any
 
 from .errors import InputError
 
-DEFAULT_KEY_ENV = {"anthropic": "ANTHROPIC_API_KEY", "openai": "OPENAI_API_KEY"}
+DEFAULT_KEY_ENV = {
+    "anthropic": "ANTHROPIC_API_KEY",
+    "openai": "OPENAI_API_KEY",
+    "azure": "AZURE_OPENAI_API_KEY",
+}
+# Credentials from the cloud's own chain (AWS, Google), not one API key variable.
+CLOUD_CHAIN = ("bedrock", "vertex")
 
 
 @dataclass(frozen=True)
@@ -16,6 +24,9 @@ class ModelSpec:
     model: str
     base_url: str | None = None
     api_key_env: str | None = None
+    api_version: str | None = None  # azure
+    region: str | None = None  # bedrock, vertex
+    project: str | None = None  # vertex
 
     @property
     def key_env(self) -> str | None:
@@ -24,6 +35,8 @@ class ModelSpec:
             return self.api_key_env
         if self.provider == "openai" and self.base_url:
             return None  # a local OpenAI-compatible server (Ollama, vLLM) takes no key
+        if self.provider in CLOUD_CHAIN:
+            return None
         return DEFAULT_KEY_ENV.get(self.provider, f"{self.provider.upper()}_API_KEY")
 
     def to_dict(self) -> dict[str, Any]:
@@ -33,10 +46,19 @@ class ModelSpec:
             "model": self.model,
             "base_url": self.base_url,
             "api_key_env": self.key_env,
+            **{
+                key: value
+                for key, value in (
+                    ("api_version", self.api_version),
+                    ("region", self.region),
+                    ("project", self.project),
+                )
+                if value is not None
+            },
         }
 
 
-def parse_model_spec(spec: str, api_key_env: str | None = None) -> ModelSpec:
+def parse_model_spec(spec: str, api_key_env: str | None = None, **cloud: str | None) -> ModelSpec:
     """Parse `PROVIDER:MODEL[@BASE_URL]` (the form only: providers.parse_spec checks the provider)."""
     provider, sep, rest = spec.partition(":")
     if not sep or not rest:
@@ -44,7 +66,19 @@ def parse_model_spec(spec: str, api_key_env: str | None = None) -> ModelSpec:
             f"model {spec!r}: expected PROVIDER:MODEL, e.g. anthropic:claude-sonnet-4-5 "
             "or openai:llama3@http://localhost:11434/v1"
         )
-    model, at, base_url = rest.partition("@")
-    if not model or (at and not re.match(r"https?://", base_url)):
+    # A model id may hold "@" itself (vertex:claude-sonnet-4-5@20250929): the endpoint starts with http.
+    found = re.search(r"@(?=https?://)", rest)
+    model, base_url = (rest[: found.start()], rest[found.end() :]) if found else (rest, "")
+    if not model or (not found and "@" in rest and provider not in ("vertex", "bedrock")):
         raise InputError(f"model {spec!r}: expected MODEL@http(s)://HOST/... after {provider}:")
-    return ModelSpec(spec, provider, model, base_url or None, api_key_env)
+    if provider == "azure" and not base_url:
+        raise InputError(
+            f"model {spec!r}: an Azure model is azure:DEPLOYMENT@https://RESOURCE.openai.azure.com"
+        )
+    return ModelSpec(spec, provider, model, base_url or None, api_key_env, **cloud)
+
+
+def model_of(recorded: dict[str, Any]) -> ModelSpec:
+    """A model as a manifest records it (`to_dict`)."""
+    cloud = {key: recorded.get(key) for key in ("api_version", "region", "project")}
+    return parse_model_spec(recorded["spec"], recorded.get("api_key_env"), **cloud)

@@ -55,3 +55,27 @@ def call_production(function: Callable[..., Any], reference: str, what: str, *ar
         return function(*args)
     except SystemExit as exc:
         raise InputError(f"{what} {reference!r} called sys.exit({exc.code}) while probing") from None
+
+
+def code_fingerprint(references: list[str]) -> str:
+    """The sha256 of the references and the source files of their modules: a change in
+    production's code is a reason to classify a run again."""
+    import hashlib
+    import importlib.util
+
+    digest = hashlib.sha256()
+    cwd = os.getcwd()
+    if sys.path[:1] != [cwd]:
+        sys.path.insert(0, cwd)
+    for reference in sorted(references):
+        digest.update(reference.encode())
+        module = reference.partition(":")[0]
+        try:
+            spec = importlib.util.find_spec(module)
+        except (ImportError, ValueError):
+            continue  # not importable now: the reference alone identifies it
+        origin = getattr(spec, "origin", None) if spec else None
+        if origin and os.path.isfile(origin):
+            with open(origin, "rb") as handle:
+                digest.update(handle.read())
+    return digest.hexdigest()

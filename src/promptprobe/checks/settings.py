@@ -99,5 +99,9 @@ class CheckSettings:
             top_k=data.get("top_k"),
         )
 
+    def functions(self) -> list[str]:
+        """The production functions (`module:function`) these checks call."""
+        return [self.filter.function] if self.filter else []
+
     def with_top_k(self, top_k: int | None) -> "CheckSettings":
         return self if top_k is None else replace(self, top_k=top_k)

@@ -335,6 +335,7 @@ def run_demo(runs_dir: Path, port: int = 0, stream: bool = False, progress: Any 
     from ..providers.base import GenerationParams
     from ..views.compare import compare_runs, judgement, render_comparison
     from ..views.report import build_report, render_report
+    from ..views.tables import wrap
     from ..views.why import explain, render_why
 
     config, probeset, prompts = demo_inputs()
@@ -378,10 +379,12 @@ def run_demo(runs_dir: Path, port: int = 0, stream: bool = False, progress: Any 
             why,
             "",
             f"$ probe run ... --until-decided   (run: {decided.path})",
-            f"sequential: {judgement(seq_result)}: {seq_result['verdict']}, decided at round "
-            f"{seq_view['rounds']} (cap {seq_view['max_rounds']} rounds): {decided.recorded} samples "
-            f"({per_arm} per arm) against {outcome.planned} for the fixed plan above "
-            f"(e = {seq_result.get('e_value', 0):.3g}, decides at {1 / rule.alpha:g})",
+            wrap(
+                f"sequential: {judgement(seq_result)}: {seq_result['verdict']}, decided at round "
+                f"{seq_view['rounds']} (cap {seq_view['max_rounds']} rounds): {decided.recorded} samples "
+                f"({per_arm} per arm) against {outcome.planned} for the fixed plan above "
+                f"(e = {seq_result.get('e_value', 0):.3g}, decides at {1 / rule.alpha:g})"
+            ),
         ]
     )
     return DemoResult(outcome.path, text, outcome.errors + decided.errors)

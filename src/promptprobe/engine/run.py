@@ -19,8 +19,9 @@ from ..checks import CheckSettings, build_checks
 from ..config import TargetConfig, load_config
 from ..errors import InputError, ProbeError, StartError
 from ..jsonio import iter_jsonl, loads
-from ..models import ModelSpec, parse_model_spec
+from ..models import ModelSpec, model_of
 from ..probeset import ProbeSet, parse_probeset
+from ..production import code_fingerprint
 from ..prompts import PromptVersion, check_prompts, prompt_from_bytes
 from ..providers import make_provider
 from ..providers.base import GenerationParams, Provider
@@ -224,6 +225,7 @@ class ProbeRun:
             "vars": config.vars,
             "header": self.settings.header.to_dict(),
             "checks": self.settings.to_dict(),
+            "code": code_fingerprint(self.settings.functions()),
             "prices": config.prices,
             "repeats": self.plan.repeats,
             "seed": self.seed,
@@ -560,7 +562,7 @@ def _resume(
             "the prompts given differ from the ones this run used (sha256); resume takes them "
             "from the run itself: give no --prompt"
         )
-    recorded_models = [parse_model_spec(m["spec"], m.get("api_key_env")) for m in manifest["models"]]
+    recorded_models = [model_of(m) for m in manifest["models"]]
     if models is not None and sorted(m.spec for m in models) != sorted(m.spec for m in recorded_models):
         raise InputError("the models given differ from the ones this run used; give no --model")
     target = manifest.get("target") or {}

@@ -28,11 +28,15 @@ def register(
 
 register("anthropic", f"{__name__}.anthropic_provider")
 register("openai", f"{__name__}.openai_provider")
+register("azure", f"{__name__}.cloud")
+register("bedrock", f"{__name__}.cloud")
+register("vertex", f"{__name__}.cloud")
 
 
-def parse_spec(spec: str, api_key_env: str | None = None) -> ModelSpec:
-    """A model spec whose provider is registered (`anthropic:MODEL`, `openai:MODEL[@URL]`)."""
-    parsed = parse_model_spec(spec, api_key_env)
+def parse_spec(spec: str, api_key_env: str | None = None, **cloud: str | None) -> ModelSpec:
+    """A model spec whose provider is registered (`anthropic:MODEL`, `openai:MODEL[@URL]`,
+    `azure:`, `bedrock:`, `vertex:`)."""
+    parsed = parse_model_spec(spec, api_key_env, **cloud)
     if parsed.provider not in REGISTRY:
         raise InputError(
             f"model {spec!r}: unknown provider {parsed.provider!r} (known: {', '.join(REGISTRY)}; "

@@ -34,9 +34,13 @@ class AnthropicProvider(Provider):
         }
         if spec.base_url:  # otherwise the SDK honours ANTHROPIC_BASE_URL itself
             options["base_url"] = spec.base_url
-        self.client = anthropic.Anthropic(**options)
+        self.client = self.make_client(options)
         deadline.apply(options["http_client"], httpcore2)  # --timeout bounds headers and connect too
         self.client.messages.with_raw_response  # noqa: B018  # its lazy imports now, not at the first call
+
+    def make_client(self, options: dict[str, Any]) -> Any:
+        """The SDK client (a subclass picks another of the SDK's client classes)."""
+        return anthropic.Anthropic(**options)
 
     def _request(self, messages: Sequence[dict[str, str]]) -> dict[str, Any]:
         system = "\n\n".join(m["content"] for m in messages if m["role"] == "system")

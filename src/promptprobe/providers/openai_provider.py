@@ -45,9 +45,13 @@ class OpenAIProvider(Provider):
         }
         if spec.base_url:
             options["base_url"] = spec.base_url
-        self.client = openai.OpenAI(**options)
+        self.client = self.make_client(options)
         deadline.apply(options["http_client"], httpcore2)  # --timeout bounds headers and connect too
         self.client.chat.completions.with_raw_response  # noqa: B018  # its lazy imports now, not at the first call
+
+    def make_client(self, options: dict[str, Any]) -> Any:
+        """The SDK client (a subclass picks another of the SDK's client classes)."""
+        return openai.OpenAI(**options)
 
     def _request(self, messages: Sequence[dict[str, str]]) -> dict[str, Any]:
         tokens = "max_completion_tokens" if uses_max_completion_tokens(self.spec.model) else "max_tokens"

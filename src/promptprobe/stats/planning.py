@@ -129,8 +129,10 @@ def size_plan(
     max_samples: int = MAX_SAMPLES,
     tolerance: float = 0.01,
     exact_below: int = 200,
+    exact_samples: int = EXACT_SAMPLES,
 ) -> SizePlan:
-    """Samples per arm for the exact test to tell p1 from p2 with this power (exact)."""
+    """Samples per arm for the exact test to tell p1 from p2 with this power (exact up to
+    `exact_samples` per arm, Fleiss's continuity-corrected approximation above)."""
     from .power import fisher_power, fisher_smallest_p
 
     validate("p1", p1, 0, 1)
@@ -148,11 +150,16 @@ def size_plan(
     guess = n_per_arm_float(p1, p2, alpha, power)
     if guess > 2 * max_samples:
         return SizePlan(None, None)  # far beyond the limit: not worth enumerating
-    if guess * 1.3 > EXACT_SAMPLES:
+    if guess * 1.3 > exact_samples:
         # Here the exact test's steps are far finer than the power asked for: the continuity-
         # corrected normal approximation (Fleiss) is what the exact test reaches, to a sample.
         corrected = guess / 4 * (1 + math.sqrt(1 + 4 / (guess * abs(p1 - p2)))) ** 2
-        return SizePlan(math.ceil(corrected), None, NORMAL_TEST)
+        test = (
+            NORMAL_TEST
+            if exact_samples == EXACT_SAMPLES
+            else NORMAL_TEST.replace("20,000", f"{exact_samples:,}")
+        )
+        return SizePlan(math.ceil(corrected), None, test)
     start = min(max_samples, max(1, math.ceil(guess)))
     # The normal approximation is usually within 15% of the exact answer: bracket it closely.
     n = smallest_reaching(

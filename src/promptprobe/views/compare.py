@@ -33,6 +33,9 @@ from .tables import table, wrap
 HINT_TRIALS = 200
 HINT_RESAMPLES = 1000
 HINT_MAX_SAMPLES = 2_000
+HINT_EXACT_SAMPLES = (
+    300  # above, the hint's samples per arm is Fleiss's approximation (as plan's above 20,000)
+)
 HINT_MAX_CASES = 0  # the hint does not search for the cases an unpaired design needs (probe plan does)
 # "about": to 10% above 10, and the search's own estimate stands (no confirming simulation).
 HINT_PRECISION = {"tolerance": 0.1, "exact_below": 10, "confirm": False}
@@ -194,7 +197,15 @@ def add_hints(result: dict[str, Any], a: Side, b: Side, alpha: float) -> None:
     rate_a, rate_b = result["a"]["rate"], result["b"]["rate"]
     if result["verdict"] != "indistinguishable" or rate_a == rate_b:
         return
-    plan = size_plan(rate_a, rate_b, alpha, max_samples=HINT_MAX_SAMPLES, tolerance=0.1, exact_below=10)
+    plan = size_plan(
+        rate_a,
+        rate_b,
+        alpha,
+        max_samples=HINT_MAX_SAMPLES,
+        tolerance=0.1,
+        exact_below=10,
+        exact_samples=HINT_EXACT_SAMPLES,
+    )
     result["n_needed_per_arm"] = plan.n
     result["repeats_needed"] = _repeats_hint(a, b, rate_a, rate_b, alpha)
 
@@ -450,6 +461,16 @@ def judgement(result: dict[str, Any]) -> str:
     return f"{b} is {'worse' if result['worse'] else 'better'} than {a} on {metric}"
 
 
+def badge(result: dict[str, Any]) -> dict[str, str]:
+    """The verdict of one metric in a line: `always-header is better than exception-only on
+    header_present: +72 points, 95% CI +53 to +84`, and its kind (better, worse, same)."""
+    effect = result["effect"]
+    lo, hi = effect["interval"]
+    kind = "same" if result["verdict"] == "indistinguishable" else ("worse" if result["worse"] else "better")
+    text = f"{judgement(result)}: {_points(effect['estimate'])} points, 95% CI {_points(lo)} to {_points(hi)}"
+    return {"kind": kind, "text": text}
+
+
 def effect_words(result: dict[str, Any]) -> str:
     effect = result["effect"]
     lo, hi = effect["interval"]
@@ -566,8 +587,8 @@ def render_comparison(
                 f"{b['k']}/{b['n']}",
                 _pct(b["rate"]),
                 _points(effect["estimate"]),
-                f"{_points(effect['interval'][0])} to {_points(effect['interval'][1])}",
-                f"{_points(r['diff'])} ({_points(r['newcombe'][0])} to {_points(r['newcombe'][1])})",
+                f"{_points(effect['interval'][0])}..{_points(effect['interval'][1])}",
+                f"{_points(r['diff'])} ({_points(r['newcombe'][0])}..{_points(r['newcombe'][1])})",
                 _p(r["p_value"]),
                 *([_p(r["p_adjusted"])] if family else []),
                 _p(r["p_boschloo"]),
@@ -592,7 +613,18 @@ def render_comparison(
         "failed A/B",
         "verdict",
     ]
-    optional = ("Boschloo p", "pooled, Newcombe", "design", ("A", "B"), "failed A/B")
+    # Least needed first; in a family the adjusted p decides, so the raw one may go too.
+    optional = (
+        "Boschloo p",
+        "pooled, Newcombe",
+        "design",
+        ("A", "B"),
+        "failed A/B",
+        *(["p"] if family else []),
+        # Below 70 columns: the sentences under the table carry the difference and the p.
+        "B-A (pts)",
+        "p Holm" if family else "p",
+    )
     out.append(table(rows, headers, fmt, optional=optional, width=width))
     out.append("")
     for r in results:

@@ -7,12 +7,13 @@ only markup around an output is built from escaped pieces (the visible-character
 the highlighted marker).
 """
 
+import re
 from pathlib import Path
 from typing import Any
 
 from ..checks import METRICS
 from ..counts import CountsTable, build_counts, merged_samples
-from .compare import generalise_sentence, sentence
+from .compare import badge, generalise_sentence, sentence
 from .report import build_report, sequential_sentence
 from .show import visible
 
@@ -66,19 +67,43 @@ def _forest(rows: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def _segments(text: str, markers: tuple[str, ...]) -> list[tuple[str, bool]]:
-    """The output made visible, cut into (text, is_marker) pieces for the template to escape."""
+# What visible() writes for an invisible character, and the ASCII label the page draws instead:
+# the Unicode control pictures (␍, ␄) are empty boxes in many browsers' default fonts.
+INVISIBLE = re.compile(r"␍|␄|→|·+|⟨[^⟩\n]*⟩")
+LABELS = {"␍": "CR", "␄": "no newline at end", "→": "TAB"}
+
+
+def _segments(text: str, markers: tuple[str, ...]) -> list[tuple[str, str]]:
+    """The output made visible, cut into (text, kind) pieces for the template to escape: kind
+    "marker" (a header marker, highlighted), "inv" (an invisible character's label) or "text"."""
     shown = visible(text)
-    pieces: list[tuple[str, bool]] = []
+    pieces: list[tuple[str, str]] = []
+    for part, kind in _markers(shown, markers):
+        if kind == "marker":
+            pieces.append((part, kind))
+            continue
+        position = 0
+        for match in INVISIBLE.finditer(part):
+            pieces.append((part[position : match.start()], "text"))
+            token = match.group(0)
+            label = LABELS.get(token) or (token[1:-1] if token.startswith("⟨") else token)
+            pieces.append((label, "inv"))
+            position = match.end()
+        pieces.append((part[position:], "text"))
+    return [p for p in pieces if p[0]]
+
+
+def _markers(shown: str, markers: tuple[str, ...]) -> list[tuple[str, str]]:
+    pieces: list[tuple[str, str]] = []
     position = 0
     while True:
         hits = [(shown.find(m, position), m) for m in markers if shown.find(m, position) >= 0]
         if not hits:
-            pieces.append((shown[position:], False))
-            return [p for p in pieces if p[0]]
+            pieces.append((shown[position:], "text"))
+            return pieces
         at, marker = min(hits)
-        pieces.append((shown[position:at], False))
-        pieces.append((marker, True))
+        pieces.append((shown[position:at], "text"))
+        pieces.append((marker, "marker"))
         position = at + len(marker)
 
 
@@ -135,7 +160,8 @@ def _outputs(counts: CountsTable, arm_keys: list[tuple[str, str]]) -> list[dict[
 
 
 def _arm_label(arm: dict[str, Any], varying: list[str]) -> str:
-    return ", ".join(f"{key} {arm[key]}" for key in varying) or arm["prompt"]
+    """An arm named by what differs between the arms of the run: its prompt and/or its model."""
+    return ", ".join(arm[key] for key in varying) or arm["prompt"]
 
 
 def report_html(counts: CountsTable | str | Path) -> str:
@@ -162,6 +188,7 @@ def report_html(counts: CountsTable | str | Path) -> str:
                     "plot": _forest(rows),
                 }
             )
+    summary = _summary(counts, report) if len(report["arms"]) == 2 else None
     whys = []
     for arm in report["arms"]:
         target = f"{counts.run}#prompt={arm['prompt']},model={arm['model']}"
@@ -179,8 +206,22 @@ def report_html(counts: CountsTable | str | Path) -> str:
             outputs=_outputs(counts, [(a.prompt, a.model) for a in counts.arms]),
             whys=whys,
             comparison=None,
+            summary=summary,
         )
     )
+
+
+def _summary(counts: CountsTable, report: dict[str, Any]) -> dict[str, Any]:
+    """A two-arm run's comparison on every metric, one badge each (second arm against the first)."""
+    from .compare import compare_runs
+
+    a, b = (f"{counts.run}#prompt={arm['prompt']},model={arm['model']}" for arm in report["arms"])
+    results = compare_runs(a, b, all_metrics=True, hints=False)["results"]
+    return {
+        "a": results[0]["a"]["name"] if results else "A",
+        "b": results[0]["b"]["name"] if results else "B",
+        "badges": [dict(badge(result), metric=result["metric"]) for result in results],
+    }
 
 
 def compare_html(a: str, b: str, comparison: dict[str, Any]) -> str:
@@ -199,9 +240,12 @@ def compare_html(a: str, b: str, comparison: dict[str, Any]) -> str:
                 **result,
                 "sentence": sentence(result),
                 "generalise": generalise_sentence(result),
+                "badge": badge(result),
                 "plot": _forest(rows),
             }
         )
+    first = comparison["results"][0] if comparison["results"] else None
+    names = (first["a"]["name"], first["b"]["name"]) if first else ("A", "B")
     run_a, _ = parse_selector(a)
     counts_a = build_counts(run_a)
     arm_a = select_arm(a, counts_a)
@@ -230,9 +274,17 @@ def compare_html(a: str, b: str, comparison: dict[str, Any]) -> str:
             sequential=None,
             plots=[],
             grids=[],
-            arm_labels=[f"A = {a}", f"B = {b}"],
+            arm_labels=[f"A: {names[0]}", f"B: {names[1]}"],
             outputs=outputs,
             whys=[],
-            comparison={"a": a, "b": b, "results": results, "drift": comparison.get("retrieval_drift") or []},
+            comparison={
+                "a": a,
+                "b": b,
+                "name_a": names[0],
+                "name_b": names[1],
+                "results": results,
+                "drift": comparison.get("retrieval_drift") or [],
+            },
+            summary=None,
         )
     )

@@ -11,15 +11,22 @@ from ..checks import METRICS
 from ..counts import ArmCounts, CountsTable, build_counts
 from ..jsonio import dumps_pretty
 from ..stats.intervals import clustered_rate
-from .tables import table, wrap
+from .tables import fit_table, table, wrap
 
-LEGEND = (
-    "DEFF: design effect, 1 + (m-1)·ICC: how much repeating a question inflates the variance "
-    "(ICC: how alike the repeats of one question are).\n"
-    "n_eff: effective sample size, n / DEFF: what the samples are worth as independent ones.\n"
-    "95% adjusted: an interval for the rate over questions like these that keeps its 95% coverage "
-    "however many repeats each question has (Wilson at n / DEFF with the ICC's 99% upper limit, t on G-1)."
-)
+LEGEND = {
+    "DEFF": "DEFF: design effect, 1 + (m-1)·ICC: how much repeating a question inflates the variance "
+    "(ICC: how alike the repeats of one question are).",
+    "n_eff": "n_eff: effective sample size, n / DEFF: what the samples are worth as independent ones.",
+    "95% adjusted": "95% adjusted: an interval for the rate over questions like these that keeps its 95% "
+    "coverage however many repeats each question has (Wilson at the effective sample size the ICC's 99% "
+    "upper limit allows, t on G-1).",
+}
+
+
+def legend(shown: list[str], fmt: str) -> str:
+    """The legend of the columns the table kept, and only those."""
+    lines = [text for column, text in LEGEND.items() if column in shown]
+    return ("  \n" if fmt == "md" else "\n").join(lines)
 
 
 def metric_object(
@@ -209,8 +216,22 @@ def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value:.0f} ms"
 
 
+def _short_arm_names(a: str | None, b: str | None) -> tuple[str | None, str | None]:
+    """`prompt=x,model=m` and `prompt=y,model=m` read as `x` and `y`: only what differs is named."""
+    if not a or not b:
+        return a, b
+    parts_a = dict(part.split("=", 1) for part in a.split(",", 1) if "=" in part)
+    parts_b = dict(part.split("=", 1) for part in b.split(",", 1) if "=" in part)
+    differing = [key for key in ("prompt", "model") if parts_a.get(key) != parts_b.get(key)]
+    if len(differing) != 1:
+        return a, b
+    return parts_a.get(differing[0]), parts_b.get(differing[0])
+
+
 def sequential_sentence(view: dict[str, Any]) -> str:
+    """`sequential on METRIC: B>A (B's rate higher), decided at round 2 (cap 18 rounds); e = ...`."""
     rounds, cap = view["rounds"], view["max_rounds"]
+    rule = view.get("rule") or {}
     decision = view["decision"] or "undecided"
     e, threshold = view["e_value"], view["threshold"]
     evidence = (
@@ -218,21 +239,27 @@ def sequential_sentence(view: dict[str, Any]) -> str:
         if e is not None
         else "no round finished"
     )
+    where = f"sequential on {rule['metric']}" if rule.get("metric") else "sequential"
     if view["stopped"] and decision != "indistinguishable":
-        return f"sequential: stopped after round {rounds} of {cap}: {decision}, {evidence}"
+        names = _short_arm_names(rule.get("a"), rule.get("b"))
+        higher = names[1] if decision == "B>A" else names[0]
+        named = f" ({higher}'s rate is higher)" if higher and rule.get("terms") == "rate" else ""
+        return f"{where}: {decision}{named}, decided at round {rounds} (cap {cap} rounds); {evidence}"
     if view["stopped"]:
-        return f"sequential: reached the cap of {cap} rounds: indistinguishable, {evidence}"
-    return f"sequential: {rounds} of {cap} rounds so far, not decided ({evidence})"
+        return f"{where}: indistinguishable at the cap of {cap} rounds; {evidence}"
+    return f"{where}: {rounds} of at most {cap} rounds so far, not decided ({evidence})"
 
 
 def render_report(report: dict[str, Any], fmt: str = "table", width: int | None = None) -> str:
     """The report as text: `table` (plain, fits the terminal), `md` (GitHub markdown) or `json`."""
     if fmt == "json":
         return dumps_pretty(report)
-    out = [
-        f"run {report['run']}  probe set {report['probeset']}  status {report['status']}  "
-        f"samples {report['recorded']}/{report['planned']}"
-    ]
+    sequential = report.get("sequential")
+    if sequential:
+        samples = f"{report['recorded']} samples (at most {report['planned']} if it ran to its cap)"
+    else:
+        samples = f"{report['recorded']} of {report['planned']} samples"
+    out = [f"run {report['run']}", f"probe set {report['probeset']}, status {report['status']}, {samples}"]
     if report.get("classification") is not None:
         out.append(f"classification {report['classification']} (an offline reclassification)")
     if report.get("simulated"):
@@ -266,8 +293,10 @@ def render_report(report: dict[str, Any], fmt: str = "table", width: int | None 
                 ]
             )
     headers = [*varying, "metric", "k/n", "rate", "95% Wilson", "DEFF", "n_eff", "95% adjusted", "errors"]
-    out += ["", table(rows, headers, fmt, optional=("n_eff", "DEFF", "95% Wilson"), width=width)]
-    out += ["", LEGEND if fmt != "md" else LEGEND.replace("\n", "  \n")]
+    text, shown = fit_table(
+        rows, headers, fmt, optional=("n_eff", "DEFF", "95% Wilson", "rate", "errors"), width=width
+    )
+    out += ["", text, "", legend(shown, fmt)]
     usage_rows = [
         [
             *(arm[key] for key in varying),

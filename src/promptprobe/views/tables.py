@@ -3,6 +3,7 @@ that matter least first and then wrapping the widest text; markdown tables are l
 
 import os
 import shutil
+import sys
 import textwrap
 from collections.abc import Sequence
 from typing import Any
@@ -11,10 +12,13 @@ MIN_WIDTH = 40
 
 
 def terminal_width() -> int:
+    """COLUMNS when set; else the terminal's width when stdout is one; else 100 (a pipe, a log)."""
     columns = os.environ.get("COLUMNS")
     if columns and columns.isdigit():
         return max(MIN_WIDTH, int(columns))
-    return max(MIN_WIDTH, shutil.get_terminal_size((100, 24)).columns)
+    if sys.stdout.isatty():
+        return max(MIN_WIDTH, shutil.get_terminal_size((100, 24)).columns)
+    return 100
 
 
 def color_enabled(stream: Any) -> bool:
@@ -31,9 +35,10 @@ def wrap(text: str, fmt: str = "table", width: int | None = None) -> str:
     if fmt != "table":
         return text
     limit = width or terminal_width()
-    # Table rows (columns padded by two spaces or more) are already fitted: leave them.
+    # Table rows (columns padded by two spaces or more) are already fitted: leave them. A word
+    # longer than the line (a path) is never cut: it overflows rather than breaks.
     return "\n".join(
-        textwrap.fill(line, limit, subsequent_indent="  ", break_on_hyphens=False)
+        textwrap.fill(line, limit, subsequent_indent="  ", break_on_hyphens=False, break_long_words=False)
         if len(line) > limit and "  " not in line
         else line
         for line in text.split("\n")
@@ -52,12 +57,25 @@ def table(
     """`fmt` "md" gives a GitHub table; "table" a plain one no wider than `width`.
 
     `optional` names the columns that may be dropped to fit, least important first; a tuple
-    of names is dropped together.
-    """
+    of names is dropped together."""
+    return fit_table(rows, headers, fmt, optional=optional, wrap_first=wrap_first, width=width)[0]
+
+
+def fit_table(
+    rows: Sequence[Sequence[Any]],
+    headers: Sequence[str],
+    fmt: str = "table",
+    *,
+    optional: Sequence[str | tuple[str, ...]] = (),
+    wrap_first: Sequence[str] = ("prompt", "model", "case", "phrase", "examples"),
+    width: int | None = None,
+) -> tuple[str, list[str]]:
+    """The table and the headers it kept. Cells wrap between words only: a word is never cut
+    (a table that cannot fit otherwise stays wider than the terminal)."""
     from tabulate import tabulate  # only when a table is printed (not for --format json)
 
     if fmt == "md":
-        return tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True)
+        return tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True), list(headers)
     limit = width or terminal_width()
     keep = list(range(len(headers)))
 
@@ -68,7 +86,7 @@ def table(
             # Wrapped here: tabulate's own maxcolwidths mis-parses cells such as "5,670".
             body = [
                 [
-                    textwrap.fill(str(cell), width, break_long_words=True)
+                    textwrap.fill(str(cell), width, break_long_words=False, break_on_hyphens=False)
                     for cell, width in zip(row, maxwidths, strict=True)
                 ]
                 for row in body
@@ -88,11 +106,14 @@ def table(
                 keep.remove(headers.index(name))
         text = render(keep)
     if _width(text) <= limit:
-        return text
+        return text, [headers[i] for i in keep]
     # Still too wide: wrap the widest columns until it fits, those named in `wrap_first` before
-    # the others, none narrower than its header's longest word (or 4 characters).
+    # the others, none narrower than its longest word (header or cell).
     widths = [max([len(str(headers[i]))] + [len(str(r[i])) for r in rows]) for i in keep]
-    floors = [max(4, *(len(word) for word in str(headers[i]).split())) for i in keep]
+    floors = [
+        max(4, *(len(word) for value in [headers[i], *(r[i] for r in rows)] for word in str(value).split()))
+        for i in keep
+    ]
     first = [j for j, i in enumerate(keep) if headers[i] in wrap_first]
     for candidates in (first, list(range(len(keep)))):
         while _width(text) > limit:
@@ -102,4 +123,4 @@ def table(
             widest = max(open_columns, key=lambda j: widths[j] - floors[j])
             widths[widest] = max(floors[widest], widths[widest] - max(1, _width(text) - limit))
             text = render(keep, list(widths))
-    return text
+    return text, [headers[i] for i in keep]

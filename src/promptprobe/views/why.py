@@ -72,7 +72,7 @@ def explain(target: str, metric: str = "header_present", alpha: float = 0.05) ->
         (passing if good else failing).append((sample["sample_id"], phrases(text)))
     result: dict[str, Any] = {
         "metric": metric,
-        "arm": arm.label if arm else "all arms",
+        "arm": _arm_name(arm, counts) if arm else "all arms",
         "failing_samples": len(failing),
         "passing_samples": len(passing),
         "phrases": [],
@@ -154,6 +154,15 @@ def _fold(rows: list[tuple[str, int, int, float, float]]) -> list[tuple[str, int
     return kept
 
 
+def _arm_name(arm: Any, counts: Any) -> str:
+    """The arm by what tells it apart in its run: its prompt, its model, or both."""
+    if len({a.model for a in counts.arms}) == 1:
+        return f"prompt {arm.prompt}"
+    if len({a.prompt for a in counts.arms}) == 1:
+        return f"model {arm.model}"
+    return arm.label
+
+
 def render_why(result: dict[str, Any], fmt: str = "table", top: int = 10) -> str:
     if fmt == "json":
         return dumps_pretty(result)
@@ -169,9 +178,15 @@ def render_why(result: dict[str, Any], fmt: str = "table", top: int = 10) -> str
     if not rows:
         return "\n".join([*lines, "no phrase is over-represented in the failing samples"])
     significant = sum(r["significant"] for r in result["phrases"])
-    lines.append(
-        f"{significant} phrase(s) over-represented at adjusted p <= 0.05 (Fisher, Benjamini-Hochberg)"
-    )
+    if significant:
+        lines.append(
+            f"{significant} phrase(s) over-represented at adjusted p <= 0.05 (Fisher, Benjamini-Hochberg)"
+        )
+    else:
+        lines.append(
+            "no phrase is over-represented at adjusted p <= 0.05 yet (Fisher, Benjamini-Hochberg): "
+            "the leading ones below are not yet significant, so more samples would tell"
+        )
     lines.append("")
     lines.append(
         table(

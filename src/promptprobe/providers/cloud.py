@@ -1,0 +1,101 @@
+"""The clouds people reach these models through, by the SDKs' own client classes: Azure OpenAI
+(`AzureOpenAI`), Amazon Bedrock (`AnthropicBedrock`) and Google Vertex (`AnthropicVertex`).
+Calls, errors and replies are the OpenAI and Anthropic providers' own; only the client differs.
+Credentials come from the environment or the cloud's standard chain and are never written."""
+
+import importlib.util
+import os
+from typing import Any
+
+from ..errors import StartError
+from ..models import ModelSpec
+from ..redaction import SCRUBBER
+from .anthropic_provider import AnthropicProvider
+from .base import GenerationParams, Provider
+from .openai_provider import OpenAIProvider
+
+AZURE_API_VERSION = "2024-10-21"  # the latest GA data-plane version with batches
+VERTEX_TOKEN_ENV = "ANTHROPIC_VERTEX_ACCESS_TOKEN"  # a ready token; else Google's default chain
+# Cloud secrets the SDKs read from the environment: scrubbed like API keys wherever they appear.
+CLOUD_SECRETS = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_BEARER_TOKEN_BEDROCK", VERTEX_TOKEN_ENV)
+
+
+def require_extra(spec: ModelSpec, modules: tuple[str, ...], extra: str) -> None:
+    """A one-sentence StartError naming the optional install when a cloud's library is missing."""
+    missing = [name for name in modules if not _importable(name)]
+    if missing:
+        raise StartError(
+            f"model {spec.spec}: {spec.provider} models need {', '.join(missing)}, which is not installed: "
+            f"pip install 'promptprobe[{extra}]'"
+        )
+
+
+def _importable(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ModuleNotFoundError:  # its parent package (google) is missing too
+        return False
+
+
+def scrub_cloud_secrets() -> None:
+    for name in CLOUD_SECRETS:
+        value = os.environ.get(name)
+        if value:
+            SCRUBBER.add(name, value)
+
+
+class AzureProvider(OpenAIProvider):
+    """`azure:DEPLOYMENT@https://RESOURCE.openai.azure.com`; the deployment is the body's model."""
+
+    def make_client(self, options: dict[str, Any]) -> Any:
+        import openai
+
+        options.pop("base_url", None)
+        return openai.AzureOpenAI(
+            azure_endpoint=self.spec.base_url,
+            api_version=self.spec.api_version or AZURE_API_VERSION,
+            **options,
+        )
+
+
+class BedrockProvider(AnthropicProvider):
+    """`bedrock:MODEL`: SigV4-signed calls with the AWS credentials and region of the environment."""
+
+    def make_client(self, options: dict[str, Any]) -> Any:
+        import anthropic
+
+        options.pop("api_key", None)
+        region = self.spec.region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+        return anthropic.AnthropicBedrock(aws_region=region, **options)
+
+
+class VertexProvider(AnthropicProvider):
+    """`vertex:MODEL`: the project and region from the model's table or the environment."""
+
+    def make_client(self, options: dict[str, Any]) -> Any:
+        import anthropic
+
+        options.pop("api_key", None)
+        region = self.spec.region or os.environ.get("CLOUD_ML_REGION")
+        if not region:
+            raise StartError(
+                f"model {self.spec.spec}: no region for Vertex (set region in the model's table in "
+                "probe.toml, or CLOUD_ML_REGION)"
+            )
+        project = self.spec.project or os.environ.get("ANTHROPIC_VERTEX_PROJECT_ID")
+        token = os.environ.get(VERTEX_TOKEN_ENV) or None
+        return anthropic.AnthropicVertex(
+            region=region, **({"project_id": project} if project else {}), access_token=token, **options
+        )
+
+
+def make(spec: ModelSpec, params: GenerationParams, key: str | None) -> Provider:
+    scrub_cloud_secrets()
+    if spec.provider == "azure":
+        return AzureProvider(spec, params, key)
+    if spec.provider == "bedrock":
+        require_extra(spec, ("boto3", "botocore"), "bedrock")
+        return BedrockProvider(spec, params, key)
+    if not os.environ.get(VERTEX_TOKEN_ENV):
+        require_extra(spec, ("google.auth",), "vertex")
+    return VertexProvider(spec, params, key)
