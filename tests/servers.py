@@ -189,9 +189,11 @@ class LocalServer:
         if reply.body is not None or reply.text is None:
             return reply.body or b"", "application/json"
         payload = request.json
-        model = payload.get("model", "test-model")
+        path = request.path.split("?")[0]
+        # Bedrock and Vertex name the model in the path; their bodies are the Messages API's.
+        model = payload.get("model") or path.rsplit("/", 2)[-2 if path.endswith("/invoke") else -1].split(":")[0]
         stream = payload.get("stream", False)
-        if request.path.endswith("/messages"):
+        if path.endswith(("/messages", "/invoke", ":rawPredict")):
             reply.headers.setdefault("request-id", "req_test_anthropic")
             if stream:
                 return anthropic_stream(reply.text, model, reply.stop), "text/event-stream"

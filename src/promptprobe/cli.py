@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -261,7 +262,6 @@ def classify(
     numbered classification beside the old ones and say what moved; report and compare use the
     latest one.
     """
-    from dataclasses import replace
 
     from .classifying import classify_file, describe_reclassification, is_run, reclassify_run
     from .counts import settings_of
@@ -340,6 +340,7 @@ class Progress:
         self.terminal = sys.stderr.isatty()
         self.thread: threading.Thread | None = None
         self.shown = 0.0
+        self.batch_line: str | None = None
 
     def __enter__(self) -> "Progress":
         self.thread = threading.Thread(target=self._report, daemon=True)
@@ -350,6 +351,13 @@ class Progress:
         self.stop.set()
         if self.terminal:
             click.echo("\r" + self.line() + "\x1b[K", err=True)
+
+    def batches(self, text: str) -> None:
+        """How the batches of a batch run are doing: shown with (and instead of the rate in) the line."""
+        with self.lock:
+            self.batch_line = text
+            if self.terminal:
+                click.echo("\r" + self.line() + "\x1b[K", err=True, nl=False)
 
     def say(self, message: str) -> None:
         """A line of its own (the progress line is redrawn after it on a terminal)."""
@@ -374,6 +382,8 @@ class Progress:
             f"error{'' if self.errors == 1 else 's'}, {rate:.1f} samples/s"
         )
         left = self.total - self.done
+        if self.batch_line:
+            return f"progress: {self.done}/{total} samples recorded, {self.errors} errors; {self.batch_line}"
         if rate > 0 and left > 0 and not self.at_most:
             seconds = round(left / rate)
             text += f", about {seconds // 60}:{seconds % 60:02d} left"
@@ -499,6 +509,29 @@ def interruptible(cancel: Callable[[], None]) -> Iterator[list[int]]:
     help="USD: refuse to start above it; stop scheduling when recorded usage reaches it.",
 )
 @click.option("--yes", is_flag=True, help="Run a plan of more than 100,000 calls.")
+@click.option(
+    "--batch/--no-batch",
+    default=None,
+    help="Send every call through the providers' batch APIs (half price, results within 24 h); "
+    "Ctrl-C detaches, --resume collects.",
+)
+@click.option(
+    "--cache/--no-cache",
+    default=None,
+    help="Mark the system prompt and conversation cacheable (Anthropic; OpenAI caches by itself).",
+)
+@click.option(
+    "--cancel",
+    "cancel_batches",
+    is_flag=True,
+    help="With --resume on a batch run: cancel its outstanding batches and collect what finished.",
+)
+@click.option(
+    "--poll-interval",
+    type=click.FloatRange(0, 3600),
+    callback=finite,
+    help="--batch: seconds between looks at a batch in progress (default 30).",
+)
 @click.option("--share", is_flag=True, help="Make the run readable by others (default: 0700/0600).")
 @click.option("--top-k", type=click.IntRange(min=1), help="retrieval_hit only within the first K passages.")
 @click.option(
@@ -562,6 +595,10 @@ def run(
     dry_run: bool,
     max_cost: float | None,
     yes: bool,
+    batch: bool | None,
+    cache: bool | None,
+    cancel_batches: bool,
+    poll_interval: float | None,
     share: bool,
     top_k: int | None,
     until_decided: bool,
@@ -581,6 +618,8 @@ def run(
     """
     from .engine.run import RunOptions
 
+    if cancel_batches and resume_path is None:
+        raise InputError("--cancel cancels the outstanding batches of a run: give it with --resume RUN")
     if resume_path is not None:
         _resume(ctx, resume_run_path := resolve_run(resume_path, runs_dir), fmt, output)
         del resume_run_path
@@ -602,6 +641,7 @@ def run(
         seed=seed if seed is not None else settings.seed,
         stream=stream if stream is not None else settings.stream,
         timeout=timeout or settings.timeout,
+        cache=cache if cache is not None else settings.cache,
     )
     umask = 0o022 if share else (settings.umask if settings.umask is not None else 0o077)
     options = RunOptions(
@@ -617,6 +657,8 @@ def run(
         max_cost=max_cost,
         top_k=top_k,
         yes=yes,
+        batch=batch if batch is not None else settings.batch,
+        poll_interval=poll_interval if poll_interval is not None else RunOptions.poll_interval,
     )
     models = _models(model_specs, config)
     if dry_run:
@@ -653,7 +695,6 @@ def run(
 
 def retrieval_choice(config: Any, flag: str | None, dry_run: bool) -> Any:
     """The config, checked for a retrieval path: probing without one must be asked for."""
-    from dataclasses import replace
 
     if flag == "none":
         if config.retrieval_given and config.retrieval.get("kind") != "none":
@@ -692,7 +733,7 @@ RESUME_FLAGS = {
     "max_retry_wait": "--max-retry-wait",
     "max_cost": "--max-cost",
 }
-OUTPUT_PARAMS = {"fmt", "as_json", "output", "resume_path", "runs_dir"}
+OUTPUT_PARAMS = {"fmt", "as_json", "output", "resume_path", "runs_dir", "cancel_batches", "poll_interval"}
 
 
 def _resume(ctx: click.Context, resume_path: Path, fmt: str, output: Path | None) -> None:
@@ -709,7 +750,12 @@ def _resume(ctx: click.Context, resume_path: Path, fmt: str, output: Path | None
             f"{', '.join(RESUME_FLAGS.values())}, not {', '.join(refused)}"
         )
     changes = {name: ctx.params[name] for name in RESUME_FLAGS if _given(ctx, name)}
-    runner = resume_run(resume_path, RunOptions(), changes=changes)
+    base = RunOptions(cancel_batches=ctx.params["cancel_batches"])
+    if ctx.params["poll_interval"] is not None:
+        base = replace(base, poll_interval=ctx.params["poll_interval"])
+    runner = resume_run(resume_path, base, changes=changes)
+    if base.cancel_batches and not runner.options.batch:
+        raise InputError(f"{resume_path}: --cancel is for batch runs; this run called live")
     for name, change in runner.changes.items():
         click.echo(
             f"resume: {RESUME_FLAGS[name]} {change['to']:g} from now on (the run had {change['from']})",
@@ -742,6 +788,7 @@ def _execute(runner: Any, fmt: str, total: int, output: Path | None = None) -> N
         runner.on_record = progress.update
         # Where the run is, as soon as it exists: another terminal can follow or resume it.
         runner.on_start = lambda path: progress.say(f"run: {path}")
+        runner.on_batches = progress.batches
         try:
             outcome = runner.execute()
         except KeyboardInterrupt:
@@ -750,10 +797,20 @@ def _execute(runner: Any, fmt: str, total: int, output: Path | None = None) -> N
     if received or (outcome and outcome.status == "interrupted" and not outcome.stopped_by):
         where = path or "nowhere (nothing was recorded)"
         recorded = outcome.recorded if outcome else runner.tally.recorded
-        click.echo(
-            f"interrupted: {recorded} samples recorded in {where}; probe run --resume {where} finishes it",
-            err=True,
-        )
+        detached = outcome.detached if outcome else []
+        if detached:
+            click.echo(
+                f"detached: {recorded} samples recorded in {where}; {len(detached)} batch(es) keep "
+                f"running at the provider ({', '.join(detached[:3])}{', ...' if len(detached) > 3 else ''}): "
+                f"probe run --resume {where} collects them (add --cancel to cancel them)",
+                err=True,
+            )
+        else:
+            click.echo(
+                f"interrupted: {recorded} samples recorded in {where}; "
+                f"probe run --resume {where} finishes it",
+                err=True,
+            )
         sys.exit(128 + (received[0] if received else signal.SIGINT))
     assert outcome is not None
     report = build_report(outcome.path)

@@ -40,6 +40,8 @@ RUN_KEYS = {
     "rpm",
     "stream",
     "umask",
+    "batch",
+    "cache",
 }
 MODEL_KEYS = {"spec", "api_key_env", "api_version", "region", "project"}
 
@@ -58,6 +60,8 @@ class RunSettings:
     rpm: float = 0.0  # requests per minute per provider; 0: no limit
     stream: bool = False
     umask: int | None = None  # None: private (directories 0700, files 0600)
+    batch: bool = False  # through the providers' batch APIs
+    cache: bool = False  # prompt caching marks (Anthropic)
 
 
 @dataclass(frozen=True)
@@ -243,6 +247,8 @@ def parse_config(data: dict[str, Any], path: Path | None, sha256: str | None = N
         max_retry_wait=float(number("max_retry_wait", (int, float), 0, defaults.max_retry_wait)),
         rpm=float(number("rpm", (int, float), 0, defaults.rpm)),
         stream=bool(_typed(run_table, "stream", bool, run_where)),
+        batch=bool(_typed(run_table, "batch", bool, run_where)),
+        cache=bool(_typed(run_table, "cache", bool, run_where)),
         umask=_umask(run_table.get("umask"), run_where),
     )
     prices = _table(data, "prices", where)

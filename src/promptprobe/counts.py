@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from .checks import METRICS, CheckSettings, Metric
-from .engine.cost import PriceTable, load_prices, usage_tokens
+from .engine.cost import PriceTable, load_prices, split_usage
 from .engine.store import iter_samples, load_manifest, run_state
 from .errors import InputError
 from .jsonio import iter_jsonl, loads
@@ -42,6 +42,8 @@ class ArmCounts:
     output_tokens: int = 0
     cost: float = 0.0
     cost_unknown: bool = False
+    cache_saved: float = 0.0  # what cache hits saved against the same tokens uncached
+    batched: int = 0  # samples sent through a batch API
     latencies: array = field(default_factory=lambda: array("d"))
 
     @property
@@ -263,6 +265,8 @@ class _Counter:
                     arm.cost,
                     arm.cost_unknown,
                     arm.latencies,
+                    arm.cache_saved,
+                    arm.batched,
                 )
                 for arm in table.arms
             ],
@@ -286,6 +290,8 @@ class _Counter:
             cost,
             unknown,
             latencies,
+            saved,
+            batched,
         ) in zip(table.arms, part["arms"], strict=True):
             arm.samples += samples
             arm.errors += errors
@@ -302,6 +308,8 @@ class _Counter:
             arm.cost += cost
             arm.cost_unknown = arm.cost_unknown or unknown
             arm.latencies.extend(latencies)
+            arm.cache_saved += saved
+            arm.batched += batched
 
 
 def _line_ranges(path: Path, size: int, parts: int) -> list[tuple[int, int]]:
@@ -445,14 +453,29 @@ class _Slot:
                 arm.latencies.append(latency)
         response = sample.get("response")
         usage = response.get("usage") if response else None
+        batched = sample.get("via") == "batch"
+        arm.batched += batched
         if usage:
-            if "prompt_tokens" in usage and "completion_tokens" in usage:  # the common OpenAI shape, fast
+            if (
+                "prompt_tokens" in usage
+                and "completion_tokens" in usage
+                and not batched
+                and not usage.get("prompt_tokens_details")
+            ):  # the common OpenAI shape, fast
                 tokens_in, tokens_out = usage["prompt_tokens"] or 0, usage["completion_tokens"] or 0
-            else:
-                tokens_in, tokens_out = usage_tokens(usage)
-            arm.input_tokens += tokens_in
-            arm.output_tokens += tokens_out
+                arm.input_tokens += tokens_in
+                arm.output_tokens += tokens_out
+                if self.price is None:
+                    arm.cost_unknown = True
+                else:
+                    arm.cost += self.price.cost(tokens_in, tokens_out)
+                return
+            tokens = split_usage(usage)
+            arm.input_tokens += tokens.input + tokens.cache_read + tokens.cache_write
+            arm.output_tokens += tokens.output
             if self.price is None:
                 arm.cost_unknown = True
             else:
-                arm.cost += self.price.cost(tokens_in, tokens_out)
+                cost = self.price.cost_of(tokens, batched)
+                arm.cost += cost
+                arm.cache_saved += self.price.without_cache(tokens, batched) - cost

@@ -10,7 +10,7 @@ from ..config import TargetConfig
 from ..models import ModelSpec
 from ..probeset import ProbeSet
 from ..prompts import PromptVersion, render_prompt
-from .cost import estimate_tokens, load_prices
+from .cost import Tokens, estimate_tokens, load_prices
 from .plan import make_arms
 from .run import LARGE_PLAN, RunOptions
 
@@ -37,7 +37,7 @@ def dry_run(
         input_tokens = sum(per_case) * repeats
         output_tokens = max_tokens * len(probeset.cases) * repeats
         price = prices.lookup(arm.model)
-        cost = price.cost(input_tokens, output_tokens) if price else None
+        cost = price.cost_of(Tokens(input_tokens, 0, 0, output_tokens), options.batch) if price else None
         if cost is None:
             total_cost = None
         elif total_cost is not None:
@@ -52,7 +52,12 @@ def dry_run(
                 "cost_usd": cost,
                 "price": None
                 if price is None
-                else {"input": price.input, "output": price.output, "source": price.source},
+                else {
+                    "input": price.input,
+                    "output": price.output,
+                    "source": price.source,
+                    **({"batch": price.batch} if options.batch else {}),
+                },
             }
         )
     calls = sum(r["calls"] for r in rows)
@@ -69,6 +74,11 @@ def dry_run(
             "input tokens are estimated at 4 characters a token on the prompt, history and question; "
             "retrieved passages are not fetched in a dry run and come on top",
             f"output tokens assume every reply uses max_tokens ({max_tokens}): an upper bound",
+            *(
+                ["priced at the batch rate (--batch): each price times its batch share"]
+                if options.batch
+                else []
+            ),
         ],
     }
 

@@ -127,8 +127,11 @@ class Executor:
         record["error"] = {"kind": kind, "message": message, "attempts": 0}
         return record
 
-    def sample(self, unit: Unit, arm: Arm, retrieved: Retrieved) -> dict[str, Any] | None:
-        """The record of one sample; None when the run was cancelled before it finished."""
+    def prepared(
+        self, unit: Unit, arm: Arm, retrieved: Retrieved
+    ) -> tuple[dict[str, Any], list[dict[str, str]] | None]:
+        """A sample's record so far and the messages to send; no messages when the record is
+        already final (the retrieval failed, or the messages could not be assembled)."""
         record = self.base_record(unit, arm)
         sid = record["sample_id"]
         if retrieved.failed:
@@ -140,7 +143,7 @@ class Executor:
                 "message": str(retrieved.error),
                 "attempts": retrieved.attempts,
             }
-            return record
+            return record, None
         passages = retrieved.passages or []
         record["retrieval"] = {
             "passage_ids": [p.id for p in passages],
@@ -148,14 +151,22 @@ class Executor:
             "sha256": snapshot_digest(passages),
             "empty": not passages,
         }
-        started = time.monotonic()
         try:
             prompt = fill(arm.prompt.text, {**self.variables, **unit.case.variables})
             messages = self.assemble(prompt, unit.case.question, passages, unit.case.history)
         except AssembleError as exc:
             record["error"] = {"kind": "assemble", "message": str(exc), "attempts": 0}
-            return record
+            return record, None
         self.store.write_bytes(f"raw/{sid}.request.json", dumps_pretty(messages).encode("utf-8"))
+        return record, messages
+
+    def sample(self, unit: Unit, arm: Arm, retrieved: Retrieved) -> dict[str, Any] | None:
+        """The record of one sample; None when the run was cancelled before it finished."""
+        started = time.monotonic()
+        record, messages = self.prepared(unit, arm, retrieved)
+        if messages is None:
+            return record
+        passages = retrieved.passages or []
         provider = self.providers[arm.model.spec]
         try:
             completion, attempts, log = call_with_retries(
@@ -180,10 +191,10 @@ class Executor:
         limiter = self.limiters.get(arm.model.spec)
         if limiter is not None:
             limiter.observe(completion.headers)
-        self._record_completion(record, completion, unit, passages)
+        self.record_completion(record, completion, unit, passages)
         return record
 
-    def _record_completion(
+    def record_completion(
         self, record: dict[str, Any], completion: Completion, unit: Unit, passages: list[Passage]
     ) -> None:
         sid = record["sample_id"]

@@ -53,6 +53,9 @@ class RunOptions:
     max_cost: float | None = None
     top_k: int | None = None
     yes: bool = False  # run a plan larger than LARGE_PLAN calls
+    batch: bool = False  # send the calls through the providers' batch APIs
+    poll_interval: float = 30.0  # seconds between looks at a batch in progress
+    cancel_batches: bool = False  # (resume) cancel the batches still running, submit nothing new
 
     def policy(self) -> RetryPolicy:
         return RetryPolicy(self.max_attempts, self.backoff_initial, self.max_retry_wait, self.sleep)
@@ -67,6 +70,7 @@ class RunOutcome:
     status: str
     stopped_by: str | None = None
     cost: float | None = None  # None when a model's price is unknown
+    detached: list[str] = field(default_factory=list)  # batch ids still running at the provider
 
 
 # Seconds a model endpoint gets to accept a connection before the run starts.
@@ -146,6 +150,12 @@ class ProbeRun:
         # Every key is checked and all production code imported before any call is made.
         self.providers: dict[str, Provider] = {m.spec: make_provider(m, options.params) for m in models}
         try:
+            # A model without a batch API is refused now, before anything is created.
+            self.batch_apis = (
+                {spec: provider.batch_api() for spec, provider in self.providers.items()}
+                if options.batch
+                else {}
+            )
             self.retriever: Retriever = make_retriever(config.retrieval, config.base_dir)
             self.assemble: Assembler = (
                 production_assembler(config.assemble_function)
@@ -172,6 +182,8 @@ class ProbeRun:
         self.extra_manifest: dict[str, Any] = {}
         self.down_models: dict[str, str] = {}  # model spec -> why it is not called
         self.on_start: Callable[[Path], None] | None = None  # told the run directory once it exists
+        self.on_batches: Callable[[str], None] | None = None  # told how the batches are doing
+        self.detached: list[str] = []
 
     # -- the manifest ----------------------------------------------------------------------
 
@@ -215,6 +227,8 @@ class ProbeRun:
                 "max_retry_wait": self.options.max_retry_wait,
                 "rpm": self.options.rpm,
                 "max_cost": self.options.max_cost,
+                "batch": self.options.batch,
+                "cache": params.cache,
             },
             "target": {
                 "config": str(config.path) if config.path else None,
@@ -309,9 +323,14 @@ class ProbeRun:
     def counts(self) -> dict[str, int]:
         return {"planned": self.plan.samples, "recorded": self.tally.recorded, "errors": self.tally.errors}
 
-    def scheduler(self, **kwargs: Any) -> Scheduler:
-        """A scheduler over this run's executor (one per pass: a sequential run makes one per round)."""
+    def scheduler(self, **kwargs: Any) -> Any:
+        """A scheduler over this run's executor (one per pass: a sequential run makes one per round);
+        with --batch, the batch scheduler, which has the same interface."""
         assert self.store is not None
+        if self.options.batch:
+            from .batch import BatchScheduler
+
+            return BatchScheduler(self, **kwargs)
         return Scheduler(
             self.plan,
             self.executor_for(self.store),
@@ -344,6 +363,7 @@ class ProbeRun:
             self.cancel()
             self.finish("interrupted", None)
             raise
+        self.detached = list(getattr(scheduler, "detached", []))
         return scheduler
 
     def execute(self) -> RunOutcome:
@@ -385,7 +405,14 @@ class ProbeRun:
             self.close()
         cost = self.tally.cost if self.tally.cost_known else None
         return RunOutcome(
-            store.path, counts["planned"], counts["recorded"], counts["errors"], status, stopped_by, cost
+            store.path,
+            counts["planned"],
+            counts["recorded"],
+            counts["errors"],
+            status,
+            stopped_by,
+            cost,
+            list(self.detached),
         )
 
     def close(self) -> None:
@@ -590,6 +617,7 @@ def _resume(
         seed=parameters.get("seed"),
         stream=parameters.get("stream", False),
         timeout=parameters.get("timeout", 120.0),
+        cache=parameters.get("cache", False),
     )
     run_options = replace(
         base,
@@ -603,6 +631,7 @@ def _resume(
         seed=manifest["seed"],
         top_k=settings.top_k,
         yes=True,
+        batch=parameters.get("batch", False),
     )
     resumed = ResumedRun(
         path,

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ProbeError, StartError
-from .cost import PriceTable, usage_tokens
+from .cost import PriceTable, split_usage
 from .executor import Executor, Retrieved
 from .limiter import Cancelled
 from .plan import Arm, Plan, Unit, sample_id
@@ -219,7 +219,7 @@ class Scheduler:
         if price is None:
             self.tally.cost_known = False
             return
-        self.tally.cost += price.cost(*usage_tokens(usage))
+        self.tally.cost += price.cost_of(split_usage(usage), record.get("via") == "batch")
 
     def _watch_model(self, arm: Arm, record: dict[str, Any]) -> None:
         health = self.models[arm.model.spec]

@@ -165,6 +165,14 @@ class SequentialRun:
         self.runner.on_record = value
 
     @property
+    def on_batches(self) -> Any:
+        return self.runner.on_batches
+
+    @on_batches.setter
+    def on_batches(self, value: Any) -> None:
+        self.runner.on_batches = value
+
+    @property
     def on_start(self) -> Any:
         return self.runner.on_start
 

@@ -202,7 +202,11 @@ class RunStore:
 
     def append(self, name: str, record: dict[str, Any]) -> None:
         """One JSON line, written whole and fsynced; on failure the file is cut back to before it."""
-        line = SCRUBBER.bytes(dumps_line(record))
+        self.append_many(name, [record])
+
+    def append_many(self, name: str, records: list[dict[str, Any]]) -> None:
+        """Several JSON lines in one write and one fsync (a batch's results), cut back whole on failure."""
+        data = b"".join(SCRUBBER.bytes(dumps_line(record)) for record in records)
         path = self.path / name
         with self.lock:
             if self.closed:
@@ -214,9 +218,12 @@ class RunStore:
             try:
                 size = os.fstat(fd).st_size
                 try:
-                    written = os.write(fd, line)
-                    if written != len(line):
-                        raise OSError(errno.ENOSPC, "short write")
+                    view = memoryview(data)
+                    while view:
+                        written = os.write(fd, view)
+                        if written <= 0:
+                            raise OSError(errno.ENOSPC, "short write")
+                        view = view[written:]
                     os.fsync(fd)
                 except OSError as exc:
                     os.ftruncate(fd, size)

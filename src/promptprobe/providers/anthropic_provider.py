@@ -1,8 +1,9 @@
 """Anthropic Messages API through the official SDK (SDK retries off: the runner owns them)."""
 
+import json
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import anthropic
@@ -21,6 +22,9 @@ from .base import (
     truncated,
     usage_dict,
 )
+from .batching import BatchAPI, BatchLimits, BatchResult, BatchState, result_error, split_lines
+
+CACHED = {"type": "ephemeral"}
 
 
 class AnthropicProvider(Provider):
@@ -53,6 +57,14 @@ class AnthropicProvider(Provider):
         }
         if system:
             request["system"] = system
+        if self.params.cache:
+            # Cache the prefix: the system prompt (with the passages), then the whole conversation,
+            # so the repeats of one question read it back instead of paying for it again.
+            if system:
+                request["system"] = [{"type": "text", "text": system, "cache_control": CACHED}]
+            if request["messages"]:
+                last = request["messages"][-1]
+                last["content"] = [{"type": "text", "text": last["content"], "cache_control": CACHED}]
         if self.params.temperature is not None:
             # Recent SDKs dropped the keyword (newer models refuse it); older models still
             # take it on the wire, so it goes in the body when the user asks for it.
@@ -104,6 +116,9 @@ class AnthropicProvider(Provider):
             reader.model,
             headers=self.monitor.headers(),
         )
+
+    def batch_api(self) -> "AnthropicBatch":
+        return AnthropicBatch(self)
 
     def close(self) -> None:
         self.client.close()
@@ -174,6 +189,110 @@ class StreamReader:
             self.usage.update(_usage(_field(event, "usage")))
         elif kind == "message_stop":
             self.finished = True
+
+
+class AnthropicBatch(BatchAPI):
+    """Anthropic Message Batches: the requests in one create call, the results as a JSONL stream."""
+
+    limits = BatchLimits(requests=100_000, bytes=250 * 1024 * 1024)  # the API's 100,000 and 256 MB
+
+    def __init__(self, provider: AnthropicProvider) -> None:
+        self.provider = provider
+
+    def _call(self, call: Any) -> Any:
+        provider = self.provider
+        provider.monitor.start(time.monotonic() + provider.params.timeout, None)
+        with deadline.until(provider.params.timeout), provider.errors_of(anthropic, httpx2.TransportError):
+            return call()
+
+    def body(self, messages: Sequence[dict[str, str]]) -> dict[str, Any]:
+        request = self.provider._request(messages)
+        request.update(request.pop("extra_body", {}))  # temperature travels in the params here
+        return request
+
+    def submit(self, requests: Sequence[tuple[str, bytes]], label: str) -> str:
+        batches = self.provider.client.messages.batches
+        batch = self._call(
+            lambda: batches.create(
+                requests=[{"custom_id": cid, "params": json.loads(body)} for cid, body in requests]
+            )
+        )
+        return batch.id
+
+    def state(self, batch_id: str) -> BatchState:
+        batch = self._call(lambda: self.provider.client.messages.batches.retrieve(batch_id))
+        counts = batch.request_counts
+        done = counts.succeeded + counts.errored + counts.canceled + counts.expired
+        return BatchState(
+            batch.processing_status, batch.processing_status == "ended", done, done + counts.processing
+        )
+
+    def results(self, batch_id: str, state: BatchState) -> Iterator[BatchResult]:
+        spec = self.provider.spec.spec
+        decoder = self._call(lambda: self.provider.client.messages.batches.results(batch_id))
+        try:
+            for line in split_lines(decoder.http_response.iter_bytes()):
+                yield self._result(spec, line)
+        finally:
+            decoder.close()
+
+    def _result(self, spec: str, line: bytes) -> BatchResult:
+        try:
+            item = json.loads(line)
+            custom_id = item["custom_id"]
+            result = item["result"]
+            kind = result["type"]
+        except (ValueError, KeyError, TypeError):
+            return BatchResult(
+                "", line, error=result_error("bad_body", f"{spec}: a batch result line is not a result", True)
+            )
+        if kind == "succeeded":
+            try:
+                reply = read_message(result.get("message"))
+            except (ValueError, TypeError) as exc:
+                return BatchResult(
+                    custom_id,
+                    line,
+                    error=result_error(
+                        "bad_body", f"{spec}: the batch result is not a message ({exc})", True
+                    ),
+                )
+            message = result.get("message") or {}
+            completion = Completion(
+                reply["text"], line, reply["stop"], reply["usage"], message.get("id"), reply["model"]
+            )
+            return BatchResult(custom_id, line, completion)
+        if kind == "errored":
+            error = ((result.get("error") or {}).get("error")) or result.get("error") or {}
+            error_type = error.get("type") if isinstance(error, dict) else None
+            message = error.get("message") if isinstance(error, dict) else str(error)
+            retryable = error_type not in (
+                "invalid_request_error",
+                "authentication_error",
+                "permission_error",
+                "not_found_error",
+            )
+            return BatchResult(
+                custom_id,
+                line,
+                error=result_error("batch_error", f"{spec}: {error_type or 'error'}: {message}", retryable),
+            )
+        if kind == "expired":
+            return BatchResult(
+                custom_id,
+                line,
+                error=result_error(
+                    "batch_expired", f"{spec}: the request expired before the batch reached it", True
+                ),
+            )
+        return BatchResult(
+            custom_id,
+            line,
+            error=result_error("batch_cancelled", f"{spec}: the request was cancelled with its batch", False),
+        )
+
+    def cancel(self, batch_id: str) -> None:
+        self._call(lambda: self.provider.client.messages.batches.cancel(batch_id))
 
 
 def make(spec: ModelSpec, params: GenerationParams, key: str | None) -> AnthropicProvider:

@@ -32,6 +32,7 @@ class GenerationParams:
     seed: int | None = None
     stream: bool = False
     timeout: float = 120.0  # the whole call, body included
+    cache: bool = False  # mark the system prompt and the conversation cacheable (Anthropic)
 
 
 @dataclass
@@ -360,6 +361,15 @@ class Provider:
             raise
         except Exception as exc:  # whatever else the SDK raised on a reply it could not read
             raise bad_body(self.spec, self.monitor, exc) from None
+
+    def batch_api(self) -> Any:
+        """This model's batch API (providers.batching.BatchAPI); InputError when it has none."""
+        from ..errors import InputError
+
+        raise InputError(
+            f"model {self.spec.spec}: promptprobe has no batch API for {self.spec.provider} models; "
+            "run it without --batch"
+        )
 
     def address(self) -> tuple[str, int] | None:
         """The host and port this provider's calls go to (None when it cannot tell)."""

@@ -3,7 +3,7 @@
 Calls, errors and replies are the OpenAI and Anthropic providers' own; only the client differs.
 Credentials come from the environment or the cloud's standard chain and are never written."""
 
-import importlib.util
+import importlib
 import os
 from typing import Any
 
@@ -12,7 +12,7 @@ from ..models import ModelSpec
 from ..redaction import SCRUBBER
 from .anthropic_provider import AnthropicProvider
 from .base import GenerationParams, Provider
-from .openai_provider import OpenAIProvider
+from .openai_provider import OpenAIBatch, OpenAIProvider
 
 AZURE_API_VERSION = "2024-10-21"  # the latest GA data-plane version with batches
 VERTEX_TOKEN_ENV = "ANTHROPIC_VERTEX_ACCESS_TOKEN"  # a ready token; else Google's default chain
@@ -32,9 +32,10 @@ def require_extra(spec: ModelSpec, modules: tuple[str, ...], extra: str) -> None
 
 def _importable(name: str) -> bool:
     try:
-        return importlib.util.find_spec(name) is not None
-    except ModuleNotFoundError:  # its parent package (google) is missing too
+        importlib.import_module(name)
+    except ImportError:
         return False
+    return True
 
 
 def scrub_cloud_secrets() -> None:
@@ -57,9 +58,14 @@ class AzureProvider(OpenAIProvider):
             **options,
         )
 
+    def batch_api(self) -> OpenAIBatch:
+        return OpenAIBatch(self, "/chat/completions")  # Azure's batch lines name the path without /v1
+
 
 class BedrockProvider(AnthropicProvider):
     """`bedrock:MODEL`: SigV4-signed calls with the AWS credentials and region of the environment."""
+
+    batch_api = Provider.batch_api  # Bedrock's batch inference goes through S3, not this API
 
     def make_client(self, options: dict[str, Any]) -> Any:
         import anthropic
@@ -71,6 +77,8 @@ class BedrockProvider(AnthropicProvider):
 
 class VertexProvider(AnthropicProvider):
     """`vertex:MODEL`: the project and region from the model's table or the environment."""
+
+    batch_api = Provider.batch_api  # Vertex batch prediction reads from Cloud Storage or BigQuery
 
     def make_client(self, options: dict[str, Any]) -> Any:
         import anthropic
@@ -91,6 +99,13 @@ class VertexProvider(AnthropicProvider):
 
 def make(spec: ModelSpec, params: GenerationParams, key: str | None) -> Provider:
     scrub_cloud_secrets()
+    try:
+        return _make(spec, params, key)
+    except ValueError as exc:  # the SDK's own word on a missing region or project
+        raise StartError(f"model {spec.spec}: {exc}") from None
+
+
+def _make(spec: ModelSpec, params: GenerationParams, key: str | None) -> Provider:
     if spec.provider == "azure":
         return AzureProvider(spec, params, key)
     if spec.provider == "bedrock":

@@ -1,9 +1,10 @@
 """OpenAI Chat Completions, and any OpenAI-compatible server (Ollama, vLLM, llama.cpp)."""
 
+import json
 import re
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import httpcore2
@@ -22,6 +23,7 @@ from .base import (
     truncated,
     usage_dict,
 )
+from .batching import BatchAPI, BatchLimits, BatchResult, BatchState, result_error, split_lines, status_error
 
 # The SDK refuses an empty key; local servers ignore it. Never the user's OPENAI_API_KEY,
 # which must not be sent to a server it was not meant for.
@@ -116,6 +118,9 @@ class OpenAIProvider(Provider):
             headers=self.monitor.headers(),
         )
 
+    def batch_api(self) -> "OpenAIBatch":
+        return OpenAIBatch(self)
+
     def close(self) -> None:
         self.client.close()
 
@@ -181,8 +186,137 @@ class StreamReader:
                 self.stop = finish
 
 
+class OpenAIBatch(BatchAPI):
+    """OpenAI Batch (and Azure's): the requests as a JSONL file, a batch over it, the output
+    and error files read back line by line."""
+
+    limits = BatchLimits(requests=50_000, bytes=190 * 1024 * 1024)  # the API's 50,000 and 200 MB
+
+    def __init__(self, provider: "OpenAIProvider", endpoint: str = "/v1/chat/completions") -> None:
+        self.provider = provider
+        self.endpoint = endpoint
+
+    def _call(self, what: str, call: Any) -> Any:
+        provider = self.provider
+        provider.monitor.start(time.monotonic() + provider.params.timeout, None)
+        with deadline.until(provider.params.timeout), provider.errors_of(openai, httpx2.TransportError):
+            return call()
+
+    def body(self, messages: Sequence[dict[str, str]]) -> dict[str, Any]:
+        return self.provider._request(messages)
+
+    def submit(self, requests: Sequence[tuple[str, bytes]], label: str) -> str:
+        url = json.dumps(self.endpoint).encode()
+        data = b"".join(
+            b'{"custom_id":'
+            + json.dumps(cid).encode()
+            + b',"method":"POST","url":'
+            + url
+            + b',"body":'
+            + body
+            + b"}\n"
+            for cid, body in requests
+        )
+        client = self.provider.client
+        uploaded = self._call(
+            "upload", lambda: client.files.create(file=(f"{label}.jsonl", data), purpose="batch")
+        )
+        batch = self._call(
+            "create",
+            lambda: client.batches.create(
+                input_file_id=uploaded.id,
+                endpoint=self.endpoint,
+                completion_window="24h",
+                metadata={"promptprobe": label},
+            ),
+        )
+        return batch.id
+
+    def state(self, batch_id: str) -> BatchState:
+        batch = self._call("retrieve", lambda: self.provider.client.batches.retrieve(batch_id))
+        counts = batch.request_counts
+        done = (counts.completed + counts.failed) if counts else 0
+        error = None
+        if batch.status == "failed":
+            errors = (batch.errors.data if batch.errors else None) or []
+            error = "; ".join(f"{e.code}: {e.message}" for e in errors) or "the batch failed"
+        return BatchState(
+            batch.status,
+            batch.status in ("completed", "failed", "expired", "cancelled"),
+            done,
+            counts.total if counts else 0,
+            error,
+            {"output": batch.output_file_id, "errors": batch.error_file_id},
+        )
+
+    def results(self, batch_id: str, state: BatchState) -> Iterator[BatchResult]:
+        spec = self.provider.spec.spec
+        for file_id in (state.files.get("output"), state.files.get("errors")):
+            if not file_id:
+                continue
+            content = self._call(
+                "download", lambda file_id=file_id: self.provider.client.files.content(file_id)
+            )
+            for line in split_lines(iter([content.content])):
+                yield self._result(spec, line)
+
+    def _result(self, spec: str, line: bytes) -> BatchResult:
+        try:
+            item = json.loads(line)
+            custom_id = item["custom_id"]
+        except (ValueError, KeyError, TypeError):
+            return BatchResult(
+                "",
+                line,
+                error=result_error(
+                    "bad_body", f"{spec}: a batch result line is not JSON with a custom_id", True
+                ),
+            )
+        error = item.get("error")
+        response = item.get("response") or {}
+        if error:
+            code = error.get("code") if isinstance(error, dict) else None
+            message = error.get("message") if isinstance(error, dict) else str(error)
+            kind = {"batch_expired": "batch_expired", "batch_cancelled": "batch_cancelled"}.get(
+                code, "batch_error"
+            )
+            return BatchResult(
+                custom_id,
+                line,
+                error=result_error(kind, f"{spec}: {code or 'error'}: {message}", kind == "batch_expired"),
+            )
+        status = response.get("status_code")
+        if status != 200:
+            body = response.get("body") or {}
+            detail = (body.get("error") or {}).get("message") if isinstance(body, dict) else None
+            return BatchResult(
+                custom_id, line, error=status_error(spec, int(status or 0), detail or "no detail")
+            )
+        try:
+            reply = read_completion(response.get("body"))
+        except (ValueError, TypeError) as exc:
+            return BatchResult(
+                custom_id,
+                line,
+                error=result_error("bad_body", f"{spec}: the batch result is not a reply ({exc})", True),
+            )
+        completion = Completion(
+            reply["text"],
+            line,
+            reply["stop"],
+            reply["usage"],
+            response.get("request_id"),
+            reply["model"],
+            refusal=reply["refusal"],
+        )
+        return BatchResult(custom_id, line, completion)
+
+    def cancel(self, batch_id: str) -> None:
+        self._call("cancel", lambda: self.provider.client.batches.cancel(batch_id))
+
+
 def make(spec: ModelSpec, params: GenerationParams, key: str | None) -> OpenAIProvider:
     return OpenAIProvider(spec, params, key)
 
 
-__all__ = ["OpenAIProvider", "ProviderError", "make"]
+__all__ = ["OpenAIBatch", "OpenAIProvider", "ProviderError", "make"]

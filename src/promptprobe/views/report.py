@@ -63,6 +63,8 @@ def _usage(arm: ArmCounts) -> dict[str, Any]:
         "input_tokens": arm.input_tokens,
         "output_tokens": arm.output_tokens,
         "cost_usd": None if arm.cost_unknown else round(arm.cost, 6),
+        "cache_saved_usd": None if arm.cost_unknown else round(arm.cache_saved, 6),
+        "batch_samples": arm.batched,
         "latency_ms": {"median": _percentile(latencies, 0.5), "p90": _percentile(latencies, 0.9)},
     }
 
@@ -297,6 +299,7 @@ def render_report(report: dict[str, Any], fmt: str = "table", width: int | None 
         rows, headers, fmt, optional=("n_eff", "DEFF", "95% Wilson", "rate", "errors"), width=width
     )
     out += ["", text, "", legend(shown, fmt)]
+    cached = any((arm["usage"].get("cache_saved_usd") or 0) > 0 for arm in report["arms"])
     usage_rows = [
         [
             *(arm[key] for key in varying),
@@ -305,6 +308,7 @@ def render_report(report: dict[str, Any], fmt: str = "table", width: int | None 
             f"{arm['usage']['input_tokens']:,}",
             f"{arm['usage']['output_tokens']:,}",
             _cost(arm["usage"]["cost_usd"]),
+            *([_cost(arm["usage"].get("cache_saved_usd"))] if cached else []),
             _ms(arm["usage"]["latency_ms"]["median"]),
             _ms(arm["usage"]["latency_ms"]["p90"]),
         ]
@@ -321,6 +325,7 @@ def render_report(report: dict[str, Any], fmt: str = "table", width: int | None 
                 "tokens in",
                 "tokens out",
                 "cost",
+                *(["caching saved"] if cached else []),
                 "latency median",
                 "latency p90",
             ],
@@ -329,6 +334,12 @@ def render_report(report: dict[str, Any], fmt: str = "table", width: int | None 
             width=width,
         ),
     ]
+    batched = sum(arm["usage"].get("batch_samples") or 0 for arm in report["arms"])
+    if batched:
+        out.append(
+            f"{batched} samples went through a batch API: priced at the batch rate; their latency is "
+            "from submission to the batch's end"
+        )
     for arm in report["arms"]:
         out.append("")
         label = ", ".join(f"{key} {arm[key]}" for key in varying) or f"prompt {arm['prompt']}"
