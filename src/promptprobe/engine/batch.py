@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import ProbeError
 from ..jsonio import dumps_line, iter_jsonl, loads, warn
 from ..providers.base import ProviderError
-from ..providers.batching import BatchAPI, BatchState, chunked
+from ..providers.batching import BatchAPI, BatchLimits, BatchState, chunked
 from ..retrievers import Passage
 from .cost import Tokens, estimate_tokens
 from .executor import Executor, Retrieved
@@ -34,18 +34,27 @@ if TYPE_CHECKING:
 
 LEDGER = "batches.jsonl"
 WRITE_GROUP = 500  # result records written (and fsynced) together
+# Batches of at most this many requests, within every provider's limit: each goes out as soon as
+# it is full, so requests are never all held at once, and results come back in pieces.
+SUBMIT_CHUNK = 10_000
+PREPARE_WINDOW = 1_000  # units retrieved and prepared at a time
 OPEN_STATES = ("submitted",)
 
 
-@dataclass
+@dataclass(slots=True)
 class Pending:
-    """A sample on its way through a batch: its record so far and what its checks will need."""
+    """A sample on its way through a batch: what its record and its checks will need (the record
+    itself is built when its result comes: a hundred thousand of them must stay small)."""
 
     unit: Unit
     arm: Arm
-    record: dict[str, Any]
+    started_at: str
     passages: list[Passage]
     log: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def sample_id(self) -> str:
+        return sample_id(self.unit.case.id, self.unit.repeat, self.arm)
 
 
 class BatchLedger:
@@ -176,10 +185,13 @@ class BatchScheduler:
     def _submit(self, spec: str, items: list[tuple[Pending, bytes]]) -> None:
         """Send one model's requests (bodies as JSON bytes) in batches within its limits, each
         written to the ledger as soon as the provider has given it an id."""
+        if self.stopped_by:
+            return  # --max-cost held a batch back: nothing more goes out
         api = self.apis[spec]
         sized = [(str(index), body, len(body)) for index, (_, body) in enumerate(items)]
         by_index = {str(i): pending for i, (pending, _) in enumerate(items)}
-        for chunk in chunked(sized, api.limits):
+        limits = BatchLimits(min(api.limits.requests, SUBMIT_CHUNK), api.limits.bytes)
+        for chunk in chunked(sized, limits):
             if self.cancel.is_set():
                 return
             if self.options.max_cost is not None:
@@ -205,7 +217,7 @@ class BatchScheduler:
                     pending.log.extend(failure.log)
                     self._failed(pending, error, None)
                 continue
-            sids = [p.record["sample_id"] for p in pendings]
+            sids = [p.sample_id for p in pendings]
             self.ledger.add(
                 {
                     "batch": batch_id,
@@ -221,8 +233,8 @@ class BatchScheduler:
             )
             self.first_submitted = self.first_submitted or time.monotonic()
             for pending in pendings:
-                self.sent[pending.record["sample_id"]] += 1
-                self.waiting[pending.record["sample_id"]] = pending
+                self.sent[pending.sample_id] += 1
+                self.waiting[pending.sample_id] = pending
 
     def _within_cost(self, chunk: list[tuple[str, Any, int]], by_index: dict[str, Pending]) -> list[Any]:
         """The part of a chunk whose most possible cost still fits under --max-cost."""
@@ -286,8 +298,14 @@ class BatchScheduler:
         self._flush()
         self.ledger.update(entry, status=state.status, ended=utc_now(), collected=True)
 
+    def _record_of(self, pending: Pending) -> dict[str, Any]:
+        record = self.executor.base_record(pending.unit, pending.arm)
+        record["started_at"] = pending.started_at
+        record["retrieval"] = self.executor.retrieval_summary(pending.passages)
+        return record
+
     def _succeeded(self, pending: Pending, completion: Any, entry: dict[str, Any], started: float) -> None:
-        record = pending.record
+        record = self._record_of(pending)
         sid = record["sample_id"]
         record.update(
             attempts=self.sent[sid],
@@ -300,13 +318,13 @@ class BatchScheduler:
         self._final(record, pending.arm)
 
     def _failed(self, pending: Pending, error: Any, entry: dict[str, Any] | None) -> None:
-        sid = pending.record["sample_id"]
+        sid = pending.sample_id
         retryable = getattr(error, "retryable", False)
         again = self.sent[sid] < self.options.max_attempts and not self.options.cancel_batches
         if retryable and again and not self.cancel.is_set():
             self.retry[pending.arm.model.spec].append(pending)
             return
-        record = pending.record
+        record = self._record_of(pending)
         record.update(
             attempts=self.sent[sid],
             attempts_log=pending.log,
@@ -324,7 +342,7 @@ class BatchScheduler:
             api = self.apis[spec]
             items = []
             for pending in pendings:
-                sid = pending.record["sample_id"]
+                sid = pending.sample_id
                 messages = loads((self.store.path / "raw" / f"{sid}.request.json").read_bytes())
                 items.append((pending, dumps_line(api.body(messages))[:-1]))
             self._submit(spec, items)
@@ -363,28 +381,39 @@ class BatchScheduler:
             ]
             if arms:
                 work.append((unit, arms))
+        submitting = not self.options.cancel_batches
         with ThreadPoolExecutor(max_workers=max(1, self.options.concurrency)) as pool:
-            for unit, prepared in zip((unit for unit, _ in work), pool.map(self._guarded, work), strict=True):
-                for arm, record, ready in prepared:
-                    if ready is None:
-                        self._final(record, arm)
-                        continue
-                    messages, passages = ready
-                    pending = Pending(unit, arm, record, passages)
-                    sid = record["sample_id"]
-                    if sid in inflight:
-                        self.waiting[sid] = pending  # in a batch already: await it, never resend
-                    else:
-                        body = self.apis[arm.model.spec].body(messages)
-                        by_model[arm.model.spec].append((pending, dumps_line(body)[:-1]))
+            for start in range(0, len(work), PREPARE_WINDOW):
+                window = work[start : start + PREPARE_WINDOW]
+                for (unit, _), prepared in zip(window, pool.map(self._guarded, window), strict=True):
+                    for arm, record, ready in prepared:
+                        if ready is None:
+                            self._final(record, arm)
+                            continue
+                        messages, passages = ready
+                        pending = Pending(unit, arm, record["started_at"], passages)
+                        if record["sample_id"] in inflight:
+                            self.waiting[record["sample_id"]] = (
+                                pending  # sent already: await it, never resend
+                            )
+                        else:
+                            body = self.apis[arm.model.spec].body(messages)
+                            by_model[arm.model.spec].append((pending, dumps_line(body)[:-1]))
+                if self.cancel.is_set():
+                    break
+                for spec, items in by_model.items():
+                    if submitting and len(items) >= SUBMIT_CHUNK:
+                        by_model[spec] = []
+                        self._submit(spec, items)
         self._flush()
         if self.cancel.is_set():
             return
-        if not self.options.cancel_batches:
+        if submitting:
             for spec, items in by_model.items():
                 self._submit(spec, items)
         else:
             self.stopped_by = "batch_cancelled"  # nothing new goes out; what was sent is collected
+        by_model.clear()
         self._wait()
 
     def _guarded(self, item: tuple[Unit, list[Arm]]) -> list[tuple[Arm, dict[str, Any], Any]]:

@@ -122,6 +122,16 @@ class Executor:
             "error": None,
         }
 
+    @staticmethod
+    def retrieval_summary(passages: list[Passage]) -> dict[str, Any]:
+        """What a sample record keeps of its retrieval (the passages themselves are in retrievals.jsonl)."""
+        return {
+            "passage_ids": [p.id for p in passages],
+            "scores": [p.score for p in passages],
+            "sha256": snapshot_digest(passages),
+            "empty": not passages,
+        }
+
     def not_called(self, unit: Unit, arm: Arm, kind: str, message: str) -> dict[str, Any]:
         record = self.base_record(unit, arm)
         record["error"] = {"kind": kind, "message": message, "attempts": 0}
@@ -145,12 +155,7 @@ class Executor:
             }
             return record, None
         passages = retrieved.passages or []
-        record["retrieval"] = {
-            "passage_ids": [p.id for p in passages],
-            "scores": [p.score for p in passages],
-            "sha256": snapshot_digest(passages),
-            "empty": not passages,
-        }
+        record["retrieval"] = self.retrieval_summary(passages)
         try:
             prompt = fill(arm.prompt.text, {**self.variables, **unit.case.variables})
             messages = self.assemble(prompt, unit.case.question, passages, unit.case.history)
