@@ -37,20 +37,42 @@ def main() -> None:
         tmp = Path(folder)
         lines = [f'name = "scale"\nrepeats = {repeats}\n']
         for i in range(cases):
-            lines.append(f'[[case]]\nid = "c{i:04d}"\nquestion = "How do I do thing number {i} in the app?"\n')
+            lines.append(
+                f'[[case]]\nid = "c{i:04d}"\nquestion = "How do I do thing number {i} in the app?"\n'
+            )
         (tmp / "scale.toml").write_text("\n".join(lines))
-        (tmp / "prompt.md").write_text("Answer the help-desk question. Start with [[ANSWER]] or [[NO_ANSWER]].\n")
+        (tmp / "prompt.md").write_text(
+            "Answer the help-desk question. Start with [[ANSWER]] or [[NO_ANSWER]].\n"
+        )
         with BatchServer(polls=POLLS) as server:
             command = [
-                str(Path(sys.executable).parent / "probe"), "run", str(tmp / "scale.toml"),
-                "--prompt", str(tmp / "prompt.md"),
-                "-m", f"openai:model-a@{server.url}/v1", "-m", f"openai:model-b@{server.url}/v1",
-                "--retrieval", "none", "--batch", "--poll-interval", str(POLL), "--yes",
-                "--runs-dir", str(tmp / "runs"), "--json",
+                str(Path(sys.executable).parent / "probe"),
+                "run",
+                str(tmp / "scale.toml"),
+                "--prompt",
+                str(tmp / "prompt.md"),
+                "-m",
+                f"openai:model-a@{server.url}/v1",
+                "-m",
+                f"openai:model-b@{server.url}/v1",
+                "--retrieval",
+                "none",
+                "--batch",
+                "--poll-interval",
+                str(POLL),
+                "--yes",
+                "--runs-dir",
+                str(tmp / "runs"),
+                "--json",
             ]
             started = time.monotonic()
-            result = subprocess.run(command, capture_output=True, text=True, cwd=tmp,
-                                    env={**os.environ, "PROBE_PROGRESS_INTERVAL": "3600"})
+            result = subprocess.run(
+                command,
+                capture_output=True,
+                text=True,
+                cwd=tmp,
+                env={**os.environ, "PROBE_PROGRESS_INTERVAL": "3600"},
+            )
             wall = time.monotonic() - started
             batches = len(server.batches)
             submitted = len(server.submitted)
@@ -62,11 +84,16 @@ def main() -> None:
         files = sum(1 for p in run.rglob("*") if p.is_file())
         size = sum(p.stat().st_size for p in run.rglob("*") if p.is_file())
         server_delay = POLLS * POLL  # the batches run side by side: one model's wait
-        print(f"batch run of {outcome['counts']['recorded']:,} samples ({cases} cases x {repeats} repeats x "
-              f"{models} models), {batches} batches, {submitted:,} requests submitted:")
+        print(
+            f"batch run of {outcome['counts']['recorded']:,} samples ({cases} cases x {repeats} repeats x "
+            f"{models} models), {batches} batches, {submitted:,} requests submitted:"
+        )
         print("| measure | figure | target |")
         print("|---|---:|---|")
-        print(f"| wall time beyond the server's own delay ({server_delay:g} s) | {wall - server_delay:.1f} s | - |")
+        print(
+            f"| wall time beyond the server's own delay ({server_delay:g} s) "
+            f"| {wall - server_delay:.1f} s | - |"
+        )
         print(f"| peak memory of `probe run --batch` | {peak_mb:.0f} MB | 300 MB |")
         print(f"| files written | {files:,} ({size / 1e6:.0f} MB) | - |")
         print(f"| errors | {outcome['counts']['errors']} | 0 |")

@@ -13,8 +13,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from . import __version__
-from .checks import METRICS, CheckError, CheckSettings, SampleView, build_checks, outcomes, run_checks
+from .checks import CheckError, CheckSettings, SampleView, build_checks, metrics_for, outcomes, run_checks
 from .checks.header import classify, header_class
 from .checks.settings import HeaderConfig
 from .counts import classifications, merged_samples, settings_of
@@ -23,6 +22,7 @@ from .errors import InputError
 from .jsonio import iter_jsonl
 from .probeset import parse_probeset
 from .tomlfile import read_input
+from .version import __version__
 
 
 def classify_file(path: Path, config: HeaderConfig | None = None) -> dict[str, Any]:
@@ -44,6 +44,10 @@ def code_fingerprint(settings: CheckSettings) -> str:
     from .production import code_fingerprint as fingerprint
 
     return fingerprint(settings.functions())
+
+
+# Errors a check made of a sample that has its output: a reclassification may clear them.
+CHECK_ERRORS = ("check", "filter")
 
 
 def _same(
@@ -128,6 +132,8 @@ def reclassify_run(run_dir: Path, settings: CheckSettings | None = None) -> dict
         line: dict[str, Any] = {"sample_id": sample["sample_id"]}
         try:
             line["header"], line["checks"] = run_checks(checks, view)
+            if (sample.get("error") or {}).get("kind") in CHECK_ERRORS:
+                line["error"] = None  # the checks that failed on this output run cleanly now
             line["outcomes"] = outcomes(dict(sample, **line), case, settings)
         except CheckError as exc:
             line.update(
@@ -140,7 +146,7 @@ def reclassify_run(run_dir: Path, settings: CheckSettings | None = None) -> dict
         before, after = header_class(sample) or "error", header_class(new) or "error"
         if before != after:
             moved[(before, after)] += 1
-        for metric_name, metric in METRICS.items():
+        for metric_name, metric in metrics_for(settings).items():
             old_applies, new_applies = metric.applies(case, old_settings), metric.applies(case, settings)
             if old_applies and new_applies and not sample.get("error") and not new.get("error"):
                 if metric.outcome(sample, case, old_settings) != metric.outcome(new, case, settings):

@@ -21,14 +21,30 @@ from typing import Any
 
 import click
 
-from . import __version__
 from .checks import metric_names
 from .errors import InputError, ProbeError, StartError
 from .jsonio import dumps_line, dumps_pretty
 from .limits import LIMITS
 from .redaction import SCRUBBER
+from .version import __version__
 
-METRIC = click.Choice(metric_names())
+
+class MetricName(click.ParamType):
+    """A built-in metric, or the name of a [[check]] of the run's own (checked where the run is known)."""
+
+    name = "metric"
+
+    def get_metavar(self, param: click.Parameter, ctx: click.Context | None = None) -> str:
+        return "METRIC"
+
+    def shell_complete(self, ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
+        from click.shell_completion import CompletionItem
+
+        return [CompletionItem(name) for name in metric_names() if name.startswith(incomplete)]
+
+
+METRIC = MetricName()
+METRICS_HELP = f"Metrics: {', '.join(metric_names())}, or the name of one of your [[check]]s."
 
 
 def echo_error(message: str) -> None:
@@ -552,7 +568,7 @@ def interruptible(cancel: Callable[[], None]) -> Iterator[list[int]]:
     type=METRIC,
     default="header_present",
     show_default=True,
-    help="The metric --until-decided decides on.",
+    help="The metric --until-decided decides on. " + METRICS_HELP,
 )
 @click.option("--min-rounds", type=click.IntRange(min=1), default=2, show_default=True)
 @click.option(
@@ -777,7 +793,7 @@ def _resume(ctx: click.Context, resume_path: Path, fmt: str, output: Path | None
 
 
 def _execute(runner: Any, fmt: str, total: int, output: Path | None = None) -> None:
-    from .views.report import build_report, render_report
+    from .views.report import render_report
 
     for warning in SCRUBBER.take_warnings():
         click.echo(f"warning: {warning}", err=True)
@@ -813,26 +829,13 @@ def _execute(runner: Any, fmt: str, total: int, output: Path | None = None) -> N
             )
         sys.exit(128 + (received[0] if received else signal.SIGINT))
     assert outcome is not None
-    report = build_report(outcome.path)
+    from .api import RunResult
+
+    result = RunResult.of(outcome)
     if fmt == "json":
-        emit(
-            dumps_pretty(
-                {
-                    "run": str(outcome.path),
-                    "status": outcome.status,
-                    "counts": {
-                        "planned": outcome.planned,
-                        "recorded": outcome.recorded,
-                        "errors": outcome.errors,
-                    },
-                    "stopped_by": outcome.stopped_by,
-                    "report": report,
-                }
-            ),
-            output,
-        )
+        emit(dumps_pretty(result.to_dict()), output)
     else:
-        emit(render_report(report, fmt), output)
+        emit(render_report(result.report.to_dict(), fmt), output)
     if outcome.stopped_by == "max_cost":
         echo_error(
             f"stopped at --max-cost: {outcome.recorded} of {outcome.planned} samples recorded; "
@@ -882,16 +885,19 @@ def report(
     95% adjusted: an interval for the rate over questions like these that keeps its coverage
     whatever the repeats (Wilson at n / DEFF with the ICC's 99% upper limit, t on G-1).
     """
-    from .counts import build_counts
-    from .views.report import build_report, render_report
+    from .api import report as report_of
 
-    counts = build_counts(resolve_run(run_ref, runs_dir), classification=classification, top_k=top_k)
+    path = resolve_run(run_ref, runs_dir)
     if fmt == "html":
+        from .counts import build_counts
         from .views.html import report_html
 
-        emit(report_html(counts), output)
+        emit(report_html(build_counts(path, classification=classification, top_k=top_k)), output)
         return
-    emit(render_report(build_report(counts, by_tag=by == "tag"), fmt), output)
+    from .views.report import render_report
+
+    result = report_of(path, by_tag=by == "tag", classification=classification, top_k=top_k)
+    emit(render_report(result.to_dict(), fmt), output)
 
 
 @main.command(
@@ -906,7 +912,7 @@ def report(
     type=METRIC,
     multiple=True,
     help="The metric to compare (default header_present); repeat for several, which are then one "
-    "family with Holm-adjusted p-values.",
+    "family with Holm-adjusted p-values. " + METRICS_HELP,
 )
 @click.option(
     "--all",
@@ -943,11 +949,10 @@ def compare(
     """Are two arms different? A (baseline) and B (candidate) are RUN, RUN#prompt=NAME,
     RUN#model=SPEC or both (RUN: a directory, an id or its prefix, latest, latest~N);
     differences are B - A."""
-    from .runref import resolve_selector
-    from .views.compare import compare_runs, failure_line, render_comparison
+    from .api import compare as compare_of
+    from .views.compare import render_comparison
 
-    a, b = resolve_selector(a, runs_dir), resolve_selector(b, runs_dir)
-    comparison = compare_runs(
+    result = compare_of(
         a,
         b,
         list(metrics) or ["header_present"],
@@ -955,36 +960,27 @@ def compare(
         alpha=alpha,
         classification=classification,
         top_k=top_k,
+        runs_dir=runs_dir,
     )
+    comparison = result.data
     if fmt == "html":
-        from .views.html import compare_html
-
-        emit(compare_html(a, b, comparison), output)
+        emit(result.html(), output)
     elif fmt == "json":
-        if all_metrics or len(comparison["results"]) > 1:
-            payload = comparison
-        else:
-            payload = dict(
-                comparison["results"][0],
-                retrieval_drift=comparison["retrieval_drift"],
-                warnings=comparison["warnings"],
-            )
-        emit(dumps_pretty(payload), output)
+        emit(dumps_pretty(result.to_dict()), output)
     else:
         from .views.tables import color_enabled
 
         emit(render_comparison(comparison, fmt, color=output is None and color_enabled(sys.stdout)), output)
-        for result in comparison["results"]:
-            if result["a"]["errors"] or result["b"]["errors"]:
+        for metric in comparison["results"]:
+            if metric["a"]["errors"] or metric["b"]["errors"]:
                 click.echo(
-                    f"warning: {result['metric']}: failed samples count against their arm "
-                    f"(A {result['a']['errors']}, B {result['b']['errors']})",
+                    f"warning: {metric['metric']}: failed samples count against their arm "
+                    f"(A {metric['a']['errors']}, B {metric['b']['errors']})",
                     err=True,
                 )
-    worse = [r for r in comparison["results"] if r["worse"]]
-    if fail_if_worse and worse:
-        for result in worse:
-            click.echo(failure_line(result), err=True)
+    if fail_if_worse and result.worse:
+        for line in result.failures():
+            click.echo(line, err=True)
         sys.exit(4)
 
 
@@ -1038,32 +1034,23 @@ def plan(
 ) -> None:
     """Sample size to tell p1 from p2 (and repeats for the paired design); smallest difference
     an n detects; any-of-k gate blocking; rounds of a sequential run."""
-    from .views.plan import check_flags, plan_gate, plan_mdd, plan_sample_size, render_plan
+    from .api import plan as plan_of
+    from .views.plan import render_plan
 
-    check_flags(p1, p2, alpha, power, icc, p)
-    if gate_k is not None:
-        if p is None:
-            raise InputError("--gate-any-of needs --p (the per-run success rate)")
-        result = plan_gate(p, gate_k)
-    elif sequential:
-        if p1 is None or p2 is None or cases is None:
-            raise InputError("--sequential needs --p1, --p2 and --cases")
-        from .views.sequential_plan import plan_sequential
-
-        result = plan_sequential(
-            p1, p2, cases, icc if icc is not None else 0.5, alpha, power, detect=detect / 100
-        )
-    elif n is not None:
-        if p1 is None:
-            raise InputError("--n needs --p1 (the rate you have now)")
-        result = plan_mdd(n, p1, alpha, power)
-    elif p1 is not None and p2 is not None:
-        if (cases is None) != (icc is None):
-            raise InputError("--cases and --icc go together")
-        result = plan_sample_size(p1, p2, alpha, power, cases, icc)
-    else:
-        raise InputError("give --p1 and --p2, or --n and --p1, or --gate-any-of K and --p")
-    emit(render_plan(result, fmt), output)
+    result = plan_of(
+        p1,
+        p2,
+        n=n,
+        alpha=alpha,
+        power=power,
+        cases=cases,
+        icc=icc,
+        gate_any_of=gate_k,
+        p=p,
+        sequential=sequential,
+        detect=detect,
+    )
+    emit(render_plan(result.to_dict(), fmt), output)
 
 
 # -- why ------------------------------------------------------------------------------------
@@ -1071,7 +1058,7 @@ def plan(
 
 @main.command(epilog="Example: probe why 'latest#prompt=exception-only'")
 @click.argument("target", metavar="RUN[#ARM]")
-@click.option("--metric", type=METRIC, default="header_present", show_default=True)
+@click.option("--metric", type=METRIC, default="header_present", show_default=True, help=METRICS_HELP)
 @click.option("--top", type=click.IntRange(min=1), default=10, show_default=True, help="Phrases to show.")
 @runs_dir_option
 @output_options()

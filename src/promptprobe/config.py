@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from .checks.settings import CheckSettings, CitationConfig, FilterConfig, HeaderConfig
+from .checks.settings import CheckSettings, CitationConfig, FilterConfig, HeaderConfig, UserCheckConfig
 from .errors import InputError
 from .limits import LIMITS
 from .models import ModelSpec
@@ -22,7 +22,8 @@ RETRIEVAL_KEYS = {
     "none": {"kind"},
     "local": {"kind", "path", "k"},
 }
-TOP_KEYS = {"retrieval", "assemble", "header", "filter", "citations", "run", "prices", "vars"}
+TOP_KEYS = {"retrieval", "assemble", "header", "filter", "citations", "run", "prices", "vars", "check"}
+CHECK_KEYS = {"name", "function", "higher_is_better", "description"}
 ASSEMBLE_KEYS = {"function"}
 HEADER_KEYS = {"markers", "no_answer", "allow_leading_whitespace"}
 FILTER_KEYS = {"function", "no_answer_status"}
@@ -202,7 +203,36 @@ def _checks(data: dict[str, Any], where: str) -> CheckSettings:
             citations = CitationConfig(pattern) if pattern else CitationConfig()
         except InputError as exc:
             raise InputError(f"{where}: {exc}") from None
-    return CheckSettings(header=header, filter=filter_config, citations=citations)
+    user = _user_checks(data.get("check", []), where)
+    return CheckSettings(header=header, filter=filter_config, citations=citations, user=user)
+
+
+def _user_checks(value: Any, where: str) -> tuple[UserCheckConfig, ...]:
+    """[[check]] tables: a name, a function, a direction and a description each."""
+    from .checks import METRICS
+
+    if not isinstance(value, list) or not all(isinstance(item, dict) for item in value):
+        raise InputError(f"{where}: [[check]] must be tables, each with name and function")
+    found: list[UserCheckConfig] = []
+    for index, table in enumerate(value, 1):
+        label = f"{where} [[check]] {table.get('name', index)!r}"
+        check_keys(table, CHECK_KEYS, label)
+        name = table.get("name")
+        if not isinstance(name, str) or not re.fullmatch(r"[a-z][a-z0-9_]{0,63}", name):
+            raise InputError(
+                f"{label}: 'name' must be lower-case letters, digits and _ (a metric name), got {name!r}"
+            )
+        if name in METRICS:
+            raise InputError(f"{label}: {name} is a built-in metric; give your check another name")
+        if any(c.name == name for c in found):
+            raise InputError(f"{label}: two checks are called {name}")
+        function = _function(table, label, required=True)
+        higher = table.get("higher_is_better", True)
+        if not isinstance(higher, bool):
+            raise InputError(f"{label}: 'higher_is_better' must be true or false")
+        description = _typed(table, "description", str, label) or ""
+        found.append(UserCheckConfig(name, function, higher, description))  # type: ignore[arg-type]
+    return tuple(found)
 
 
 def _umask(value: Any, where: str) -> int | None:

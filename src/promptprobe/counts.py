@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .checks import METRICS, CheckSettings, Metric
+from .checks import METRICS, CheckSettings, Metric, metrics_for
 from .engine.cost import PriceTable, load_prices, split_usage
 from .engine.store import iter_samples, load_manifest, run_state
 from .errors import InputError
@@ -71,6 +71,11 @@ class CountsTable:
     @property
     def cases(self) -> dict[str, Case]:
         return {c.id: c for c in self.probeset.cases}
+
+    @property
+    def metrics(self) -> dict[str, Metric]:
+        """The built-in metrics and this run's own [[check]]s."""
+        return metrics_for(self.settings)
 
     @property
     def case_order(self) -> list[str]:
@@ -131,7 +136,7 @@ def merged_samples(
                 checks=override.get("checks") or {},
                 outcomes=override.get("outcomes"),
             )
-            if override.get("error"):
+            if "error" in override:  # a check's error, or one a fixed check cleared (null)
                 sample["error"] = override["error"]
         yield sample
 
@@ -199,11 +204,11 @@ class _Counter:
         table.arms = [ArmCounts(a["prompt"], a["model"]) for a in manifest["arms"]]
         # Which metrics apply depends on the case and the settings only: work it out once per case.
         applicable: dict[str, list[tuple[str, Metric]]] = {
-            case_id: [(name, m) for name, m in METRICS.items() if m.applies(case, settings)]
+            case_id: [(name, m) for name, m in table.metrics.items() if m.applies(case, settings)]
             for case_id, case in cases.items()
         }
         for arm in table.arms:
-            arm.metrics = {name: {} for name in METRICS}
+            arm.metrics = {name: {} for name in table.metrics}
             arm.headers = {case_id: Counter() for case_id in cases}
         price_of = _pricer(load_prices(manifest.get("prices") or {}), manifest)
         self.slots = {
@@ -440,12 +445,14 @@ class _Slot:
             case = self.case
             recorded = sample.get("outcomes")
             for cell, _, name, derive, outcome in self.cells:
-                cell[1] += 1
                 if derive is not None or recorded is None or name not in recorded:
                     # Changed settings, or a run recorded before outcomes were kept: derive it.
                     hit = (derive or outcome)(sample, case, settings)
+                    if hit is None and name not in METRICS:
+                        continue  # a user's check said it does not apply to this sample
                 else:
                     hit = recorded[name]
+                cell[1] += 1
                 if hit:
                     cell[0] += 1
             latency = sample.get("latency_ms")

@@ -5,6 +5,7 @@ that a user fixes a probe set in one pass.
 """
 
 import hashlib
+import json
 import re
 import unicodedata
 from collections.abc import Callable
@@ -30,6 +31,7 @@ CASE_KEYS = {
     "regex",
     "ignore_case",
     "vars",
+    "data",
 }
 TURN_KEYS = {"role", "content"}
 
@@ -47,10 +49,28 @@ class Case:
     regex: tuple[str, ...] = ()
     ignore_case: bool = False
     vars: tuple[tuple[str, str], ...] = ()  # values of {{NAME}} in prompts for this case
+    data_json: str = "{}"  # the case's own `data = {...}` table for user checks, as JSON (hashable)
 
     @property
     def variables(self) -> dict[str, str]:
         return dict(self.vars)
+
+    @property
+    def data(self) -> dict[str, Any]:
+        return json.loads(self.data_json)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The case as a user check sees it."""
+        return {
+            "id": self.id,
+            "question": self.question,
+            "expect": self.expect,
+            "tags": list(self.tags),
+            "must_retrieve": list(self.must_retrieve),
+            "history": [dict(turn) for turn in self.history],
+            "vars": self.variables,
+            "data": self.data,
+        }
 
 
 @dataclass(frozen=True)
@@ -156,6 +176,7 @@ def _case(raw: Any, index: int, path: Path, problems: _Problems) -> Case | None:
     _regexes(lists["regex"], ignore_case, label, problems)
     history = _history(raw.get("history", []), label, problems)
     variables = _case_vars(raw.get("vars", {}), label, problems)
+    data = _case_data(raw.get("data", {}), label, problems)
     if not isinstance(case_id, str) or not isinstance(question, str) or not question.strip():
         return None
     # A case with other problems still takes part in the duplicate check: every problem at once.
@@ -166,8 +187,17 @@ def _case(raw: Any, index: int, path: Path, problems: _Problems) -> Case | None:
         history=history,
         ignore_case=ignore_case,
         vars=variables,
+        data_json=data,
         **lists,
     )
+
+
+def _case_data(raw: Any, label: str, problems: "_Problems") -> str:
+    """A case's `data` table as JSON; TOML dates and times become ISO text."""
+    if not isinstance(raw, dict):
+        problems.add(f"{label}: 'data' must be a table, e.g. data = {{ price = 20, currency = \"USD\" }}")
+        return "{}"
+    return json.dumps(raw, default=lambda value: value.isoformat(), sort_keys=True, ensure_ascii=False)
 
 
 def _case_vars(raw: Any, label: str, problems: "_Problems") -> tuple[tuple[str, str], ...]:

@@ -1,8 +1,9 @@
 """Checks: each turns a recorded sample into details and yes/no metrics (one module each).
 
 The registry here is the one place metrics are listed: report, compare, the gate, sequential
-runs and the HTML view read names and directions from `METRICS`. A new check registers here
-(or through `register`) and needs no change anywhere else.
+runs and the HTML view read names and directions from `metrics_for(settings)`, the built-in
+`METRICS` and the run's own `[[check]]`s. A new check registers here (or through `register`)
+and needs no change anywhere else.
 """
 
 from collections.abc import Iterable
@@ -15,7 +16,8 @@ from .citations import CitationsCheck
 from .filter_parity import FilterCheck
 from .header import HeaderCheck
 from .retrieval import RetrievalCheck
-from .settings import CheckSettings, CitationConfig, FilterConfig, HeaderConfig
+from .settings import CheckSettings, CitationConfig, FilterConfig, HeaderConfig, UserCheckConfig
+from .user import UserCheck, user_metric
 
 CHECK_TYPES: list[type[Check]] = []
 METRICS: dict[str, Metric] = {}
@@ -39,19 +41,33 @@ def metric_names() -> tuple[str, ...]:
     return tuple(METRICS)
 
 
+def metrics_for(settings: CheckSettings | None) -> dict[str, Metric]:
+    """The built-in metrics, then the user's own checks of these settings (a run's, or a config's)."""
+    if settings is None or not settings.user:
+        return METRICS
+    return {**METRICS, **{c.name: user_metric(c) for c in settings.user}}
+
+
 def build_checks(settings: CheckSettings) -> list[Check]:
-    """The active checks for these settings, in registry order (the filter before the rest)."""
-    return [check_type(settings) for check_type in CHECK_TYPES if check_type.active(settings)]
+    """The active checks for these settings, in registry order (the filter before the rest), and
+    the user's own last (they may read what the others found)."""
+    checks = [check_type(settings) for check_type in CHECK_TYPES if check_type.active(settings)]
+    if UserCheck.active(settings):
+        checks.append(UserCheck(settings))
+    return checks
 
 
 def outcomes(sample: dict[str, Any], case: Case, settings: CheckSettings) -> dict[str, bool]:
     """Each applicable metric's outcome for a sample that has an output (recorded with it, so
-    that counting a large run reads them instead of re-deriving them)."""
-    return {
-        name: bool(metric.outcome(sample, case, settings))
-        for name, metric in METRICS.items()
-        if metric.applies(case, settings)
-    }
+    that counting a large run reads them instead of re-deriving them). A user check that said
+    "does not apply" (None) for this sample has no outcome."""
+    found = {}
+    for name, metric in metrics_for(settings).items():
+        if metric.applies(case, settings):
+            outcome = metric.outcome(sample, case, settings)
+            if outcome is not None or name in METRICS:  # only a user's check may not apply
+                found[name] = bool(outcome)
+    return found
 
 
 def run_checks(checks: Iterable[Check], view: SampleView) -> tuple[dict[str, Any] | None, dict[str, Any]]:
@@ -59,8 +75,9 @@ def run_checks(checks: Iterable[Check], view: SampleView) -> tuple[dict[str, Any
     header = None
     found: dict[str, Any] = {}
     for check in checks:
+        seen = {**found, "header": header} if header is not None else found
         result = check.evaluate(
-            SampleView(view.case, view.text, view.passages, view.response, view.settings, found)
+            SampleView(view.case, view.text, view.passages, view.response, view.settings, seen)
         )
         if result is None:
             continue
@@ -82,8 +99,10 @@ __all__ = [
     "HeaderConfig",
     "Metric",
     "SampleView",
+    "UserCheckConfig",
     "build_checks",
     "metric_names",
+    "metrics_for",
     "outcomes",
     "register",
     "run_checks",

@@ -73,11 +73,37 @@ class CitationConfig:
 
 
 @dataclass(frozen=True)
+class UserCheckConfig:
+    name: str
+    function: str  # module:function
+    higher_is_better: bool = True
+    description: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "function": self.function,
+            "higher_is_better": self.higher_is_better,
+            "description": self.description,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "UserCheckConfig":
+        return cls(
+            data["name"],
+            data["function"],
+            bool(data.get("higher_is_better", True)),
+            data.get("description", ""),
+        )
+
+
+@dataclass(frozen=True)
 class CheckSettings:
     header: HeaderConfig = field(default_factory=HeaderConfig)
     filter: FilterConfig | None = None
     citations: CitationConfig | None = None
     top_k: int | None = None  # retrieval_hit counts an expected id only within the first K
+    user: tuple[UserCheckConfig, ...] = ()  # [[check]]: checks of the user's own
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -85,6 +111,7 @@ class CheckSettings:
             "filter": self.filter.to_dict() if self.filter else None,
             "citations": self.citations.to_dict() if self.citations else None,
             "top_k": self.top_k,
+            **({"user": [c.to_dict() for c in self.user]} if self.user else {}),
         }
 
     @classmethod
@@ -97,11 +124,12 @@ class CheckSettings:
             filter=FilterConfig(**filter_data) if filter_data else None,
             citations=CitationConfig(**citations) if citations else None,
             top_k=data.get("top_k"),
+            user=tuple(UserCheckConfig.from_dict(c) for c in data.get("user") or ()),
         )
 
     def functions(self) -> list[str]:
         """The production functions (`module:function`) these checks call."""
-        return [self.filter.function] if self.filter else []
+        return ([self.filter.function] if self.filter else []) + [c.function for c in self.user]
 
     def with_top_k(self, top_k: int | None) -> "CheckSettings":
         return self if top_k is None else replace(self, top_k=top_k)

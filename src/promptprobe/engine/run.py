@@ -13,7 +13,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from .. import __version__
 from ..assemble import Assembler, default_messages, production_assembler
 from ..checks import CheckSettings, build_checks
 from ..config import TargetConfig, load_config
@@ -26,6 +25,7 @@ from ..prompts import PromptVersion, check_prompts, prompt_from_bytes
 from ..providers import make_provider
 from ..providers.base import GenerationParams, Provider
 from ..retrievers import Retriever, make_retriever, redact
+from ..version import __version__
 from .cost import PriceTable, load_prices
 from .executor import Executor, Retrieved
 from .limiter import Limiter

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ..checks import METRICS, CheckSettings
+from ..checks import CheckSettings, metrics_for
 from ..config import TargetConfig
 from ..errors import InputError
 from ..jsonio import iter_jsonl
@@ -62,7 +62,7 @@ def round_pairs(
 ) -> tuple[int, int, int]:
     """(pairs, b_higher, a_higher) over one round's samples of the two arms: the pairs where only
     B's outcome is 1, and where only A's is."""
-    rule = METRICS[metric]
+    rule = metrics_for(settings)[metric]
     outcome: dict[tuple[str, int], bool] = {}
     for sample in samples:
         case = cases[sample["case_id"]]
@@ -72,7 +72,10 @@ def round_pairs(
         if sample.get("error"):
             hit = not rule.higher_is_better  # a failure is the unfavourable outcome for its own arm
         else:
-            hit = bool(rule.outcome(sample, case, settings))
+            found = rule.outcome(sample, case, settings)
+            if found is None:
+                continue  # a user's check that does not apply to this sample: no pair
+            hit = bool(found)
         outcome[(case.id, index)] = hit
     pairs = b_higher = a_higher = 0
     for case_id in cases:
@@ -127,6 +130,9 @@ class SequentialRun:
         options: RunOptions,
         rule: SequentialRule,
     ) -> "SequentialRun":
+        known = metrics_for(config.checks)
+        if rule.metric not in known:
+            raise InputError(f"--metric {rule.metric}: unknown metric (known: {', '.join(known)})")
         cap = None
         max_rounds = rule.max_rounds
         if max_rounds is None:
@@ -213,8 +219,12 @@ class SequentialRun:
             return last["round"], discordant, last["b_higher_total"], last
         # A run recorded before pairs were counted by rate: favour_b counted B doing well.
         favour_b = last["favour_b_total"]
-        b_higher = favour_b if METRICS[self.rule.metric].higher_is_better else discordant - favour_b
+        b_higher = favour_b if self._metric.higher_is_better else discordant - favour_b
         return last["round"], discordant, b_higher, last
+
+    @property
+    def _metric(self) -> Any:
+        return metrics_for(self.runner.settings)[self.rule.metric]
 
     def _round_samples(self, round_number: int) -> list[dict[str, Any]]:
         assert self.runner.store is not None
@@ -249,7 +259,7 @@ class SequentialRun:
             else:
                 decision = None
             assert runner.store is not None
-            higher = METRICS[self.rule.metric].higher_is_better
+            higher = self._metric.higher_is_better
             runner.store.append(
                 "sequential.jsonl",
                 {

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..checks import METRICS
+from ..checks import METRICS, Metric
 from ..counts import ArmCounts, CountsTable, build_counts
 from ..errors import InputError
 from ..jsonio import dumps_pretty
@@ -62,11 +62,11 @@ def is_paired(a: Side, b: Side) -> bool:
     return True
 
 
-def _summary(side: Side, metric: str) -> dict[str, Any]:
+def _summary(side: Side, rule: Metric) -> dict[str, Any]:
     return {
         "label": side.label,
         "name": side.name or side.label,
-        **metric_object(side.per_case, METRICS[metric].higher_is_better),
+        **metric_object(side.per_case, rule.higher_is_better),
         "cases": len(side.per_case),
     }
 
@@ -78,17 +78,20 @@ def compare_sides(
     alpha: float = 0.05,
     exact: bool = True,
     hints: bool = True,
+    rule: Metric | None = None,
 ) -> dict[str, Any]:
     """The compare object for B - A on one metric (`exact=False` skips Boschloo; `hints=False`
-    leaves the sample-size hints out, for `add_hints` to add once a family is adjusted).
+    leaves the sample-size hints out, for `add_hints` to add once a family is adjusted; `rule`:
+    the metric itself when it is a run's own [[check]]).
 
     Its verdict uses this metric's own p; `adjust` re-decides a family of them with Holm."""
-    higher = METRICS[metric].higher_is_better
-    sa, sb = _summary(a, metric), _summary(b, metric)
+    rule = rule or METRICS[metric]
+    higher = rule.higher_is_better
+    sa, sb = _summary(a, rule), _summary(b, rule)
     if not sa["n"] or not sb["n"]:
         raise InputError(
             f"metric {metric}: no samples to compare ({sa['n']} vs {sb['n']}); "
-            f"it counts only {METRICS[metric].description}"
+            f"it counts only {rule.description}"
         )
     paired = is_paired(a, b)
     notes: list[str] = []
@@ -402,10 +405,6 @@ def compare_runs(
 ) -> dict[str, Any]:
     """Compare two selected arms on each metric; each run directory is read once. Several
     metrics are one family: Holm-adjusted p-values decide their verdicts."""
-    names = list(METRICS) if all_metrics else list(dict.fromkeys(metrics or ["header_present"]))
-    for metric in names:
-        if metric not in METRICS:
-            raise InputError(f"unknown metric {metric!r} (known: {', '.join(METRICS)})")
     run_a, _ = parse_selector(a)
     run_b, _ = parse_selector(b)
     tables: dict[Path, CountsTable] = {}
@@ -414,6 +413,11 @@ def compare_runs(
         if key not in tables:
             tables[key] = build_counts(run, classification=classification, top_k=top_k)
     counts_a, counts_b = tables[run_a.resolve()], tables[run_b.resolve()]
+    known = {**counts_a.metrics, **counts_b.metrics}  # the built-in ones and both runs' own checks
+    names = list(known) if all_metrics else list(dict.fromkeys(metrics or ["header_present"]))
+    for metric in names:
+        if metric not in known:
+            raise InputError(f"unknown metric {metric!r} (known: {', '.join(known)})")
     arm_a, arm_b = select_arm(a, counts_a), select_arm(b, counts_b)
     name_a, name_b = arm_names(counts_a, arm_a, counts_b, arm_b)
     results, sides = [], []
@@ -422,7 +426,7 @@ def compare_runs(
         side_b = side_of(b, counts_b, arm_b, metric, name_b)
         if all_metrics and (not side_a.per_case or not side_b.per_case):
             continue  # --all: e.g. no case has `expect`, so declared_correct has no samples
-        result = compare_sides(side_a, side_b, metric, alpha, hints=False)
+        result = compare_sides(side_a, side_b, metric, alpha, hints=False, rule=known[metric])
         if counts_a is counts_b:
             _apply_sequential(counts_a, arm_a, arm_b, result)
         results.append(result)

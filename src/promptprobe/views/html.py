@@ -11,7 +11,6 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ..checks import METRICS
 from ..counts import CountsTable, build_counts, merged_samples
 from .compare import badge, generalise_sentence, sentence
 from .report import build_report, sequential_sentence
@@ -118,7 +117,7 @@ def _grid(counts: CountsTable, metric: str) -> dict[str, Any]:
                 continue
             k, n, errors = cell
             rate = k / n if n else 0.0
-            good = rate if METRICS[metric].higher_is_better else 1 - rate
+            good = rate if counts.metrics[metric].higher_is_better else 1 - rate
             cells.append(
                 {"k": k, "n": n, "errors": errors, "rate": round(100 * rate), "hue": round(120 * good)}
             )
@@ -173,7 +172,7 @@ def report_html(counts: CountsTable | str | Path) -> str:
     report = build_report(counts)
     varying = [k for k in ("prompt", "model") if len({a[k] for a in report["arms"]}) > 1] or ["prompt"]
     plots = []
-    for name in METRICS:
+    for name, rule in counts.metrics.items():
         rows = [
             {"label": _arm_label(arm, varying), **arm["metrics"][name]}
             for arm in report["arms"]
@@ -183,8 +182,8 @@ def report_html(counts: CountsTable | str | Path) -> str:
             plots.append(
                 {
                     "metric": name,
-                    "higher_is_better": METRICS[name].higher_is_better,
-                    "description": METRICS[name].description,
+                    "higher_is_better": rule.higher_is_better,
+                    "description": rule.description,
                     "plot": _forest(rows),
                 }
             )
@@ -201,7 +200,11 @@ def report_html(counts: CountsTable | str | Path) -> str:
             report=report,
             sequential=sequential_sentence(report["sequential"]) if report.get("sequential") else None,
             plots=plots,
-            grids=[_grid(counts, name) for name in METRICS if any(a.metrics.get(name) for a in counts.arms)],
+            grids=[
+                _grid(counts, name)
+                for name in counts.metrics
+                if any(a.metrics.get(name) for a in counts.arms)
+            ],
             arm_labels=[_arm_label(a, varying) for a in report["arms"]],
             outputs=_outputs(counts, [(a.prompt, a.model) for a in counts.arms]),
             whys=whys,

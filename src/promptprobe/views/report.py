@@ -7,7 +7,6 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from ..checks import METRICS
 from ..counts import ArmCounts, CountsTable, build_counts
 from ..jsonio import dumps_pretty
 from ..stats.intervals import clustered_rate
@@ -71,7 +70,7 @@ def _usage(arm: ArmCounts) -> dict[str, Any]:
 
 def _arm(arm: ArmCounts, counts: CountsTable, by_tag: bool) -> dict[str, Any]:
     metrics = {
-        name: metric_object(per_case, METRICS[name].higher_is_better)
+        name: metric_object(per_case, counts.metrics[name].higher_is_better)
         for name, per_case in arm.metrics.items()
         if per_case
     }
@@ -112,7 +111,7 @@ def _by_tag(arm: ArmCounts, counts: CountsTable) -> dict[str, dict[str, Any]]:
     for tag, case_ids in tags.items():
         grouped[tag] = {
             name: metric_object(
-                {c: per_case[c] for c in case_ids if c in per_case}, METRICS[name].higher_is_better
+                {c: per_case[c] for c in case_ids if c in per_case}, counts.metrics[name].higher_is_better
             )
             for name, per_case in arm.metrics.items()
             if any(c in per_case for c in case_ids)

@@ -12,7 +12,7 @@ import io
 from pathlib import Path
 from typing import Any
 
-from ..checks import METRICS
+from ..checks import metrics_for
 from ..counts import merged_samples, settings_of
 from ..engine.cost import usage_tokens
 from ..engine.store import load_manifest
@@ -50,11 +50,8 @@ def sample_rows(
     numbers = classifications(run_dir)
     number = numbers[-1] if numbers else None
     settings = settings_of(run_dir, manifest, number)
-    applicable = [
-        name
-        for name in METRICS
-        if any(m.applies(c, settings) for m in [METRICS[name]] for c in cases.values())
-    ]
+    metrics = metrics_for(settings)
+    applicable = [name for name, m in metrics.items() if any(m.applies(c, settings) for c in cases.values())]
     _, chosen = select_samples(run_dir, sample, case, header)
     wanted = {record["sample_id"] for record in chosen}
     arms = {(a["prompt"], a["model"]): a.get("arm") for a in manifest["arms"]}
@@ -81,7 +78,7 @@ def sample_rows(
         }
         outcomes = record.get("outcomes") or {}
         for name in applicable:
-            metric = METRICS[name]
+            metric = metrics[name]
             if case_obj is None or not metric.applies(case_obj, settings):
                 row[name] = None
             elif error:
@@ -89,7 +86,8 @@ def sample_rows(
             elif name in outcomes:
                 row[name] = int(bool(outcomes[name]))
             else:
-                row[name] = int(bool(metric.outcome(record, case_obj, settings)))
+                outcome = metric.outcome(record, case_obj, settings)  # None: a check that does not apply
+                row[name] = None if outcome is None else int(bool(outcome))
         rows.append(row)
     return FIXED + applicable, rows
 

@@ -15,7 +15,6 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from ..checks import METRICS
 from ..counts import build_counts, merged_samples
 from ..errors import InputError
 from ..jsonio import dumps_pretty
@@ -48,12 +47,12 @@ def phrases(text: str) -> set[str]:
 
 def explain(target: str, metric: str = "header_present", alpha: float = 0.05) -> dict[str, Any]:
     """The why object of docs/json.md for RUN or RUN#prompt=...,model=..."""
-    if metric not in METRICS:
-        raise InputError(f"unknown metric {metric!r} (known: {', '.join(METRICS)})")
     run_dir, filters = parse_selector(target)
     counts = build_counts(run_dir)
+    if metric not in counts.metrics:
+        raise InputError(f"unknown metric {metric!r} (known: {', '.join(counts.metrics)})")
     arm = select_arm(target, counts) if filters else None
-    rule = METRICS[metric]
+    rule = counts.metrics[metric]
     cases = counts.cases
     failing: list[tuple[str, set[str]]] = []
     passing: list[tuple[str, set[str]]] = []
@@ -67,6 +66,8 @@ def explain(target: str, metric: str = "header_present", alpha: float = 0.05) ->
             continue
         recorded = sample.get("outcomes") or {}
         event = recorded[metric] if metric in recorded else rule.outcome(sample, case, counts.settings)
+        if event is None:
+            continue  # a user's check that does not apply to this sample
         good = event == rule.higher_is_better
         text = (Path(run_dir) / sample["raw"]["path"]).read_bytes().decode("utf-8", "replace")
         (passing if good else failing).append((sample["sample_id"], phrases(text)))

@@ -1,0 +1,384 @@
+"""The Python API: what the CLI does, as functions that return typed objects.
+
+    import promptprobe
+    result = promptprobe.run("probes/refusal-header.toml", prompts=["prompts/v1.md", "prompts/v2.md"],
+                             models=["openai:gpt-4.1-mini"], retrieval="none")
+    comparison = promptprobe.compare(f"{result.path}#prompt=v1", f"{result.path}#prompt=v2")
+    print(comparison.verdict, comparison.worse)
+
+Each object's `to_dict()` is exactly the JSON the matching command prints with `--json`, and
+reports and comparisons render as HTML in Jupyter (`_repr_html_`, the `--format html` page
+without its chrome). Errors are the domain exceptions (`InputError`: bad input, exit 2;
+`StartError`: could not start, exit 3). Nothing else of the package is public.
+"""
+
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from .errors import InputError
+
+
+def _html_fragment(page: str) -> str:
+    """A report page without its chrome: its body in a `.promptprobe` box, its styles scoped to
+    that box so they cannot restyle the notebook around it."""
+    style = re.search(r"<style>(.*?)</style>", page, re.S)
+    body = re.search(r"<body>(.*)</body>", page, re.S)
+    if style is None or body is None:
+        return page
+
+    def scoped(match: re.Match[str]) -> str:
+        selectors = match.group(1)
+        if selectors.strip().startswith("@"):
+            return match.group(0)
+        parts = [s.strip() for s in selectors.split(",")]
+        return ", ".join(".promptprobe" if s == "body" else f".promptprobe {s}" for s in parts) + " {"
+
+    css = re.sub(r"([^{}]+)\{", scoped, style.group(1))
+    return f'<div class="promptprobe">\n<style>{css}</style>\n{body.group(1)}</div>'
+
+
+@dataclass(frozen=True)
+class Report:
+    """`probe report RUN --json`: per arm, every metric's k/n with its intervals, usage and cost."""
+
+    data: dict[str, Any]
+    path: Path
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.data
+
+    @property
+    def arms(self) -> list[dict[str, Any]]:
+        return self.data["arms"]
+
+    def rate(self, metric: str, prompt: str | None = None, model: str | None = None) -> float:
+        """One arm's rate of a metric (the arm named by prompt and/or model; the only one if unnamed)."""
+        arms = [
+            a
+            for a in self.arms
+            if (prompt is None or a["prompt"] == prompt) and (model is None or a["model"] == model)
+        ]
+        if len(arms) != 1:
+            raise InputError(f"{len(arms)} arms match prompt={prompt!r} model={model!r}; name one")
+        return arms[0]["metrics"][metric]["rate"]
+
+    def html(self) -> str:
+        """The `--format html` page."""
+        from .views.html import report_html
+
+        return report_html(self.path)
+
+    def _repr_html_(self) -> str:
+        return _html_fragment(self.html())
+
+    def __str__(self) -> str:
+        from .views.report import render_report
+
+        return render_report(self.data)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """`probe compare A B --json`: one metric's object, or the family (`results`) of several."""
+
+    data: dict[str, Any]
+    a: str
+    b: str
+
+    def to_dict(self) -> dict[str, Any]:
+        results = self.data["results"]
+        if len(results) == 1 and not self.data.get("all"):
+            return dict(
+                results[0], retrieval_drift=self.data["retrieval_drift"], warnings=self.data["warnings"]
+            )
+        return {k: v for k, v in self.data.items() if k != "all"}
+
+    @property
+    def results(self) -> list[dict[str, Any]]:
+        return self.data["results"]
+
+    @property
+    def verdict(self) -> str:
+        """`A>B`, `B>A` (which rate is reliably higher) or `indistinguishable`; of the only metric."""
+        if len(self.results) != 1:
+            raise InputError("several metrics were compared: read each result's verdict in .results")
+        return self.results[0]["verdict"]
+
+    @property
+    def worse(self) -> bool:
+        """Whether B is reliably worse than A on any metric compared (the gate's question)."""
+        return any(r["worse"] for r in self.results)
+
+    def failures(self) -> list[str]:
+        """The `FAIL:` line of every metric on which B is reliably worse."""
+        from .views.compare import failure_line
+
+        return [failure_line(r) for r in self.results if r["worse"]]
+
+    def html(self) -> str:
+        from .views.html import compare_html
+
+        return compare_html(self.a, self.b, self.data)
+
+    def _repr_html_(self) -> str:
+        return _html_fragment(self.html())
+
+    def __str__(self) -> str:
+        from .views.compare import render_comparison
+
+        return render_comparison(self.data)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """`probe plan ... --json`."""
+
+    data: dict[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.data
+
+    def __str__(self) -> str:
+        from .views.plan import render_plan
+
+        return render_plan(self.data)
+
+
+@dataclass(frozen=True)
+class Run:
+    """A run directory: `to_dict()` is its line of `probe runs --json`."""
+
+    path: Path
+    info: dict[str, Any]
+    manifest: dict[str, Any] = field(repr=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.info
+
+    def samples(self) -> Iterator[dict[str, Any]]:
+        """The sample records (samples.jsonl), in the order they were recorded."""
+        from .engine.store import iter_samples
+
+        return iter_samples(self.path)
+
+    def report(self, **options: Any) -> Report:
+        return report(self.path, **options)
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """`probe run ... --json`: where the run is, how it ended, and its report."""
+
+    path: Path
+    status: str
+    counts: dict[str, int]
+    stopped_by: str | None
+    report: Report
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "run": str(self.path),
+            "status": self.status,
+            "counts": self.counts,
+            "stopped_by": self.stopped_by,
+            "report": self.report.to_dict(),
+        }
+
+    @classmethod
+    def of(cls, outcome: Any) -> "RunResult":
+        """From the engine's RunOutcome."""
+        counts = {"planned": outcome.planned, "recorded": outcome.recorded, "errors": outcome.errors}
+        return cls(outcome.path, outcome.status, counts, outcome.stopped_by, report(outcome.path))
+
+    def _repr_html_(self) -> str:
+        return self.report._repr_html_()
+
+
+def _where(run_ref: str | Path, runs_dir: str | Path | None) -> Path:
+    from .runref import resolve
+
+    return resolve(run_ref, runs_dir)
+
+
+def load(run_ref: str | Path, runs_dir: str | Path | None = None) -> Run:
+    """A run by reference: a directory, its id, a unique prefix of the id, `latest`, `latest~N`."""
+    from .engine.store import load_manifest
+    from .runref import _info
+
+    path = _where(run_ref, runs_dir)
+    info = _info(path)
+    if info is None:
+        raise InputError(f"{path}: not a readable run")
+    return Run(path, info.to_dict(), load_manifest(path))
+
+
+def report(
+    run_ref: str | Path,
+    *,
+    by_tag: bool = False,
+    classification: int | None = None,
+    top_k: int | None = None,
+    runs_dir: str | Path | None = None,
+) -> Report:
+    """`probe report RUN`."""
+    from .counts import build_counts
+    from .views.report import build_report
+
+    path = _where(run_ref, runs_dir)
+    counts = build_counts(path, classification=classification, top_k=top_k)
+    return Report(build_report(counts, by_tag=by_tag), path)
+
+
+def compare(
+    a: str,
+    b: str,
+    metric: str | Sequence[str] = "header_present",
+    *,
+    all_metrics: bool = False,
+    alpha: float = 0.05,
+    classification: int | None = None,
+    top_k: int | None = None,
+    runs_dir: str | Path | None = None,
+) -> Comparison:
+    """`probe compare A B`: A the baseline, B the candidate, each `RUN` or `RUN#prompt=NAME` /
+    `RUN#model=SPEC`. Several metrics (or `all_metrics`) are one Holm-adjusted family."""
+    from .runref import resolve_selector
+    from .views.compare import compare_runs
+
+    if not 0 < alpha <= 0.5:
+        raise InputError(f"alpha must lie in (0, 0.5], got {alpha!r}")
+    a, b = resolve_selector(a, runs_dir), resolve_selector(b, runs_dir)
+    metrics = [metric] if isinstance(metric, str) else list(metric)
+    data = compare_runs(
+        a, b, metrics, all_metrics=all_metrics, alpha=alpha, classification=classification, top_k=top_k
+    )
+    return Comparison(dict(data, all=all_metrics), a, b)
+
+
+def plan(
+    p1: float | None = None,
+    p2: float | None = None,
+    *,
+    n: int | None = None,
+    alpha: float = 0.05,
+    power: float = 0.8,
+    cases: int | None = None,
+    icc: float | None = None,
+    gate_any_of: int | None = None,
+    p: float | None = None,
+    sequential: bool = False,
+    detect: float = 15.0,
+) -> Plan:
+    """`probe plan`: samples (or repeats of `cases` questions at `icc`) to tell p1 from p2; the
+    smallest difference `n` detects; an any-of-k gate's block rate; a sequential run's rounds."""
+    from .views.plan import check_flags, plan_gate, plan_mdd, plan_sample_size
+
+    check_flags(p1, p2, alpha, power, icc, p)
+    if gate_any_of is not None:
+        if p is None:
+            raise InputError("--gate-any-of needs --p (the per-run success rate)")
+        return Plan(plan_gate(p, gate_any_of))
+    if sequential:
+        if p1 is None or p2 is None or cases is None:
+            raise InputError("--sequential needs --p1, --p2 and --cases")
+        if not 0 < detect <= 100:
+            raise InputError(f"--detect must lie in (0, 100] points, got {detect!r}")
+        from .views.sequential_plan import plan_sequential
+
+        return Plan(
+            plan_sequential(p1, p2, cases, icc if icc is not None else 0.5, alpha, power, detect=detect / 100)
+        )
+    if n is not None:
+        if p1 is None:
+            raise InputError("--n needs --p1 (the rate you have now)")
+        return Plan(plan_mdd(n, p1, alpha, power))
+    if p1 is not None and p2 is not None:
+        if (cases is None) != (icc is None):
+            raise InputError("--cases and --icc go together")
+        return Plan(plan_sample_size(p1, p2, alpha, power, cases, icc))
+    raise InputError("give --p1 and --p2, or --n and --p1, or --gate-any-of K and --p")
+
+
+def run(
+    probeset: str | Path,
+    prompts: Sequence[str | Path],
+    models: Sequence[str] = (),
+    *,
+    config: str | Path | None = None,
+    retrieval: str | None = None,
+    repeats: int | None = None,
+    until_decided: bool = False,
+    metric: str = "header_present",
+    detect: float = 15.0,
+    alpha: float = 0.05,
+    runs_dir: str | Path | None = None,
+    concurrency: int | None = None,
+    max_tokens: int | None = None,
+    temperature: float | None = None,
+    seed: int | None = None,
+    batch: bool | None = None,
+    cache: bool | None = None,
+    max_cost: float | None = None,
+) -> RunResult:
+    """`probe run`: every case x repeat x prompt x model through the target (`until_decided`:
+    two arms in rounds until the sequential test decides). `prompts` are files, or `NAME=FILE`;
+    `models` are specs (default: the config's); `retrieval="none"` probes without retrieval."""
+    from .config import load_config
+    from .engine.run import ProbeRun, RunOptions
+    from .probeset import load_probeset
+    from .prompts import load_prompt
+    from .providers import parse_spec
+    from .providers.base import GenerationParams
+    from .runref import runs_dir as folder_of
+
+    target = load_config(config)
+    if retrieval == "none":
+        target = replace(target, retrieval={"kind": "none"}, retrieval_given=True)
+    elif retrieval is not None:
+        raise InputError(
+            f"retrieval={retrieval!r}: the only choice here is 'none'; the config says how otherwise"
+        )
+    elif not target.retrieval_given:
+        raise InputError(
+            "no retrieval path: give config= (a probe.toml whose [retrieval] says how a question reaches "
+            "the model), or retrieval='none' to probe without retrieval"
+        )
+    settings = target.run
+    params = GenerationParams(
+        max_tokens=max_tokens or settings.max_tokens,
+        temperature=temperature if temperature is not None else settings.temperature,
+        seed=seed if seed is not None else settings.seed,
+        stream=settings.stream,
+        timeout=settings.timeout,
+        cache=cache if cache is not None else settings.cache,
+    )
+    options = RunOptions(
+        repeats=repeats or settings.repeats,
+        params=params,
+        concurrency=concurrency or settings.concurrency,
+        max_attempts=settings.max_attempts,
+        max_retry_wait=settings.max_retry_wait,
+        rpm=settings.rpm,
+        runs_dir=folder_of(runs_dir),
+        seed=params.seed,
+        max_cost=max_cost,
+        batch=batch if batch is not None else settings.batch,
+    )
+    configured = {m.spec: m for m in settings.models}
+    specs = [configured.get(s) or parse_spec(s) for s in models] or list(settings.models)
+    loaded = load_probeset(probeset)
+    versions = [load_prompt(str(p)) for p in prompts]
+    if until_decided:
+        from .engine.sequential import SequentialRule, SequentialRun
+
+        rule = SequentialRule(metric=metric, alpha=alpha, detect=detect / 100)
+        runner: Any = SequentialRun.new(loaded, versions, specs, target, options, rule)
+    else:
+        runner = ProbeRun(loaded, versions, specs, target, options)
+    return RunResult.of(runner.execute())
+
+
+__all__ = ["Comparison", "Plan", "Report", "Run", "RunResult", "compare", "load", "plan", "report", "run"]

@@ -1,0 +1,250 @@
+"""Checks of your own: a [[check]] function becomes a metric that report, compare (and the Holm
+family of --all), the gate, sequential runs, why, the HTML and export all show with no other
+change; it sees a read-only view of the sample with the case's own data; None means "does not
+apply"; a check that raises is that sample's error of kind `check`, and `probe classify RUN`
+runs the fixed function again offline as a new classification."""
+
+import csv
+import io
+import json
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from conftest import ROOT, run_dir_of
+from servers import LocalServer, Reply
+
+from promptprobe.cli import main
+from promptprobe.config import load_config
+from promptprobe.errors import InputError
+from promptprobe.jsonio import read_jsonl
+
+PROBE = str(Path(sys.executable).parent / "probe")
+
+PROBESET = '''name = "prices"
+repeats = 2
+
+[[case]]
+id = "team-price"
+question = "How much is the Team plan?"
+tags = ["pricing"]
+data = { price = 20, currency = "USD" }
+
+[[case]]
+id = "enterprise-price"
+question = "How much is the Enterprise plan?"
+tags = ["pricing"]
+data = { price = 0, currency = "USD" }
+
+[[case]]
+id = "sso"
+question = "Do you support Okta?"
+'''
+
+CHECKS = '''
+SEEN = []
+
+
+def quotes_price(sample):
+    """Whether the reply quotes the case's own price; does not apply to cases without one."""
+    SEEN.append(sample)
+    price = sample["case"]["data"].get("price")
+    if not price:
+        return None
+    return f"${price}" in sample["text"]
+
+
+def no_apology(sample):
+    return "sorry" not in sample["text"].lower()
+'''
+
+
+def reply_for(request):
+    text = request.json["messages"][-1]["content"]
+    prompt = request.json["messages"][0]["content"]
+    if "Team" in text:
+        return Reply("[[ANSWER]]\nTeam is $20 per user." if "v2" in prompt else "[[ANSWER]]\nSorry, I do not know.")
+    return Reply("[[ANSWER]]\nYes.")
+
+
+def setup(tmp_path: Path, checks: str = CHECKS) -> tuple[str, Path]:
+    module = f"mychecks_{uuid.uuid4().hex[:8]}"
+    (tmp_path / f"{module}.py").write_text(checks)
+    (tmp_path / "prices.toml").write_text(PROBESET)
+    (tmp_path / "v1.md").write_text("You are the help desk (v1).\n")
+    (tmp_path / "v2.md").write_text("You are the help desk (v2).\n")
+    (tmp_path / "probe.toml").write_text(f'''[retrieval]
+kind = "none"
+
+[[check]]
+name = "quotes_price"
+function = "{module}:quotes_price"
+description = "the reply quotes the case's own price"
+
+[[check]]
+name = "apologised"
+function = "{module}:no_apology"
+higher_is_better = true
+description = "the reply does not apologise"
+''')
+    return module, tmp_path / "probe.toml"
+
+
+def run(tmp_path: Path, server: LocalServer, *args: str):
+    return CliRunner().invoke(main, ["run", str(tmp_path / "prices.toml"), "--prompt", str(tmp_path / "v1.md"),
+                                     "--prompt", str(tmp_path / "v2.md"), "-m", f"openai:m@{server.url}/v1",
+                                     "--config", str(tmp_path / "probe.toml"), "--runs-dir", str(tmp_path / "runs"),
+                                     *args])
+
+
+def test_a_user_check_is_a_metric_everywhere(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    module, _ = setup(tmp_path)
+    with LocalServer(reply_for) as server:
+        result = run(tmp_path, server)
+    assert result.exit_code == 0, result.output
+    run_dir = run_dir_of(result)
+    samples = read_jsonl(run_dir / "samples.jsonl")
+    team = [s for s in samples if s["case_id"] == "team-price"]
+    assert {s["prompt"]: s["checks"]["user"]["quotes_price"] for s in team} == {"v1": False, "v2": True}
+    sso = next(s for s in samples if s["case_id"] == "sso")
+    assert sso["checks"]["user"]["quotes_price"] is None and "quotes_price" not in sso["outcomes"]
+    # The enterprise case has price 0: "does not apply", so quotes_price counts only team-price.
+    report = json.loads(CliRunner().invoke(main, ["report", str(run_dir), "--json"]).stdout)
+    by_prompt = {arm["prompt"]: arm["metrics"] for arm in report["arms"]}
+    assert (by_prompt["v1"]["quotes_price"]["k"], by_prompt["v1"]["quotes_price"]["n"]) == (0, 2)
+    assert (by_prompt["v2"]["quotes_price"]["k"], by_prompt["v2"]["quotes_price"]["n"]) == (2, 2)
+    assert by_prompt["v1"]["apologised"]["n"] == 6
+    assert "quotes_price" in CliRunner().invoke(main, ["report", str(run_dir)]).stdout
+    # compare, --all (one Holm family with the built-in metrics), the gate.
+    compared = json.loads(CliRunner().invoke(main, ["compare", f"{run_dir}#prompt=v1", f"{run_dir}#prompt=v2",
+                                                    "--metric", "quotes_price", "--json"]).stdout)
+    assert compared["metric"] == "quotes_price" and compared["b"]["k"] == 2
+    family = json.loads(CliRunner().invoke(main, ["compare", f"{run_dir}#prompt=v1", f"{run_dir}#prompt=v2",
+                                                  "--all", "--json"]).stdout)
+    names = [r["metric"] for r in family["results"]]
+    assert "quotes_price" in names and "apologised" in names and "header_present" in names
+    assert all("p_adjusted" in r for r in family["results"])
+    gate = CliRunner().invoke(main, ["compare", f"{run_dir}#prompt=v2", f"{run_dir}#prompt=v1", "--metric", "apologised",
+                                     "--fail-if-worse"])
+    assert gate.exit_code in (0, 4) and ("FAIL:" in gate.stderr) == (gate.exit_code == 4)
+    # why, export, HTML.
+    why = json.loads(CliRunner().invoke(main, ["why", f"{run_dir}#prompt=v1", "--metric", "apologised", "--json"]).stdout)
+    assert why["metric"] == "apologised" and why["failing_samples"] == 2
+    rows = list(csv.DictReader(io.StringIO(CliRunner().invoke(main, ["export", str(run_dir), "--format", "csv"]).stdout)))
+    assert "quotes_price" in rows[0] and {r["quotes_price"] for r in rows if r["case_id"] == "sso"} == {""}
+    html = CliRunner().invoke(main, ["report", str(run_dir), "--format", "html"]).stdout
+    assert "quotes_price" in html and "the reply quotes the case&#39;s own price" in html
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["checks"]["user"][0] == {"name": "quotes_price", "function": f"{module}:quotes_price",
+                                              "higher_is_better": True,
+                                              "description": "the reply quotes the case's own price"}
+
+
+def test_the_view_a_check_gets_is_read_only_and_complete(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    module, _ = setup(tmp_path)
+    with LocalServer(reply_for) as server:
+        assert run(tmp_path, server, "-n", "1").exit_code == 0
+    seen = sys.modules[module].SEEN
+    sample = next(s for s in seen if s["case"]["id"] == "team-price")
+    assert set(sample) == {"question", "case", "text", "filtered_text", "passages", "header", "response"}
+    assert sample["case"]["tags"] == ("pricing",) and sample["case"]["data"]["currency"] == "USD"
+    assert sample["header"]["header"] == "present" and sample["response"]["stop_reason"] == "stop"
+    with pytest.raises(TypeError):
+        sample["case"]["data"]["price"] = 1  # read-only, all the way down
+    with pytest.raises(TypeError):
+        sample["text"] = "changed"
+
+
+def test_a_check_that_raises_is_that_samples_error_and_classify_runs_the_fix(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    broken = CHECKS.replace('return "sorry" not in', 'return sample["missing"] or "sorry" not in')
+    module, config = setup(tmp_path, broken)
+    with LocalServer(reply_for) as server:
+        result = run(tmp_path, server, "-n", "1")
+    assert result.exit_code == 1  # every sample failed its check: counted, reported
+    run_dir = run_dir_of(result)
+    samples = read_jsonl(run_dir / "samples.jsonl")
+    assert all(s["error"]["kind"] == "check" and "KeyError" in s["error"]["message"] for s in samples)
+    assert all((run_dir / s["raw"]["path"]).read_bytes() for s in samples)  # the raw output stays
+    (tmp_path / f"{module}.py").write_text(CHECKS)  # the check is fixed
+    fixed = subprocess.run([PROBE, "classify", str(run_dir), "--json"], cwd=tmp_path, capture_output=True,
+                           text=True, timeout=120)
+    assert fixed.returncode == 0, fixed.stderr
+    summary = json.loads(fixed.stdout)
+    assert summary["classification"] == 1 and summary["reused"] is False
+    report = json.loads(CliRunner().invoke(main, ["report", str(run_dir), "--json"]).stdout)
+    assert report["classification"] == 1
+    assert {arm["prompt"]: arm["metrics"]["apologised"]["k"] for arm in report["arms"]} == {"v1": 2, "v2": 3}
+
+
+def test_until_decided_on_a_user_check(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    setup(tmp_path)
+    with LocalServer(reply_for) as server:
+        result = run(tmp_path, server, "--until-decided", "--metric", "apologised", "--max-rounds", "3")
+        unknown = run(tmp_path, server, "--until-decided", "--metric", "no_such_check")
+    assert result.exit_code == 0, result.output
+    rounds = read_jsonl(run_dir_of(result) / "sequential.jsonl")
+    assert rounds and all(r["pairs"] == 3 for r in rounds)
+    assert unknown.exit_code == 2 and "--metric no_such_check: unknown metric" in unknown.stderr
+
+
+@pytest.mark.parametrize(("table", "message"), [
+    ('name = "header_present"\nfunction = "m:f"', "is a built-in metric"),
+    ('name = "Bad Name"\nfunction = "m:f"', "'name' must be lower-case"),
+    ('name = "ok"\nfunction = "no-colon"', "'function' must be \"module:function\""),
+    ('name = "ok"\nfunction = "m:f"\nhigher_is_better = "yes"', "'higher_is_better' must be true or false"),
+    ('name = "ok"\nfunction = "m:f"\nweight = 2', "weight"),
+])
+def test_a_bad_check_table_is_one_sentence(tmp_path, table, message):
+    (tmp_path / "probe.toml").write_text(f"[[check]]\n{table}\n")
+    with pytest.raises(InputError, match=message):
+        load_config(tmp_path / "probe.toml")
+
+
+def test_a_check_function_that_cannot_be_imported_stops_before_anything_runs(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    setup(tmp_path)
+    (tmp_path / "probe.toml").write_text('[retrieval]\nkind = "none"\n[[check]]\nname = "x"\nfunction = "nowhere_module:f"\n')
+    with LocalServer(reply_for) as server:
+        result = run(tmp_path, server)
+    assert result.exit_code == 2 and "nowhere_module" in result.stderr and not (tmp_path / "runs").exists()
+
+
+def test_case_data_must_be_a_table(tmp_path):
+    (tmp_path / "p.toml").write_text('[[case]]\nid = "a"\nquestion = "q"\ndata = 3\n')
+    result = CliRunner().invoke(main, ["check", str(tmp_path / "p.toml")])
+    assert result.exit_code == 2 and "'data' must be a table" in result.stderr
+
+
+def test_the_example_in_the_docs_runs(tmp_path, monkeypatch):
+    import re
+
+    text = (ROOT / "docs" / "checks.md").read_text().split("## Checks of your own", 1)[1]
+    python = re.search(r"```python\n(.*?)```", text, re.S).group(1)
+    tomls = re.findall(r"```toml\n(.*?)```", text, re.S)
+    module = f"docchecks_{uuid.uuid4().hex[:8]}"
+    (tmp_path / f"{module}.py").write_text(python)
+    (tmp_path / "probe.toml").write_text(tomls[0].replace("mychecks:", f"{module}:"))
+    monkeypatch.chdir(tmp_path)
+    config = load_config(tmp_path / "probe.toml")
+    assert [c.name for c in config.checks.user] == ["quotes_price", "answers_in_chinese"]
+    (tmp_path / "p.toml").write_text(tomls[1] + '\n[[case]]\nid = "zh"\nquestion = "怎么重置密码？"\ntags = ["zh"]\n')
+    from promptprobe.checks import build_checks, run_checks
+    from promptprobe.checks.base import SampleView
+    from promptprobe.probeset import load_probeset
+
+    cases = {c.id: c for c in load_probeset(tmp_path / "p.toml").cases}
+    checks = build_checks(config.checks)
+
+    def user(case_id, text):
+        return run_checks(checks, SampleView(cases[case_id], text, [], {}, config.checks, {}))[1]["user"]
+
+    assert user("team-price", "[[ANSWER]]\nTeam is $20 a month.") == {"quotes_price": True, "answers_in_chinese": None}
+    assert user("team-price", "[[ANSWER]]\nIt depends.")["quotes_price"] is False
+    assert user("zh", "[[ANSWER]]\n请在设置页面重置密码。") == {"quotes_price": None, "answers_in_chinese": True}
