@@ -9,7 +9,6 @@ at the provider); `probe run --resume RUN` re-attaches to every batch not yet co
 submits only what was never submitted; `--cancel` cancels what is outstanding.
 """
 
-import threading
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
@@ -111,7 +110,6 @@ class BatchScheduler:
         self.down = run.down_models
         self.ledger = BatchLedger(run.store)
         self.sent = self.ledger.submissions()
-        self.lock = threading.Lock()
         self.waiting: dict[str, Pending] = {}
         self.abort: ProbeError | None = None
         self.stopped_by: str | None = None
@@ -444,7 +442,10 @@ class BatchScheduler:
     def _wait(self) -> None:
         while not self.cancel.is_set():
             self._resubmit()
-            open_entries = [e for e in self.ledger.uncollected() if set(e["samples"]) & set(self.waiting)]
+            awaited = self.waiting.keys()
+            open_entries = [
+                e for e in self.ledger.uncollected() if any(sid in awaited for sid in e["samples"])
+            ]
             if not open_entries and not any(self.retry.values()):
                 return
             states = {}
@@ -455,11 +456,11 @@ class BatchScheduler:
                 states[entry["batch"]] = state
                 if state.ended:
                     self._collect(entry, state)
-            self.on_batches(self._summary(open_entries, states))
+            self.on_batches(self._summary(states))
             if any(not s.ended for s in states.values()) and not any(self.retry.values()):
                 self.cancel.wait(self.options.poll_interval)
 
-    def _summary(self, entries: list[dict[str, Any]], states: dict[str, BatchState]) -> str:
+    def _summary(self, states: dict[str, BatchState]) -> str:
         total = sum(len(e["samples"]) for e in self.ledger.entries)
         ended = sum(1 for e in self.ledger.entries if e.get("collected"))
         done = sum(len(e["samples"]) for e in self.ledger.entries if e.get("collected")) + sum(
