@@ -113,6 +113,17 @@ def test_the_readme_points_to_docs_in_the_repository():
         assert (ROOT / link).exists(), link
 
 
+def test_a_table_shown_in_two_docs_is_the_same_table():
+    """Benchmark tables copied into a second page (ci.md carries the gate's and compare's) never drift."""
+    blocks: dict[str, set[str]] = {}
+    for path in sorted((ROOT / "docs").glob("*.md")):
+        text = path.read_text(encoding="utf-8")
+        for name, body in re.findall(r"<!-- ([\w-]+):start -->\n(.*?)<!-- \1:end -->", text, re.S):
+            blocks.setdefault(name, set()).add(body)
+    assert {"gate-table", "compare-speed"} <= blocks.keys()
+    assert {name: len(bodies) for name, bodies in blocks.items() if len(bodies) > 1} == {}
+
+
 def test_plain_tables_fit_the_terminal(recorded):
     _, _, run_result = recorded
     run_dir = json.loads(run_result.stdout)["run"]
