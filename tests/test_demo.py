@@ -139,3 +139,62 @@ def test_why_finds_the_support_pointer_on_the_demo(demo_run):
     assert result.exit_code == 0, result.output
     top = [row["phrase"] for row in json.loads(result.stdout)["phrases"][:3]]
     assert any("support@acme.example" in phrase or "reach a person" in phrase for phrase in top), top
+
+
+def test_probe_demo_batch_takes_the_batch_path_offline_with_the_same_results(demo_run, tmp_path):
+    live, live_dir = demo_run
+    result = CliRunner(env={"COLUMNS": "100"}).invoke(main, ["demo", "--batch", "--runs-dir", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    run_dir = tmp_path / result.stdout.splitlines()[0].split("run: ", 1)[1].split("/")[-1]
+    assert result.stdout.splitlines()[1] == "via the batch API: 1 batch(es)"
+    ledger = read_jsonl(run_dir / "batches.jsonl")
+    assert len(ledger) == 1 and ledger[0]["collected"] and len(ledger[0]["samples"]) == 72
+    samples = read_jsonl(run_dir / "samples.jsonl")
+    assert len(samples) == 72 and all(s["error"] is None and s["via"] == "batch" for s in samples)
+    line = json.loads((run_dir / samples[0]["response"]["body"]).read_bytes())  # the result line's bytes
+    assert line["custom_id"] == f"p{ledger[0]['samples'].index(samples[0]['sample_id'])}"  # its place in the batch
+    assert line["response"]["status_code"] == 200
+    assert "SIMULATED" in line["response"]["body"]["model"]
+    # The simulated model answers a batch as it answers live calls: the same counts per arm.
+    def counts(path):
+        report = json.loads(CliRunner().invoke(main, ["report", str(path), "--format", "json"]).stdout)
+        return {arm["prompt"]: arm["metrics"]["header_present"]["k"] for arm in report["arms"]}
+
+    assert counts(run_dir) == counts(live_dir)
+    # The sequential run sent one batch a round.
+    sequential = [line for line in result.stdout.splitlines() if line.startswith("via the batch API")][1]
+    rounds = int(result.stdout.replace("\n  ", " ").split("decided at round ")[-1].split()[0])
+    assert sequential == f"via the batch API: {rounds} batch(es), one a round"
+
+
+def test_probe_demo_refuses_stream_with_batch(tmp_path):
+    result = CliRunner().invoke(main, ["demo", "--batch", "--stream", "--runs-dir", str(tmp_path)])
+    assert result.exit_code == 2 and "choose one" in result.stderr and not list(tmp_path.iterdir())
+
+
+def test_demo_batch_api_refuses_what_it_cannot_answer():
+    import openai
+
+    server = DemoServer("127.0.0.1", 0).start()
+    try:
+        client = openai.OpenAI(base_url=server.url, api_key="demo", max_retries=0)
+        with pytest.raises(openai.NotFoundError, match="no batch batch_missing"):
+            client.batches.retrieve("batch_missing")
+        with pytest.raises(openai.BadRequestError, match="no input file"):
+            client.batches.create(input_file_id="file-x", endpoint="/v1/chat/completions", completion_window="24h")
+        good = {"custom_id": "s1", "method": "POST", "url": "/v1/chat/completions",
+                "body": {"model": "acme-helpdesk", "messages": [{"role": "user", "content": "Backups?"}]}}
+        data = (json.dumps(good) + "\n" + json.dumps({"custom_id": "s2", "body": {}}) + "\n").encode()
+        uploaded = client.files.create(file=("in.jsonl", data), purpose="batch")
+        batch = client.batches.create(input_file_id=uploaded.id, endpoint="/v1/chat/completions",
+                                      completion_window="24h")
+        assert batch.status == client.batches.retrieve(batch.id).status == "in_progress"  # one look, then done
+        ended = client.batches.retrieve(batch.id)
+        assert ended.status == "completed" and ended.request_counts.failed == 1
+        errors = client.files.content(ended.error_file_id).content.decode().splitlines()
+        assert json.loads(errors[0])["custom_id"] == "s2" and "line 2" in json.loads(errors[0])["error"]["message"]
+        output = json.loads(client.files.content(ended.output_file_id).content)
+        assert output["custom_id"] == "s1" and output["response"]["body"]["choices"][0]["message"]["content"]
+        client.close()
+    finally:
+        server.stop()

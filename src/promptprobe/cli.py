@@ -1083,7 +1083,8 @@ def why(target: str, metric: str, top: int, runs_dir: Path | None, fmt: str, out
 )
 @handle_errors
 def demo_server(host: str, port: int, behaviour: Path | None) -> None:
-    """Serve the SIMULATED help-desk model over the OpenAI Chat Completions wire format."""
+    """Serve the SIMULATED help-desk model over the OpenAI Chat Completions wire format (and its
+    Batch API, for probe run --batch)."""
     from .demo import DemoServer, load_behaviour
 
     try:
@@ -1108,13 +1109,18 @@ def demo_server(host: str, port: int, behaviour: Path | None) -> None:
     "--port", type=click.IntRange(0, 65535), default=0, help="Demo server port (default: any free)."
 )
 @click.option("--stream", is_flag=True, help="Use the streaming API.")
+@click.option(
+    "--batch", is_flag=True, help="Send the calls through the demo server's Batch API (as probe run --batch)."
+)
 @handle_errors
-def demo(runs_dir: Path | None, port: int, stream: bool) -> None:
+def demo(runs_dir: Path | None, port: int, stream: bool, batch: bool) -> None:
     """Offline end to end on the SIMULATED model: the example probe set under both example
     prompts, the report, the comparison, and the same comparison decided sequentially."""
     from .demo import run_demo
 
-    result = run_demo(runs_dir_of(runs_dir), port, stream, progress=Progress)
+    if stream and batch:
+        raise InputError("--stream and --batch: a batch answers whole replies, never streams; choose one")
+    result = run_demo(runs_dir_of(runs_dir), port, stream, progress=Progress, batch=batch)
     click.echo(result.text)
     if result.errors:
         sys.exit(1)

@@ -23,6 +23,7 @@ from typing import Any
 from ..errors import InputError
 from ..tokens import tokenize
 from ..tomlfile import parse_toml
+from .batches import BatchRequestError, DemoBatches
 
 DATA = resources.files(__name__)
 
@@ -163,13 +164,15 @@ def generate(messages: list[dict[str, Any]], behaviour: Behaviour, occurrence: i
 
 
 class DemoServer:
-    """Serves `POST /v1/chat/completions` (plain and `stream: true`) and `GET /v1/models`."""
+    """Serves `POST /v1/chat/completions` (plain and `stream: true`), `GET /v1/models`, and the
+    Batch API's files and batches (demo/batches.py)."""
 
     def __init__(self, host: str = "127.0.0.1", port: int = 8765, behaviour: Behaviour | None = None) -> None:
         self.behaviour = behaviour or load_behaviour()
         self.seen: dict[str, int] = {}
         self.lock = threading.Lock()
         self.requests = 0
+        self.batches = DemoBatches(self.reply)
         demo = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -194,7 +197,22 @@ class DemoServer:
                 error = {"error": {"message": message, "type": "invalid_request_error"}}
                 self._send(status, json.dumps(error).encode())
 
+            def _batch_api(self, body: bytes) -> bool:
+                """Answer a batch API request (files, batches); False when the path is not one."""
+                route = demo.batches.route(self.command, self.path.split("?")[0].rstrip("/"))
+                if route is None:
+                    return False
+                try:
+                    reply, content_type = demo.batches.handle(*route, self.headers, body)
+                except BatchRequestError as exc:
+                    self._error(exc.status, str(exc))
+                else:
+                    self._send(200, reply, content_type)
+                return True
+
             def do_GET(self) -> None:
+                if self._batch_api(b""):
+                    return
                 if self.path.rstrip("/") == "/v1/models":
                     models = {
                         "object": "list",
@@ -206,8 +224,11 @@ class DemoServer:
 
             def do_POST(self) -> None:
                 length = int(self.headers.get("content-length") or 0)
+                body = self.rfile.read(length)
+                if self._batch_api(body):
+                    return
                 try:
-                    request = json.loads(self.rfile.read(length))
+                    request = json.loads(body)
                     messages = request["messages"]
                 except (ValueError, KeyError, TypeError):
                     self._error(400, "body must be JSON with 'messages'")
@@ -311,6 +332,7 @@ class DemoResult:
 
 
 PROMPTS = ("exception-only", "always-header")
+DEMO_POLL_INTERVAL = 0.1  # seconds: the demo's batches end at their first look
 
 
 def demo_inputs() -> tuple[Any, Any, list[Any]]:
@@ -326,9 +348,12 @@ def demo_inputs() -> tuple[Any, Any, list[Any]]:
     return config, probeset, prompts
 
 
-def run_demo(runs_dir: Path, port: int = 0, stream: bool = False, progress: Any = None) -> DemoResult:
+def run_demo(
+    runs_dir: Path, port: int = 0, stream: bool = False, progress: Any = None, batch: bool = False
+) -> DemoResult:
     """Start the demo server; probe both example prompts through the local retriever; report and
-    compare them; decide the same comparison sequentially; stop the server (also on failure)."""
+    compare them; decide the same comparison sequentially; stop the server (also on failure).
+    With `batch`, both runs go through the server's Batch API (one batch per sequential round)."""
     from ..engine.run import ProbeRun, RunOptions
     from ..engine.sequential import SequentialRule, SequentialRun
     from ..models import parse_model_spec
@@ -351,6 +376,8 @@ def run_demo(runs_dir: Path, port: int = 0, stream: bool = False, progress: Any 
             params=GenerationParams(stream=stream),
             runs_dir=runs_dir,
             seed=1,
+            batch=batch,
+            poll_interval=DEMO_POLL_INTERVAL,
         )
         fixed = ProbeRun(probeset, prompts, [model], config, options)
         outcome = _run(fixed, progress)
@@ -367,9 +394,11 @@ def run_demo(runs_dir: Path, port: int = 0, stream: bool = False, progress: Any 
     seq_result = compare_runs(seq_a, seq_b, ["header_present"])["results"][0]
     seq_view = build_report(decided.path)["sequential"]
     per_arm = decided.recorded // 2
+    via = [f"via the batch API: {_batch_count(outcome.path)} batch(es)"] if batch else []
     text = "\n".join(
         [
             f"run: {outcome.path}",
+            *via,
             report,
             "",
             f"$ probe compare '{a}' '{b}'",
@@ -379,6 +408,7 @@ def run_demo(runs_dir: Path, port: int = 0, stream: bool = False, progress: Any 
             why,
             "",
             f"$ probe run ... --until-decided   (run: {decided.path})",
+            *([f"via the batch API: {_batch_count(decided.path)} batch(es), one a round"] if batch else []),
             wrap(
                 f"sequential: {judgement(seq_result)}: {seq_result['verdict']}, decided at round "
                 f"{seq_view['rounds']} (cap {seq_view['max_rounds']} rounds): {decided.recorded} samples "
@@ -388,6 +418,13 @@ def run_demo(runs_dir: Path, port: int = 0, stream: bool = False, progress: Any 
         ]
     )
     return DemoResult(outcome.path, text, outcome.errors + decided.errors)
+
+
+def _batch_count(run_dir: Path) -> int:
+    ledger = run_dir / "batches.jsonl"
+    if not ledger.exists():
+        return 0
+    return len({json.loads(line)["batch"] for line in ledger.read_bytes().splitlines() if line.strip()})
 
 
 def _run(runner: Any, progress: Any) -> Any:
