@@ -416,6 +416,21 @@ def test_progress_lines_off_a_terminal(tmp_path):
     assert len(lines) >= 2 and "/8 samples, 0 errors" in lines[-1] and "samples/s" in lines[-1]
 
 
+def test_progress_off_a_terminal_says_nothing_twice_while_a_batch_waits(capsys):
+    from promptprobe.cli import Progress
+
+    with Progress(24, interval=0.02) as progress:
+        progress.batches("batches: 0/1 ended, 0/24 requests done")
+        time.sleep(0.3)  # some fifteen intervals with nothing new
+        progress.batches("batches: 1/1 ended, 24/24 requests done")
+        time.sleep(0.1)
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("progress: ")]
+    assert lines == [
+        "progress: 0/24 samples recorded, 0 errors; batches: 0/1 ended, 0/24 requests done",
+        "progress: 0/24 samples recorded, 0 errors; batches: 1/1 ended, 24/24 requests done",
+    ]
+
+
 def test_a_run_started_with_ctrl_c_ignored_keeps_ignoring_it_and_stops_on_sigterm(tmp_path):
     with LocalServer(lambda r: Reply("[[ANSWER]]\nok", delay=60)) as server:
         process = subprocess.Popen(

@@ -333,6 +333,9 @@ def _models(specs: tuple[str, ...], config: Any) -> list[Any]:
     return [configured.get(spec) or parse_spec(spec) for spec in specs]
 
 
+QUIET_REPEAT = 300.0  # seconds: off a terminal, an unchanged progress line is repeated this seldom
+
+
 class Progress:
     """Samples done of the total, errors so far, the rate and the time left: one line kept up to
     date on a terminal; off a terminal (CI logs) one line every few seconds on stderr
@@ -399,16 +402,24 @@ class Progress:
         )
         left = self.total - self.done
         if self.batch_line:
-            return f"progress: {self.done}/{total} samples recorded, {self.errors} errors; {self.batch_line}"
+            errors = f"{self.errors} error{'' if self.errors == 1 else 's'}"
+            return f"progress: {self.done}/{total} samples recorded, {errors}; {self.batch_line}"
         if rate > 0 and left > 0 and not self.at_most:
             seconds = round(left / rate)
             text += f", about {seconds // 60}:{seconds % 60:02d} left"
         return text
 
     def _report(self) -> None:
+        last, last_at = "", 0.0
         while not self.stop.wait(self.interval):
-            if not self.terminal:
-                click.echo(self.line(), err=True)
+            if self.terminal:
+                continue
+            line, now = self.line(), time.monotonic()
+            # A log gets a line when something moved, and a sign of life now and then: a batch
+            # run can wait hours without anything to say.
+            if line != last or now - last_at >= QUIET_REPEAT:
+                click.echo(line, err=True)
+                last, last_at = line, now
 
 
 @contextmanager
