@@ -140,6 +140,35 @@ def test_errors_are_the_domain_exceptions(tmp_path):
         promptprobe.compare("a", "b", alpha=0.9)
 
 
+@pytest.mark.parametrize(
+    ("kwargs", "sentence"),
+    [
+        ({"repeats": 0}, "repeats=0: give a whole number from 1 to 1,000,000"),
+        ({"concurrency": 2.5}, "concurrency=2.5: give a whole number from 1 to 1,000"),
+        ({"temperature": float("nan")}, "temperature=nan: give a number from 0 to 100"),
+        ({"max_tokens": "5"}, "max_tokens='5': give a whole number from 1 to 1,000,000"),
+        ({"poll_interval": 7200}, "poll_interval=7200: give a number from 0 to 3,600"),
+    ],
+)
+def test_run_refuses_numbers_the_cli_would_refuse(tmp_path, kwargs, sentence):
+    probeset = write_probeset(tmp_path / "p.toml", [("c0", "q", None)])
+    with pytest.raises(promptprobe.InputError) as raised:
+        promptprobe.run(probeset, prompts=[PROMPT], models=["openai:m@http://127.0.0.1:9/v1"], retrieval="none",
+                        runs_dir=tmp_path / "runs", **kwargs)
+    assert str(raised.value) == sentence and not (tmp_path / "runs").exists()
+
+
+def test_run_takes_the_batch_poll_interval(tmp_path):
+    from batch_server import BatchServer
+
+    probeset = write_probeset(tmp_path / "p.toml", [("c0", "q", None), ("c1", "r", None)], repeats=2)
+    with BatchServer(polls=3) as server:
+        result = promptprobe.run(probeset, prompts=[PROMPT], models=[f"openai:m@{server.url}/v1"],
+                                 retrieval="none", runs_dir=tmp_path / "runs", batch=True, poll_interval=0.05)
+    assert result.status == "complete" and result.counts["recorded"] == 4 and len(server.submitted) == 4
+    assert result.report.to_dict()["arms"][0]["usage"]["batch_samples"] == 4
+
+
 def test_reports_and_comparisons_render_in_jupyter(two_prompt_run):
     _, result = two_prompt_run
     for shown in (result.report, promptprobe.compare(f"{result.path}#prompt=v1", f"{result.path}#prompt=v2")):

@@ -322,18 +322,32 @@ def run(
     batch: bool | None = None,
     cache: bool | None = None,
     max_cost: float | None = None,
+    poll_interval: float | None = None,
 ) -> RunResult:
     """`probe run`: every case x repeat x prompt x model through the target (`until_decided`:
     two arms in rounds until the sequential test decides). `prompts` are files, or `NAME=FILE`;
-    `models` are specs (default: the config's); `retrieval="none"` probes without retrieval."""
+    `models` are specs (default: the config's); `retrieval="none"` probes without retrieval;
+    `poll_interval`: seconds between looks at a batch in progress (`batch`; default 30)."""
     from .config import load_config
     from .engine.run import ProbeRun, RunOptions
+    from .limits import out_of_range
     from .probeset import load_probeset
     from .prompts import load_prompt
     from .providers import parse_spec
     from .providers.base import GenerationParams
     from .runref import runs_dir as folder_of
 
+    numbers = {
+        "repeats": repeats,
+        "concurrency": concurrency,
+        "max_tokens": max_tokens,
+        "temperature": temperature,
+        "seed": seed,
+        "poll_interval": poll_interval,
+    }
+    problems = [p for p in (out_of_range(name, value) for name, value in numbers.items()) if p]
+    if problems:
+        raise InputError("; ".join(problems))
     target = load_config(config)
     if retrieval == "none":
         target = replace(target, retrieval={"kind": "none"}, retrieval_given=True)
@@ -367,6 +381,8 @@ def run(
         max_cost=max_cost,
         batch=batch if batch is not None else settings.batch,
     )
+    if poll_interval is not None:
+        options = replace(options, poll_interval=poll_interval)
     configured = {m.spec: m for m in settings.models}
     specs = [configured.get(s) or parse_spec(s) for s in models] or list(settings.models)
     loaded = load_probeset(probeset)

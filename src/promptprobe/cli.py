@@ -555,7 +555,7 @@ def interruptible(cancel: Callable[[], None]) -> Iterator[list[int]]:
 )
 @click.option(
     "--poll-interval",
-    type=click.FloatRange(0, 3600),
+    type=click.FloatRange(*LIMITS["poll_interval"]),
     callback=finite,
     help="--batch: seconds between looks at a batch in progress (default 30).",
 )
