@@ -158,6 +158,22 @@ def test_run_refuses_numbers_the_cli_would_refuse(tmp_path, kwargs, sentence):
     assert str(raised.value) == sentence and not (tmp_path / "runs").exists()
 
 
+@pytest.mark.parametrize(
+    ("call", "sentence"),
+    [
+        (lambda: promptprobe.plan(0.9, 0.7, cases=0, icc=0.1), "cases=0: give a whole number of at least 1"),
+        (lambda: promptprobe.plan(0.9, n=2.5), "n=2.5: give a whole number of at least 1"),
+        (lambda: promptprobe.plan(gate_any_of=5000, p=0.9), "gate_any_of=5000: give a whole number from 1 to 1,000"),
+        (lambda: promptprobe.report("latest", top_k=0), "top_k=0: give a whole number of at least 1"),
+        (lambda: promptprobe.compare("a", "b", classification=True), "classification=True: give a whole number of at least 1"),
+    ],
+)
+def test_report_compare_and_plan_refuse_counts_the_cli_would_refuse(call, sentence):
+    with pytest.raises(promptprobe.InputError) as raised:
+        call()
+    assert str(raised.value) == sentence
+
+
 def test_run_takes_the_batch_poll_interval(tmp_path):
     from batch_server import BatchServer
 

@@ -215,6 +215,14 @@ def load(run_ref: str | Path, runs_dir: str | Path | None = None) -> Run:
     return Run(path, info.to_dict(), load_manifest(path))
 
 
+def _counts(**values: int | None) -> None:
+    """Counts the CLI takes as whole numbers of at least 1."""
+    for name, value in values.items():
+        whole = isinstance(value, int) and not isinstance(value, bool)
+        if value is not None and (not whole or value < 1):
+            raise InputError(f"{name}={value!r}: give a whole number of at least 1")
+
+
 def report(
     run_ref: str | Path,
     *,
@@ -227,6 +235,7 @@ def report(
     from .counts import build_counts
     from .views.report import build_report
 
+    _counts(top_k=top_k, classification=classification)
     path = _where(run_ref, runs_dir)
     counts = build_counts(path, classification=classification, top_k=top_k)
     return Report(build_report(counts, by_tag=by_tag), path)
@@ -250,6 +259,7 @@ def compare(
 
     if not 0 < alpha <= 0.5:
         raise InputError(f"alpha must lie in (0, 0.5], got {alpha!r}")
+    _counts(top_k=top_k, classification=classification)
     a, b = resolve_selector(a, runs_dir), resolve_selector(b, runs_dir)
     metrics = [metric] if isinstance(metric, str) else list(metric)
     data = compare_runs(
@@ -276,6 +286,9 @@ def plan(
     smallest difference `n` detects; an any-of-k gate's block rate; a sequential run's rounds."""
     from .views.plan import check_flags, plan_gate, plan_mdd, plan_sample_size
 
+    _counts(n=n, cases=cases, gate_any_of=gate_any_of)
+    if gate_any_of is not None and gate_any_of > 1000:
+        raise InputError(f"gate_any_of={gate_any_of!r}: give a whole number from 1 to 1,000")
     check_flags(p1, p2, alpha, power, icc, p)
     if gate_any_of is not None:
         if p is None:
