@@ -143,5 +143,6 @@ def test_bedrock_without_a_region_is_one_sentence(tmp_path, monkeypatch):
     probeset = write_probeset(tmp_path / "p.toml", [("c1", "q", None)])
     result = CliRunner().invoke(main, ["run", str(probeset), "--prompt", PROMPT, "-m", "bedrock:anthropic.claude-v1:0",
                                        "--retrieval", "none", "--runs-dir", str(tmp_path / "runs")])
-    assert result.exit_code == 3 and "region" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert result.exit_code == 3 and len(result.stderr.strip().splitlines()) == 1
+    assert "no region for Bedrock (set region in the model's table in probe.toml, AWS_REGION" in result.stderr
     assert AWS_SECRET not in result.stderr

@@ -72,6 +72,15 @@ class BedrockProvider(AnthropicProvider):
 
         options.pop("api_key", None)
         region = self.spec.region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+        if not region:
+            import boto3
+
+            region = boto3.Session().region_name  # the profile's, if it has one
+        if not region:
+            raise StartError(
+                f"model {self.spec.spec}: no region for Bedrock (set region in the model's table in "
+                "probe.toml, AWS_REGION, or a region in your AWS profile)"
+            )
         return anthropic.AnthropicBedrock(aws_region=region, **options)
 
 
