@@ -353,7 +353,7 @@ def test_cancel_marks_the_run_interrupted_and_keeps_samples(tmp_path):
 
     runner.on_record = cancel_after_two
     with LocalServer() as server:
-        runner.providers = {"openai:m@http://127.0.0.1:9/v1": make_provider(
+        runner.parts.providers = {"openai:m@http://127.0.0.1:9/v1": make_provider(
             parse_model_spec(f"openai:m@{server.url}/v1"), GenerationParams())}
         outcome = runner.execute()
     assert outcome.status == "interrupted"

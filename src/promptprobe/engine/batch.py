@@ -47,7 +47,7 @@ class BatchScheduler:
         self.executor: Executor = run.executor_for(run.store)
         self.cancel = run.cancel_event
         self.options = run.options
-        self.apis: dict[str, BatchAPI] = run.batch_apis
+        self.apis: dict[str, BatchAPI] = run.parts.batch_apis
         self.on_batches = run.on_batches or (lambda text: None)
         self.skip = skip
         self.ledger = BatchLedger(run.store)

@@ -153,7 +153,7 @@ class BatchSubmitter:
         assert run.store is not None
         self.run_ = run
         self.store = run.store
-        self.apis = run.batch_apis
+        self.apis = run.parts.batch_apis
         self.options = run.options
         self.cancel = run.cancel_event
         self.tally = run.tally

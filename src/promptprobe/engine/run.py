@@ -13,26 +13,22 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ..assemble import Assembler, default_messages, production_assembler
-from ..checks import CheckSettings, build_checks
+from ..checks import CheckSettings
 from ..config import TargetConfig, load_config
 from ..errors import InputError, ProbeError, StartError
 from ..jsonio import iter_jsonl, loads
 from ..models import ModelSpec, model_of
 from ..probeset import ProbeSet, parse_probeset
-from ..production import code_fingerprint
 from ..prompts import PromptVersion, check_prompts, prompt_from_bytes
-from ..providers import make_provider
-from ..providers.base import GenerationParams, Provider
-from ..retrievers import Retriever, make_retriever, redact
-from ..version import __version__
+from ..providers.base import GenerationParams
 from .cost import PriceTable, load_prices
 from .executor import Executor, Retrieved
-from .limiter import Limiter
+from .manifest import prompt_copy, run_manifest
+from .parts import RunParts
 from .plan import Plan, Unit, make_arms, sample_id
 from .retry import RetryPolicy
 from .scheduler import Scheduler, Tally
-from .store import PRIVATE_UMASK, SCHEMA_VERSION, RunStore, StorageError, load_manifest, run_state, utc_now
+from .store import PRIVATE_UMASK, RunStore, StorageError, load_manifest, run_state, utc_now
 
 LARGE_PLAN = 100_000  # model calls above which a run asks for --yes
 
@@ -71,41 +67,6 @@ class RunOutcome:
     stopped_by: str | None = None
     cost: float | None = None  # None when a model's price is unknown
     detached: list[str] = field(default_factory=list)  # batch ids still running at the provider
-
-
-# Seconds a model endpoint gets to accept a connection before the run starts.
-CONNECT_CHECK_SECONDS = 3.0
-PROXY_VARIABLES = ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY", "https_proxy", "http_proxy", "all_proxy")
-
-
-def unreachable_endpoints(providers: dict[str, Provider]) -> dict[str, str]:
-    """The models whose endpoint refuses a TCP connection (or whose host does not resolve), with
-    why; no API call is made. Skipped behind a proxy, where only the proxy can be reached."""
-    if any(os.environ.get(name) for name in PROXY_VARIABLES):
-        return {}
-    import socket
-    from concurrent.futures import ThreadPoolExecutor
-
-    def check(item: tuple[str, Provider]) -> tuple[str, str | None]:
-        spec, provider = item
-        address = provider.address()
-        if address is None:
-            return spec, None
-        try:
-            socket.create_connection(address, timeout=CONNECT_CHECK_SECONDS).close()
-        except OSError as exc:
-            host, port = address
-            return spec, f"model {spec}: cannot connect to {host}:{port} ({exc.strerror or exc})"
-        return spec, None
-
-    with ThreadPoolExecutor(max_workers=min(8, len(providers) or 1)) as pool:
-        results = list(pool.map(check, providers.items()))
-    return {spec: reason for spec, reason in results if reason}
-
-
-def endpoint(spec: ModelSpec) -> str:
-    """Models behind one endpoint share its rate limits."""
-    return f"{spec.provider}@{spec.base_url or 'default'}"
 
 
 class ProbeRun:
@@ -147,32 +108,7 @@ class ProbeRun:
                     f"--max-cost needs a price for every model; none is known for {', '.join(unknown)} "
                     "(add it under [prices] in probe.toml)"
                 )
-        # Every key is checked and all production code imported before any call is made.
-        self.providers: dict[str, Provider] = {m.spec: make_provider(m, options.params) for m in models}
-        try:
-            # A model without a batch API is refused now, before anything is created.
-            self.batch_apis = (
-                {spec: provider.batch_api() for spec, provider in self.providers.items()}
-                if options.batch
-                else {}
-            )
-            self.retriever: Retriever = make_retriever(config.retrieval, config.base_dir)
-            self.assemble: Assembler = (
-                production_assembler(config.assemble_function)
-                if config.assemble_function
-                else default_messages
-            )
-            self.checks = build_checks(self.settings)
-        except BaseException:
-            self.close()
-            raise
-        limiters: dict[str, Limiter] = {}
-        self.limiters = {
-            m.spec: limiters.setdefault(
-                endpoint(m), Limiter(options.rpm, sleep=options.sleep, max_wait=options.max_retry_wait)
-            )
-            for m in models
-        }
+        self.parts = RunParts(list(models), config, self.settings, options)
         self.store: RunStore | None = None
         self.skip: Callable[[str], bool] = lambda sid: False
         self.reuse: dict[tuple[str, int], Retrieved] = {}
@@ -185,72 +121,10 @@ class ProbeRun:
         self.on_batches: Callable[[str], None] | None = None  # told how the batches are doing
         self.detached: list[str] = []
 
-    # -- the manifest ----------------------------------------------------------------------
-
     def manifest(
         self, status: str, finished: str | None, counts: dict[str, int], stopped_by: str | None = None
     ) -> dict[str, Any]:
-        params = self.options.params
-        probeset = self.probeset
-        config = self.config
-        return {
-            "schema_version": SCHEMA_VERSION,
-            "tool": "promptprobe",
-            "tool_version": __version__,
-            "created": self.created,
-            "finished": finished,
-            "status": status,
-            "stopped_by": stopped_by,
-            "pid": os.getpid(),
-            "probeset": {
-                "name": probeset.name,
-                "path": str(probeset.path),
-                "sha256": probeset.sha256,
-                "copy": "probeset.toml",
-                "source": probeset.source.decode("utf-8"),
-                "cases": [c.id for c in probeset.cases],
-            },
-            "prompts": [
-                {"name": p.name, "path": str(p.path), "sha256": p.sha256, "copy": self.prompt_copy(p)}
-                for p in dict.fromkeys(a.prompt for a in self.plan.arms)
-            ],
-            "models": [m.to_dict() for m in dict.fromkeys(a.model for a in self.plan.arms)],
-            "arms": [a.to_dict() for a in self.plan.arms],
-            "parameters": {
-                "max_tokens": params.max_tokens,
-                "temperature": params.temperature,
-                "seed": params.seed,
-                "stream": params.stream,
-                "timeout": params.timeout,
-                "concurrency": self.options.concurrency,
-                "max_attempts": self.options.max_attempts,
-                "max_retry_wait": self.options.max_retry_wait,
-                "rpm": self.options.rpm,
-                "max_cost": self.options.max_cost,
-                "batch": self.options.batch,
-                "cache": params.cache,
-            },
-            "target": {
-                "config": str(config.path) if config.path else None,
-                "config_sha256": config.sha256,
-                "retrieval": redact(config.retrieval),
-                "assemble": config.assemble_function,
-            },
-            "vars": config.vars,
-            "header": self.settings.header.to_dict(),
-            "checks": self.settings.to_dict(),
-            "code": code_fingerprint(self.settings.functions()),
-            "prices": config.prices,
-            "repeats": self.plan.repeats,
-            "seed": self.seed,
-            "counts": counts,
-            "resumes": self.resumes,
-            **self.extra_manifest,
-        }
-
-    @staticmethod
-    def prompt_copy(prompt: PromptVersion) -> str:
-        return f"prompts/{prompt.name}{prompt.path.suffix}"
+        return run_manifest(self, status, finished, counts, stopped_by)
 
     # -- running ---------------------------------------------------------------------------
 
@@ -270,8 +144,8 @@ class ProbeRun:
         if retrieved.error is not None and retrieved.error.unreachable:
             self.close()
             raise StartError(f"{retrieved.error}; nothing was run")
-        unreachable = unreachable_endpoints(self.providers)
-        if unreachable and len(unreachable) == len(self.providers):
+        unreachable = self.parts.unreachable()
+        if unreachable and len(unreachable) == len(self.parts.providers):
             self.close()
             raise StartError(f"{'; '.join(unreachable.values())}; nothing was run")
         self.down_models = {
@@ -281,17 +155,8 @@ class ProbeRun:
         return retrieved
 
     def executor_for(self, store: RunStore | None) -> Executor:
-        return Executor(
-            store,  # type: ignore[arg-type]  # the preflight retrieval writes nothing
-            self.retriever,
-            self.assemble,
-            self.providers,
-            self.limiters,
-            self.checks,
-            self.settings,
-            self.options.policy(),
-            self.cancel_event,
-            self.config.vars,
+        return self.parts.executor(
+            store, self.settings, self.options.policy(), self.cancel_event, self.config.vars
         )
 
     def start(self) -> None:
@@ -308,7 +173,7 @@ class ProbeRun:
             store.reserve(2 * len(str(manifest)))
             store.write_bytes("probeset.toml", self.probeset.source)
             for arm in self.plan.arms:
-                store.write_bytes(self.prompt_copy(arm.prompt), arm.prompt.source)
+                store.write_bytes(prompt_copy(arm.prompt), arm.prompt.source)
             store.write_manifest(manifest)
             if self.on_start is not None:
                 self.on_start(store.path)
@@ -416,10 +281,9 @@ class ProbeRun:
         )
 
     def close(self) -> None:
-        if getattr(self, "retriever", None) is not None:
-            self.retriever.close()
-        for provider in getattr(self, "providers", {}).values():
-            provider.close()
+        parts = getattr(self, "parts", None)  # absent when building them failed
+        if parts is not None:
+            parts.close()
 
 
 def run_probe(

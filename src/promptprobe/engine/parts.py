@@ -1,0 +1,121 @@
+"""What a run calls, built once before any call is made: a provider per model (and its batch
+API with --batch), the retriever, the message assembler, the checks, and one rate limiter per
+endpoint. Building them checks every key and imports all production code, so a missing key or a
+broken function stops the run before anything is created."""
+
+import os
+import threading
+from typing import Any
+
+from ..assemble import Assembler, default_messages, production_assembler
+from ..checks import CheckSettings, build_checks
+from ..config import TargetConfig
+from ..models import ModelSpec
+from ..providers import make_provider
+from ..providers.base import Provider
+from ..retrievers import Retriever, make_retriever
+from .executor import Executor
+from .limiter import Limiter
+from .retry import RetryPolicy
+from .store import RunStore
+
+# Seconds a model endpoint gets to accept a connection before the run starts.
+CONNECT_CHECK_SECONDS = 3.0
+PROXY_VARIABLES = ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY", "https_proxy", "http_proxy", "all_proxy")
+
+
+class RunParts:
+    def __init__(
+        self,
+        models: list[ModelSpec],
+        config: TargetConfig,
+        settings: CheckSettings,
+        options: Any,  # RunOptions
+    ) -> None:
+        self.retriever: Retriever | None = None
+        self.providers: dict[str, Provider] = {m.spec: make_provider(m, options.params) for m in models}
+        try:
+            # A model without a batch API is refused now, before anything is created.
+            self.batch_apis = (
+                {spec: provider.batch_api() for spec, provider in self.providers.items()}
+                if options.batch
+                else {}
+            )
+            self.retriever = make_retriever(config.retrieval, config.base_dir)
+            self.assemble: Assembler = (
+                production_assembler(config.assemble_function)
+                if config.assemble_function
+                else default_messages
+            )
+            self.checks = build_checks(settings)
+        except BaseException:
+            self.close()
+            raise
+        shared: dict[str, Limiter] = {}
+        self.limiters = {
+            m.spec: shared.setdefault(
+                endpoint(m), Limiter(options.rpm, sleep=options.sleep, max_wait=options.max_retry_wait)
+            )
+            for m in models
+        }
+
+    def executor(
+        self,
+        store: RunStore | None,
+        settings: CheckSettings,
+        policy: RetryPolicy,
+        cancel: threading.Event,
+        variables: dict[str, str],
+    ) -> Executor:
+        assert self.retriever is not None
+        return Executor(
+            store,  # type: ignore[arg-type]  # the preflight retrieval writes nothing
+            self.retriever,
+            self.assemble,
+            self.providers,
+            self.limiters,
+            self.checks,
+            settings,
+            policy,
+            cancel,
+            variables,
+        )
+
+    def unreachable(self) -> dict[str, str]:
+        return unreachable_endpoints(self.providers)
+
+    def close(self) -> None:
+        if self.retriever is not None:
+            self.retriever.close()
+        for provider in self.providers.values():
+            provider.close()
+
+
+def unreachable_endpoints(providers: dict[str, Provider]) -> dict[str, str]:
+    """The models whose endpoint refuses a TCP connection (or whose host does not resolve), with
+    why; no API call is made. Skipped behind a proxy, where only the proxy can be reached."""
+    if any(os.environ.get(name) for name in PROXY_VARIABLES):
+        return {}
+    import socket
+    from concurrent.futures import ThreadPoolExecutor
+
+    def check(item: tuple[str, Provider]) -> tuple[str, str | None]:
+        spec, provider = item
+        address = provider.address()
+        if address is None:
+            return spec, None
+        try:
+            socket.create_connection(address, timeout=CONNECT_CHECK_SECONDS).close()
+        except OSError as exc:
+            host, port = address
+            return spec, f"model {spec}: cannot connect to {host}:{port} ({exc.strerror or exc})"
+        return spec, None
+
+    with ThreadPoolExecutor(max_workers=min(8, len(providers) or 1)) as pool:
+        results = list(pool.map(check, providers.items()))
+    return {spec: reason for spec, reason in results if reason}
+
+
+def endpoint(spec: ModelSpec) -> str:
+    """Models behind one endpoint share its rate limits."""
+    return f"{spec.provider}@{spec.base_url or 'default'}"
