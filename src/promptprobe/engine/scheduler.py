@@ -1,11 +1,10 @@
 """The scheduler: worker threads that pull the plan lazily, retrieve each unit once and call
 every arm, pipelined (a unit's model calls start as soon as its own retrieval is back).
 
-It owns the health checks too: a model whose first samples all fail the same permanent way
-(401, 404, cannot connect) is down and its remaining samples are recorded as errors without
-calling it; when every model is down, or the retrieval fails the same permanent way on the
-first questions, the run stops (exit 3). Cancelling (Ctrl-C, SIGTERM) stops dispatching at
-once, cuts waits and streams short, and gives calls in flight a short grace to finish.
+It asks the health watch (engine/health.py) whether a model is down before calling it, and
+stops the run (exit 3) when the watch says the target is down. Cancelling (Ctrl-C, SIGTERM)
+stops dispatching at once, cuts waits and streams short, and gives calls in flight a short
+grace to finish.
 Workers are daemon threads, so a call that hangs cannot hold the process open.
 """
 
@@ -19,13 +18,12 @@ from typing import Any
 from ..errors import ProbeError, StartError
 from .cost import PriceTable, split_usage
 from .executor import Executor, Retrieved
+from .health import HealthWatch
 from .limiter import Cancelled
 from .plan import Arm, Plan, Unit, sample_id
 from .store import StoreClosed
 
-FAIL_FAST = 3  # identical permanent failures, before any success, that mean "down"
 GRACE_SECONDS = 1.5  # how long calls in flight may finish after a cancel
-PERMANENT_STATUS = frozenset({400, 401, 403, 404, 405, 410, 422})
 
 
 @dataclass
@@ -46,22 +44,6 @@ class Task:
     arm: Arm
     slot: Slot
     retrieves: bool  # this worker does the unit's retrieval
-
-
-@dataclass
-class Health:
-    ok: int = 0
-    failures: list[str] = field(default_factory=list)
-    down: str | None = None  # why, once down
-
-
-def failure_signature(error: dict[str, Any], status: int | None) -> str | None:
-    """A permanent failure's signature, or None for a transient one (which never means down)."""
-    if error["kind"] in ("connection", "timeout"):
-        return "cannot connect"
-    if status in PERMANENT_STATUS:
-        return f"HTTP {status}"
-    return None
 
 
 @dataclass
@@ -105,10 +87,7 @@ class Scheduler:
         self.units: Iterator[Unit] = iter(())
         self.abort: ProbeError | None = None
         self.stopped_by: str | None = None
-        self.models: dict[str, Health] = {
-            arm.model.spec: Health(down=(down or {}).get(arm.model.spec)) for arm in plan.arms
-        }
-        self.retrieval = Health()
+        self.health = HealthWatch([arm.model.spec for arm in plan.arms], down or {})
 
     # -- dispatch --------------------------------------------------------------------------
 
@@ -150,7 +129,10 @@ class Scheduler:
                     task.slot.set(None)
                     return None
                 self.executor.record_retrieval(task.unit, retrieved, self.record_extra)
-                self._watch_retrieval(retrieved)
+                with self.lock:
+                    stop = self.health.saw_retrieval(retrieved)
+                if stop is not None:
+                    self._stop(stop)
             task.slot.set(retrieved)
             return retrieved
         while not task.slot.event.wait(0.2):
@@ -162,9 +144,9 @@ class Scheduler:
         retrieved = self._retrieval_for(task)
         if retrieved is None:
             return
-        health = self.models[task.arm.model.spec]
-        if health.down is not None:
-            record = self.executor.not_called(task.unit, task.arm, "model_down", health.down)
+        down = self.health.down(task.arm.model.spec)
+        if down is not None:
+            record = self.executor.not_called(task.unit, task.arm, "model_down", down)
         else:
             record = self.executor.sample(task.unit, task.arm, retrieved)
             if record is None:
@@ -199,7 +181,7 @@ class Scheduler:
                 self.abort = error
         self.cancel.set()
 
-    # -- health ----------------------------------------------------------------------------
+    # -- counting ---------------------------------------------------------------------------
 
     def _count(self, arm: Arm, record: dict[str, Any]) -> None:
         with self.lock:
@@ -208,7 +190,10 @@ class Scheduler:
             if error:
                 self.tally.errors += 1
             self._add_cost(arm, record)
-            self._watch_model(arm, record)
+            stop = self.health.saw_sample(arm.model.spec, record)
+            if stop is not None:
+                self.abort = self.abort or stop
+                self.cancel.set()
             self.on_record(record)
 
     def _add_cost(self, arm: Arm, record: dict[str, Any]) -> None:
@@ -220,60 +205,6 @@ class Scheduler:
             self.tally.cost_known = False
             return
         self.tally.cost += price.cost_of(split_usage(usage), record.get("via") == "batch")
-
-    def _watch_model(self, arm: Arm, record: dict[str, Any]) -> None:
-        health = self.models[arm.model.spec]
-        error = record.get("error")
-        if health.down is not None or health.ok:
-            return
-        if error is None:
-            health.ok += 1
-            return
-        if error["kind"] in ("retrieval", "assemble", "model_down"):
-            return  # not the model's doing
-        status = next((a.get("status") for a in reversed(record.get("attempts_log") or [])), None)
-        signature = failure_signature(error, status)
-        if signature is None:
-            health.failures.clear()
-            return
-        health.failures.append(signature)
-        if len(health.failures) >= FAIL_FAST and len(set(health.failures[-FAIL_FAST:])) == 1:
-            reason = "could not connect" if signature == "cannot connect" else f"got {signature}"
-            health.down = (
-                f"{error['message']}: the model looks down (its first {len(health.failures)} samples "
-                f"{reason} after retries); not called again in this run"
-            )
-            if all(h.down for h in self.models.values()):
-                self.abort = self.abort or StartError(
-                    f"{error['message']}: the model looks down (its first {len(health.failures)} samples "
-                    f"{reason} after retries)"
-                    + ("" if len(self.models) == 1 else "; every model of this run is down")
-                )
-                self.cancel.set()
-
-    def _watch_retrieval(self, retrieved: Retrieved) -> None:
-        with self.lock:
-            health = self.retrieval
-            if health.ok or health.down:
-                return
-            if not retrieved.failed:
-                health.ok += 1
-                return
-            error = retrieved.error
-            assert error is not None
-            if error.unreachable:
-                signature = "cannot connect"
-            elif error.status in PERMANENT_STATUS or (not error.retryable and error.status is None):
-                signature = f"HTTP {error.status}" if error.status else str(error)
-            else:
-                health.failures.clear()
-                return
-            health.failures.append(signature)
-            if len(health.failures) >= FAIL_FAST and len(set(health.failures[-FAIL_FAST:])) == 1:
-                self.abort = self.abort or StartError(
-                    f"{error}: the retrieval failed the same way on the first {FAIL_FAST} questions; stopped"
-                )
-                self.cancel.set()
 
     # -- the loop --------------------------------------------------------------------------
 

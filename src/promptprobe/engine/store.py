@@ -59,14 +59,52 @@ def _storage_error(exc: OSError, path: Path) -> StorageError:
     return StorageError(f"cannot write {path}: {_reason(exc)}")
 
 
+class RunLock:
+    """The run's lock file: one process at a time works on a run (flock, with its pid inside)."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
+        self.handle: Any = None
+
+    def acquire(self, file_mode: int) -> None:
+        lock_path = self.run_dir / LOCK_FILE
+        try:
+            handle = open(os.open(lock_path, os.O_RDWR | os.O_CREAT, file_mode), "r+")
+        except OSError as exc:
+            raise _storage_error(exc, lock_path) from None
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            owner = handle.read().strip()
+            handle.close()
+            raise InputError(
+                f"{self.run_dir}: another probe process{f' (pid {owner})' if owner else ''} "
+                "is working on this run"
+            ) from None
+        try:
+            handle.seek(0)
+            handle.truncate()
+            handle.write(str(os.getpid()))
+            handle.flush()
+        except OSError as exc:
+            handle.close()
+            raise _storage_error(exc, lock_path) from None
+        self.handle = handle
+
+    def release(self) -> None:
+        if self.handle is not None:
+            self.handle.close()  # closing drops the flock
+            self.handle = None
+
+
 class RunStore:
     """Writes one run directory."""
 
     def __init__(self, path: Path, umask: int = PRIVATE_UMASK) -> None:
         self.path = path
         self.umask = umask
-        self.lock = threading.Lock()
-        self.lock_handle: Any = None
+        self.lock = threading.Lock()  # between this process's writer threads
+        self.run_lock = RunLock(path)  # between processes
         self.closed = False
 
     @property
@@ -117,34 +155,10 @@ class RunStore:
 
     def acquire(self) -> None:
         """Hold the run's lock for as long as this process works on it."""
-        lock_path = self.path / LOCK_FILE
-        try:
-            handle = open(os.open(lock_path, os.O_RDWR | os.O_CREAT, self.file_mode), "r+")
-        except OSError as exc:
-            raise _storage_error(exc, lock_path) from None
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            owner = handle.read().strip()
-            handle.close()
-            raise InputError(
-                f"{self.path}: another probe process{f' (pid {owner})' if owner else ''} "
-                "is working on this run"
-            ) from None
-        try:
-            handle.seek(0)
-            handle.truncate()
-            handle.write(str(os.getpid()))
-            handle.flush()
-        except OSError as exc:
-            handle.close()
-            raise _storage_error(exc, lock_path) from None
-        self.lock_handle = handle
+        self.run_lock.acquire(self.file_mode)
 
     def release(self) -> None:
-        if self.lock_handle is not None:
-            self.lock_handle.close()  # closing drops the flock
-            self.lock_handle = None
+        self.run_lock.release()
 
     # -- writes ----------------------------------------------------------------------------
 
@@ -241,31 +255,7 @@ class RunStore:
 
     def repair_tail(self, name: str) -> bool:
         """Cut a torn last line off a JSON-lines file before appending to it; True if cut."""
-        path = self.path / name
-        if not path.is_file():
-            return False
-        with open(path, "rb+") as handle:
-            handle.seek(0, os.SEEK_END)
-            size = handle.tell()
-            if size == 0:
-                return False
-            handle.seek(max(0, size - 1))
-            if handle.read(1) == b"\n":
-                return False
-            # Find the start of the last line.
-            chunk = min(size, 1 << 20)
-            handle.seek(size - chunk)
-            tail = handle.read(chunk)
-            start = size - chunk + tail.rfind(b"\n") + 1 if b"\n" in tail else 0
-            handle.seek(start)
-            last = handle.read()
-            try:
-                loads(last)
-            except ValueError:
-                handle.truncate(start)
-                return True
-            handle.write(b"\n")  # a whole record that only lacks its newline
-            return False
+        return repair_tail(self.path / name)
 
 
 def run_state(path: Path, manifest: dict[str, Any]) -> str:
@@ -321,3 +311,31 @@ def load_run(run_dir: str | Path) -> tuple[dict[str, Any], list[dict[str, Any]]]
     """The manifest and the samples of a recorded run (for small runs and tests)."""
     run_dir = Path(run_dir)
     return load_manifest(run_dir), list(iter_samples(run_dir))
+
+
+def repair_tail(path: Path) -> bool:
+    """Cut a torn last line off a JSON-lines file before appending to it; True if cut."""
+    if not path.is_file():
+        return False
+    with open(path, "rb+") as handle:
+        handle.seek(0, os.SEEK_END)
+        size = handle.tell()
+        if size == 0:
+            return False
+        handle.seek(max(0, size - 1))
+        if handle.read(1) == b"\n":
+            return False
+        # Find the start of the last line.
+        chunk = min(size, 1 << 20)
+        handle.seek(size - chunk)
+        tail = handle.read(chunk)
+        start = size - chunk + tail.rfind(b"\n") + 1 if b"\n" in tail else 0
+        handle.seek(start)
+        last = handle.read()
+        try:
+            loads(last)
+        except ValueError:
+            handle.truncate(start)
+            return True
+        handle.write(b"\n")  # a whole record that only lacks its newline
+        return False
