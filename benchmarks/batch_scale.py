@@ -31,7 +31,9 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=100_000)
     args = parser.parse_args()
     models = 2
-    cases = 1000
+    if args.samples < 2 * models:
+        parser.error("--samples: at least 4 (two models, two questions)")
+    cases = min(1000, args.samples // (2 * models))  # 1,000 questions, fewer for a quick look
     repeats = args.samples // (cases * models)
     with tempfile.TemporaryDirectory() as folder:
         tmp = Path(folder)

@@ -8,7 +8,7 @@ children included):
 - `probe compare` of two 25,000-sample arms (Boschloo is skipped above its affordable size);
 - the header classifier on 1 KB outputs without a header (target: 25,000 outputs/s).
 
-    .venv/bin/python benchmarks/scale.py [--work DIR] [--skip-million]
+    .venv/bin/python benchmarks/scale.py [--work DIR] [--skip-million] [--quick]
 """
 
 import argparse
@@ -58,32 +58,44 @@ def classifier_rate(n: int = 20000) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--work", type=Path, default=None, help="Where to write the synthetic runs.")
+    parser.add_argument("--work", type=Path, default=None, help="Where to write the synthetic runs (kept).")
     parser.add_argument("--skip-million", action="store_true", help="Skip the 1,000,000-sample run (~1 GB).")
+    parser.add_argument(
+        "--quick", action="store_true", help="A quick look: 10,000 samples for 100,000, no million."
+    )
     args = parser.parse_args()
-    work = args.work or Path(tempfile.mkdtemp(prefix="probe-scale-"))
+    if args.work is not None:
+        measure(args.work, args)
+        return
+    with tempfile.TemporaryDirectory(prefix="probe-scale-") as folder:  # a million samples is ~1 GB
+        measure(Path(folder), args)
+
+
+def measure(work: Path, args: argparse.Namespace) -> None:
     print(f"synthetic runs in {work}")
+    big_size = 10_000 if args.quick else 100_000
     rows = []
     small = make_run(work / "r240", 240, cases=10)
     rows.append(("probe report, 240 samples", *best_of(5, "report", str(small)), "0.3 s"))
-    big = make_run(work / "r100k", 100_000)
-    rows.append(("probe report, 100,000 samples", *best_of(3, "report", str(big)), "1.5 s"))
+    big = make_run(work / "rbig", big_size)
+    target = "1.5 s" if big_size == 100_000 else "-"
+    rows.append((f"probe report, {big_size:,} samples", *best_of(3, "report", str(big)), target))
     rows.append(
         (
-            "probe compare --all, 100,000 samples",
+            f"probe compare --all, {big_size:,} samples",
             *best_of(3, "compare", f"{big}#prompt=prompt-0", f"{big}#prompt=prompt-1", "--all"),
             "-",
         )
     )
-    pair = make_run(work / "r50k", 50_000, cases=20)
+    pair = make_run(work / "rpair", big_size // 2, cases=20)
     rows.append(
         (
-            "probe compare, 25,000 vs 25,000",
+            f"probe compare, {big_size // 4:,} vs {big_size // 4:,}",
             *best_of(3, "compare", f"{pair}#prompt=prompt-0", f"{pair}#prompt=prompt-1"),
             "-",
         )
     )
-    if not args.skip_million:
+    if not (args.skip_million or args.quick):
         huge = make_run(work / "r1m", 1_000_000)
         rows.append(("probe report, 1,000,000 samples", *timed("report", str(huge)), "150 MB"))
     print("| command | wall time | peak memory | target |")
