@@ -465,7 +465,8 @@ def interruptible(cancel: Callable[[], None]) -> Iterator[list[int]]:
     "--model",
     "model_specs",
     multiple=True,
-    help="anthropic:MODEL, openai:MODEL or openai:MODEL@BASE_URL; repeat for several.",
+    help="anthropic:MODEL, openai:MODEL[@BASE_URL], azure:DEPLOYMENT@ENDPOINT, bedrock:MODEL or "
+    "vertex:MODEL; repeat for several.",
 )
 @click.option(
     "-n",
@@ -486,8 +487,10 @@ def interruptible(cancel: Callable[[], None]) -> Iterator[list[int]]:
 @click.option(
     "--resume",
     "resume_path",
+    metavar="RUN",
     type=click.Path(path_type=Path),
-    help="Finish RUN from its own manifest: run exactly the samples missing or failed.",
+    help="Finish RUN (a path, an id, latest) from its own manifest: run exactly the samples missing "
+    "or failed; on a batch run, collect its batches.",
 )
 @click.option(
     "--temperature",
@@ -641,7 +644,8 @@ def run(
     \b
     --resume RUN finishes a run from its own manifest; of the other flags it takes only
     --concurrency, --rpm, --timeout, --max-attempts, --max-retry-wait and --max-cost (how it
-    calls, not what it measures) and refuses the rest.
+    calls, not what it measures), --poll-interval and --cancel (batch runs), and the output
+    flags, and refuses the rest.
     """
     from .engine.run import RunOptions
 
