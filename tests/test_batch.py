@@ -267,12 +267,12 @@ def test_caching_marks_the_prefix_and_the_report_says_what_it_saved(tmp_path, an
     usage = {"input_tokens": 20, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 1000, "output_tokens": 10}
 
     def reply(request):
-        body = {"id": "msg_1", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5-20250929",
+        body = {"id": "msg_1", "type": "message", "role": "assistant", "model": "claude-sonnet-5-5",
                 "content": [{"type": "text", "text": "[[ANSWER]]\nok"}], "stop_reason": "end_turn", "usage": usage}
         return Reply(body=json.dumps(body).encode())
 
     with LocalServer(reply) as server:
-        spec = f"anthropic:claude-sonnet-4-5@{server.url}"
+        spec = f"anthropic:claude-sonnet-5-5@{server.url}"
         (tmp_path / "probe.toml").write_text(f'[retrieval]\nkind = "none"\n[prices]\n"{spec}" = {{ input = 3, output = 15 }}\n')
         result = CliRunner().invoke(main, ["run", str(probeset(tmp_path)), "--prompt", PROMPT, "-m", spec,
                                            "--config", str(tmp_path / "probe.toml"), "--cache", "-n", "2",

@@ -21,6 +21,14 @@ def test_price_table_matches_the_longest_prefix_and_can_be_extended():
     assert prices.taken  # the date the built-in prices were copied
     sonnet = prices.lookup(parse_model_spec("anthropic:claude-sonnet-4-5-20250929"))
     assert (sonnet.input, sonnet.output) == (3.0, 15.0)
+    # A newer model of a family is never priced as its older namesake (opus-4 was $15 / $75).
+    opus_46 = prices.lookup(parse_model_spec("anthropic:claude-opus-4-6"))
+    assert (opus_46.input, opus_46.output) == (5.0, 25.0)
+    assert prices.lookup(parse_model_spec("anthropic:claude-opus-5-5")).output == 20.0  # not opus-5's 25
+    assert prices.lookup(parse_model_spec("anthropic:claude-haiku-5-5")) is None  # tiered: no guess
+    assert prices.lookup(parse_model_spec("anthropic:claude-sonnet-5-5")).source == "built-in (taken 2026-11-30)"
+    assert prices.lookup(parse_model_spec("openai:gpt-5")).source == "built-in (taken 2025-11-01)"
+    assert prices.taken == "2025-11-01"  # as old as its oldest part
     mini = prices.lookup(parse_model_spec("openai:gpt-4.1-mini"))
     assert (mini.input, mini.output) == (0.4, 1.6)  # not gpt-4.1's price: the longer key wins
     assert prices.lookup(parse_model_spec("openai:llama3@http://localhost:11434/v1")) is None

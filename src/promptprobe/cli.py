@@ -450,7 +450,7 @@ def interruptible(cancel: Callable[[], None]) -> Iterator[list[int]]:
 
 @main.command(
     epilog="Examples: probe run probes/refusal-header.toml --prompt prompts/exception-only.md "
-    "--prompt prompts/always-header.md --model anthropic:claude-sonnet-4-5   |   "
+    "--prompt prompts/always-header.md --model anthropic:claude-sonnet-5-5   |   "
     "probe run --resume runs/20261129T120000-refusal-header-1a2b3c"
 )
 @click.argument("probeset_path", metavar="PROBESET", type=click.Path(path_type=Path), required=False)

@@ -63,7 +63,7 @@ def parse_model_spec(spec: str, api_key_env: str | None = None, **cloud: str | N
     provider, sep, rest = spec.partition(":")
     if not sep or not rest:
         raise InputError(
-            f"model {spec!r}: expected PROVIDER:MODEL, e.g. anthropic:claude-sonnet-4-5 "
+            f"model {spec!r}: expected PROVIDER:MODEL, e.g. anthropic:claude-sonnet-5-5 "
             "or openai:llama3@http://localhost:11434/v1"
         )
     # A model id may hold "@" itself (vertex:claude-sonnet-4-5@20250929): the endpoint starts with http.

@@ -132,11 +132,15 @@ def load_prices(extra: dict[str, Any] | None = None, where: str = "probe.toml [p
     data = parse_toml(
         resources.files("promptprobe").joinpath("prices.toml").read_bytes(), Path("prices.toml")
     )
-    taken = str(data.pop("taken"))
+    taken_by_provider: dict[str, str] = {k: str(v) for k, v in data.pop("taken").items()}
+    taken = min(taken_by_provider.values())  # the table is as old as its oldest part
     rates: dict[str, dict[str, float]] = data.pop("rates")
     prices = {
         f"{provider}:{model}": _price(
-            value, f"prices.toml {provider}.{model}", f"built-in (taken {taken})", rates.get(provider)
+            value,
+            f"prices.toml {provider}.{model}",
+            f"built-in (taken {taken_by_provider[provider]})",
+            rates.get(provider),
         )
         for provider, table in data.items()
         for model, value in table.items()
