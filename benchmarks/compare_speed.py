@@ -24,6 +24,9 @@ from promptprobe.checks.header import classify
 from promptprobe.jsonio import dumps_line, dumps_pretty
 from promptprobe.probeset import parse_probeset
 
+sys.path.insert(0, str(Path(__file__).parent))
+from synthetic import CHECKS, run_manifest  # noqa: E402
+
 PROBE = str(Path(sys.executable).parent / "probe")
 SEED = 20261130
 HEADERS = {True: classify("[[ANSWER]]\nok"), False: classify("ok, no header")}
@@ -33,47 +36,13 @@ def write_run(path: Path, name: str, questions: list[str], rates: list[float], r
     """A finished one-arm run whose case i gets the header with probability rates[i]."""
     path.mkdir(parents=True)
     source = "".join(f'[[case]]\nid = "c{i}"\nquestion = "{q}"\n\n' for i, q in enumerate(questions))
-    import hashlib
-
-    checks = {
-        "header": {
-            "markers": ["[[ANSWER]]", "[[NO_ANSWER]]"],
-            "no_answer": "[[NO_ANSWER]]",
-            "allow_leading_whitespace": False,
-        },
-        "filter": None,
-        "citations": None,
-        "top_k": None,
-    }
     model = "openai:m"
-    manifest = {
-        "schema_version": 2,
-        "tool": "promptprobe",
-        "created": "2026-11-30T00:00:00.000Z",
-        "finished": "2026-11-30T00:01:00.000Z",
-        "status": "complete",
-        "probeset": {
-            "name": "p",
-            "path": "p.toml",
-            "sha256": hashlib.sha256(source.encode()).hexdigest(),
-            "copy": "probeset.toml",
-            "source": source,
-            "cases": [f"c{i}" for i in range(len(questions))],
-        },
-        "prompts": [{"name": name, "path": f"{name}.md", "sha256": "0" * 64, "copy": f"prompts/{name}.md"}],
-        "models": [
-            {"spec": model, "provider": "openai", "model": "m", "base_url": None, "api_key_env": None}
-        ],
-        "arms": [{"arm": 1, "prompt": name, "model": model}],
-        "header": checks["header"],
-        "checks": checks,
-        "repeats": repeats,
-        "seed": 1,
-        "counts": {"planned": repeats * len(questions), "recorded": repeats * len(questions), "errors": 0},
-    }
+    cases = [f"c{i}" for i in range(len(questions))]
+    samples = repeats * len(questions)
+    manifest = run_manifest(source, cases, [name], model, repeats, samples)
     (path / "manifest.json").write_text(dumps_pretty(manifest))
     probeset = parse_probeset(source.encode(), Path("p.toml"))
-    settings = CheckSettings.from_dict(checks)
+    settings = CheckSettings.from_dict(CHECKS)
     with open(path / "samples.jsonl", "wb") as out:
         for repeat in range(1, repeats + 1):
             for i, rate in enumerate(rates):

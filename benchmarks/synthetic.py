@@ -11,21 +11,26 @@ from promptprobe.checks.header import classify
 from promptprobe.jsonio import dumps_line, dumps_pretty
 from promptprobe.probeset import parse_probeset
 
+HEADER_SETTINGS = {
+    "markers": ["[[ANSWER]]", "[[NO_ANSWER]]"],
+    "no_answer": "[[NO_ANSWER]]",
+    "allow_leading_whitespace": False,
+}
+CHECKS = {"header": HEADER_SETTINGS, "filter": None, "citations": None, "top_k": None}
 
-def make_run(path: Path, samples: int, cases: int = 20, arms: int = 2, seed: int = 1) -> Path:
-    """A complete run of `samples` samples over `cases` cases and `arms` prompts."""
-    path.mkdir(parents=True, exist_ok=True)
-    (path / "raw").mkdir(exist_ok=True)
-    case_ids = [f"case-{i:03d}" for i in range(cases)]
-    source = "".join(
-        f'[[case]]\nid = "{c}"\nquestion = "Question number {i}?"\n'
-        f'expect = "{"no_answer" if i % 2 else "answer"}"\n'
-        f'must_retrieve = ["doc-{i % 7}"]\n\n'
-        for i, c in enumerate(case_ids)
-    )
-    prompts = [f"prompt-{a}" for a in range(arms)]
-    repeats = max(1, samples // (cases * arms))
-    manifest = {
+
+def run_manifest(
+    source: str,
+    case_ids: list[str],
+    prompts: list[str],
+    model: str,
+    repeats: int,
+    samples: int,
+    seed: int = 1,
+) -> dict:
+    """The manifest of a finished run of `prompts` x one OpenAI `model`, every sample recorded."""
+    provider, name = model.split(":", 1)
+    return {
         "schema_version": 2,
         "tool": "promptprobe",
         "created": "2026-11-30T00:00:00.000Z",
@@ -45,33 +50,38 @@ def make_run(path: Path, samples: int, cases: int = 20, arms: int = 2, seed: int
         ],
         "models": [
             {
-                "spec": "openai:gpt-4.1-mini",
-                "provider": "openai",
-                "model": "gpt-4.1-mini",
+                "spec": model,
+                "provider": provider,
+                "model": name,
                 "base_url": None,
                 "api_key_env": "OPENAI_API_KEY",
             }
         ],
-        "arms": [{"arm": i + 1, "prompt": p, "model": "openai:gpt-4.1-mini"} for i, p in enumerate(prompts)],
-        "header": {
-            "markers": ["[[ANSWER]]", "[[NO_ANSWER]]"],
-            "no_answer": "[[NO_ANSWER]]",
-            "allow_leading_whitespace": False,
-        },
-        "checks": {
-            "header": {
-                "markers": ["[[ANSWER]]", "[[NO_ANSWER]]"],
-                "no_answer": "[[NO_ANSWER]]",
-                "allow_leading_whitespace": False,
-            },
-            "filter": None,
-            "citations": None,
-            "top_k": None,
-        },
+        "arms": [{"arm": i + 1, "prompt": p, "model": model} for i, p in enumerate(prompts)],
+        "header": HEADER_SETTINGS,
+        "checks": CHECKS,
         "repeats": repeats,
         "seed": seed,
-        "counts": {"planned": repeats * cases * arms, "recorded": repeats * cases * arms, "errors": 0},
+        "counts": {"planned": samples, "recorded": samples, "errors": 0},
     }
+
+
+def make_run(path: Path, samples: int, cases: int = 20, arms: int = 2, seed: int = 1) -> Path:
+    """A complete run of `samples` samples over `cases` cases and `arms` prompts."""
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "raw").mkdir(exist_ok=True)
+    case_ids = [f"case-{i:03d}" for i in range(cases)]
+    source = "".join(
+        f'[[case]]\nid = "{c}"\nquestion = "Question number {i}?"\n'
+        f'expect = "{"no_answer" if i % 2 else "answer"}"\n'
+        f'must_retrieve = ["doc-{i % 7}"]\n\n'
+        for i, c in enumerate(case_ids)
+    )
+    prompts = [f"prompt-{a}" for a in range(arms)]
+    repeats = max(1, samples // (cases * arms))
+    manifest = run_manifest(
+        source, case_ids, prompts, "openai:gpt-4.1-mini", repeats, repeats * cases * arms, seed=seed
+    )
     (path / "manifest.json").write_text(dumps_pretty(manifest))
     rng = random.Random(seed)
     headers = [

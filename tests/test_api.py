@@ -143,11 +143,11 @@ def test_errors_are_the_domain_exceptions(tmp_path):
 @pytest.mark.parametrize(
     ("kwargs", "sentence"),
     [
-        ({"repeats": 0}, "repeats=0: give a whole number from 1 to 1,000,000"),
-        ({"concurrency": 2.5}, "concurrency=2.5: give a whole number from 1 to 1,000"),
-        ({"temperature": float("nan")}, "temperature=nan: give a number from 0 to 100"),
-        ({"max_tokens": "5"}, "max_tokens='5': give a whole number from 1 to 1,000,000"),
-        ({"poll_interval": 7200}, "poll_interval=7200: give a number from 0 to 3,600"),
+        ({"repeats": 0}, "repeats=0: must be between 1 and 1e+06"),
+        ({"concurrency": 2.5}, "concurrency=2.5: must be a whole number"),
+        ({"temperature": float("nan")}, "temperature=nan: must be between 0 and 100"),
+        ({"max_tokens": "5"}, "max_tokens='5': must be a whole number"),
+        ({"poll_interval": 7200}, "poll_interval=7200: must be between 0 and 3600"),
     ],
 )
 def test_run_refuses_numbers_the_cli_would_refuse(tmp_path, kwargs, sentence):
@@ -161,11 +161,11 @@ def test_run_refuses_numbers_the_cli_would_refuse(tmp_path, kwargs, sentence):
 @pytest.mark.parametrize(
     ("call", "sentence"),
     [
-        (lambda: promptprobe.plan(0.9, 0.7, cases=0, icc=0.1), "cases=0: give a whole number of at least 1"),
-        (lambda: promptprobe.plan(0.9, n=2.5), "n=2.5: give a whole number of at least 1"),
-        (lambda: promptprobe.plan(gate_any_of=5000, p=0.9), "gate_any_of=5000: give a whole number from 1 to 1,000"),
-        (lambda: promptprobe.report("latest", top_k=0), "top_k=0: give a whole number of at least 1"),
-        (lambda: promptprobe.compare("a", "b", classification=True), "classification=True: give a whole number of at least 1"),
+        (lambda: promptprobe.plan(0.9, 0.7, cases=0, icc=0.1), "cases=0: must be a whole number, at least 1"),
+        (lambda: promptprobe.plan(0.9, n=2.5), "n=2.5: must be a whole number, at least 1"),
+        (lambda: promptprobe.plan(gate_any_of=5000, p=0.9), "gate_any_of=5000: must be between 1 and 1000"),
+        (lambda: promptprobe.report("latest", top_k=0), "top_k=0: must be a whole number, at least 1"),
+        (lambda: promptprobe.compare("a", "b", classification=True), "classification=True: must be a whole number, at least 1"),
     ],
 )
 def test_report_compare_and_plan_refuse_counts_the_cli_would_refuse(call, sentence):

@@ -14,7 +14,7 @@ without its chrome). Errors are the domain exceptions (`InputError`: bad input, 
 
 import re
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -220,7 +220,7 @@ def _counts(**values: int | None) -> None:
     for name, value in values.items():
         whole = isinstance(value, int) and not isinstance(value, bool)
         if value is not None and (not whole or value < 1):
-            raise InputError(f"{name}={value!r}: give a whole number of at least 1")
+            raise InputError(f"{name}={value!r}: must be a whole number, at least 1")
 
 
 def report(
@@ -288,7 +288,7 @@ def plan(
 
     _counts(n=n, cases=cases, gate_any_of=gate_any_of)
     if gate_any_of is not None and gate_any_of > 1000:
-        raise InputError(f"gate_any_of={gate_any_of!r}: give a whole number from 1 to 1,000")
+        raise InputError(f"gate_any_of={gate_any_of!r}: must be between 1 and 1000")
     check_flags(p1, p2, alpha, power, icc, p)
     if gate_any_of is not None:
         if p is None:
@@ -341,13 +341,11 @@ def run(
     two arms in rounds until the sequential test decides). `prompts` are files, or `NAME=FILE`;
     `models` are specs (default: the config's); `retrieval="none"` probes without retrieval;
     `poll_interval`: seconds between looks at a batch in progress (`batch`; default 30)."""
-    from .config import load_config
-    from .engine.run import ProbeRun, RunOptions
-    from .limits import out_of_range
+    from .config import load_config, with_retrieval
+    from .engine.run import ProbeRun, options_from
+    from .limits import argument_problem
     from .probeset import load_probeset
     from .prompts import load_prompt
-    from .providers import parse_spec
-    from .providers.base import GenerationParams
     from .runref import runs_dir as folder_of
 
     numbers = {
@@ -358,46 +356,24 @@ def run(
         "seed": seed,
         "poll_interval": poll_interval,
     }
-    problems = [p for p in (out_of_range(name, value) for name, value in numbers.items()) if p]
+    problems = [p for p in (argument_problem(name, value) for name, value in numbers.items()) if p]
     if problems:
         raise InputError("; ".join(problems))
-    target = load_config(config)
-    if retrieval == "none":
-        target = replace(target, retrieval={"kind": "none"}, retrieval_given=True)
-    elif retrieval is not None:
-        raise InputError(
-            f"retrieval={retrieval!r}: the only choice here is 'none'; the config says how otherwise"
-        )
-    elif not target.retrieval_given:
-        raise InputError(
-            "no retrieval path: give config= (a probe.toml whose [retrieval] says how a question reaches "
-            "the model), or retrieval='none' to probe without retrieval"
-        )
-    settings = target.run
-    params = GenerationParams(
-        max_tokens=max_tokens or settings.max_tokens,
-        temperature=temperature if temperature is not None else settings.temperature,
-        seed=seed if seed is not None else settings.seed,
-        stream=settings.stream,
-        timeout=settings.timeout,
-        cache=cache if cache is not None else settings.cache,
-    )
-    options = RunOptions(
-        repeats=repeats or settings.repeats,
-        params=params,
-        concurrency=concurrency or settings.concurrency,
-        max_attempts=settings.max_attempts,
-        max_retry_wait=settings.max_retry_wait,
-        rpm=settings.rpm,
-        runs_dir=folder_of(runs_dir),
-        seed=params.seed,
+    target = with_retrieval(load_config(config), retrieval)
+    options = options_from(
+        target.run,
+        folder_of(runs_dir),
+        repeats=repeats,
+        max_tokens=max_tokens,
+        temperature=temperature,
+        seed=seed,
+        cache=cache,
+        concurrency=concurrency,
+        batch=batch,
+        poll_interval=poll_interval,
         max_cost=max_cost,
-        batch=batch if batch is not None else settings.batch,
     )
-    if poll_interval is not None:
-        options = replace(options, poll_interval=poll_interval)
-    configured = {m.spec: m for m in settings.models}
-    specs = [configured.get(s) or parse_spec(s) for s in models] or list(settings.models)
+    specs = target.models_for(models)
     loaded = load_probeset(probeset)
     versions = [load_prompt(str(p)) for p in prompts]
     if until_decided:

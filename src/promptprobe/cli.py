@@ -323,16 +323,6 @@ def classify(
 # -- run ------------------------------------------------------------------------------------
 
 
-def _models(specs: tuple[str, ...], config: Any) -> list[Any]:
-    from .providers import parse_spec
-
-    if not specs:
-        return list(config.run.models)
-    # A spec also listed in probe.toml keeps its api_key_env from there.
-    configured = {m.spec: m for m in config.run.models}
-    return [configured.get(spec) or parse_spec(spec) for spec in specs]
-
-
 QUIET_REPEAT = 300.0  # seconds: off a terminal, an unchanged progress line is repeated this seldom
 
 
@@ -647,7 +637,6 @@ def run(
     calls, not what it measures), --poll-interval and --cancel (batch runs), and the output
     flags, and refuses the rest.
     """
-    from .engine.run import RunOptions
 
     if cancel_batches and resume_path is None:
         raise InputError("--cancel cancels the outstanding batches of a run: give it with --resume RUN")
@@ -657,41 +646,36 @@ def run(
         return
     if probeset_path is None:
         raise InputError("give a probe set (probe run PROBESET --prompt FILE), or --resume RUN")
-    from .config import load_config
+    from .config import load_config, with_retrieval
+    from .engine.run import options_from
     from .probeset import load_probeset
     from .prompts import load_prompt
-    from .providers.base import GenerationParams
 
-    config = retrieval_choice(load_config(config_path), retrieval_kind, dry_run)
+    config = with_retrieval(load_config(config_path), retrieval_kind, dry_run)
     probeset = load_probeset(probeset_path)
     prompts = [load_prompt(p) for p in prompt_paths]
-    settings = config.run
-    params = GenerationParams(
-        max_tokens=max_tokens or settings.max_tokens,
-        temperature=temperature if temperature is not None else settings.temperature,
-        seed=seed if seed is not None else settings.seed,
-        stream=stream if stream is not None else settings.stream,
-        timeout=timeout or settings.timeout,
-        cache=cache if cache is not None else settings.cache,
-    )
-    umask = 0o022 if share else (settings.umask if settings.umask is not None else 0o077)
-    options = RunOptions(
-        repeats=repeats or settings.repeats,
-        params=params,
-        concurrency=concurrency or settings.concurrency,
-        max_attempts=max_attempts or settings.max_attempts,
-        max_retry_wait=max_retry_wait if max_retry_wait is not None else settings.max_retry_wait,
-        rpm=rpm if rpm is not None else settings.rpm,
-        runs_dir=runs_dir_of(runs_dir),
-        seed=params.seed,
-        umask=umask,
+    options = options_from(
+        config.run,
+        runs_dir_of(runs_dir),
+        repeats=repeats,
+        max_tokens=max_tokens,
+        temperature=temperature,
+        seed=seed,
+        stream=stream,
+        timeout=timeout,
+        cache=cache,
+        concurrency=concurrency,
+        max_attempts=max_attempts,
+        max_retry_wait=max_retry_wait,
+        rpm=rpm,
+        batch=batch,
+        poll_interval=poll_interval,
         max_cost=max_cost,
         top_k=top_k,
+        share=share,
         yes=yes,
-        batch=batch if batch is not None else settings.batch,
-        poll_interval=poll_interval if poll_interval is not None else RunOptions.poll_interval,
     )
-    models = _models(model_specs, config)
+    models = config.models_for(model_specs)
     if dry_run:
         from .engine.dryrun import dry_run as price_plan
         from .engine.dryrun import render_dry_run
@@ -722,31 +706,6 @@ def run(
             )
     runner = ProbeRun(probeset, prompts, models, config, options)
     _execute(runner, fmt, runner.plan.samples, output)
-
-
-def retrieval_choice(config: Any, flag: str | None, dry_run: bool) -> Any:
-    """The config, checked for a retrieval path: probing without one must be asked for."""
-
-    if flag == "none":
-        if config.retrieval_given and config.retrieval.get("kind") != "none":
-            raise InputError(
-                f'--retrieval none, but {config.path} says [retrieval] kind = "{config.retrieval["kind"]}": '
-                "give one or the other"
-            )
-        return replace(config, retrieval={"kind": "none"}, retrieval_given=True)
-    if not config.retrieval_given and not dry_run:
-        if config.path is None:
-            raise InputError(
-                "no retrieval path: there is no probe.toml here. Point probe at the system under test with "
-                "--config FILE (its [retrieval] says how a question reaches the model), or add --retrieval "
-                "none to probe without retrieval"
-            )
-        click.echo(
-            f"warning: {config.path} has no [retrieval]: probing without retrieval (the model gets no "
-            'passages); kind = "none" or --retrieval none says so and silences this',
-            err=True,
-        )
-    return config
 
 
 def _given(ctx: click.Context, name: str) -> bool:

@@ -4,13 +4,14 @@ what the checks look for, and the run's defaults."""
 import hashlib
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from .checks.settings import CheckSettings, CitationConfig, FilterConfig, HeaderConfig, UserCheckConfig
 from .errors import InputError
-from .limits import LIMITS
+from .limits import range_problem
 from .models import ModelSpec
 from .providers import parse_spec
 from .tomlfile import check_keys, parse_toml, read_input
@@ -77,6 +78,14 @@ class TargetConfig:
     retrieval_given: bool = False  # the file has a [retrieval] table (kind = "none" included)
     vars: dict[str, str] = field(default_factory=dict)  # values of {{NAME}} in prompts
 
+    def models_for(self, specs: Sequence[str]) -> list[ModelSpec]:
+        """The models to run: `specs` (one also listed in [run] keeps its api_key_env and the
+        rest of its table from there), or [run]'s models when none is given."""
+        if not specs:
+            return list(self.run.models)
+        configured = {m.spec: m for m in self.run.models}
+        return [configured.get(spec) or parse_spec(spec) for spec in specs]
+
     @property
     def header(self) -> HeaderConfig:
         return self.checks.header
@@ -105,12 +114,9 @@ def _typed(
         raise InputError(f"{where}: '{key}' must be {names}, got {value!r}")
     if isinstance(value, float) and not math.isfinite(value):
         raise InputError(f"{where}: '{key}' must be a finite number, got {value!r}")
-    low, high = LIMITS.get(key, (minimum, None))
-    if minimum is not None:
-        low = max(low, minimum) if low is not None else minimum
-    if (low is not None and value < low) or (high is not None and value > high):
-        limits = f"between {low:g} and {high:g}" if high is not None else f"at least {low:g}"
-        raise InputError(f"{where}: '{key}' must be {limits}, got {value!r}")
+    problem = range_problem(key, value, minimum)
+    if problem:
+        raise InputError(f"{where}: '{key}' {problem}, got {value!r}")
     return value
 
 
@@ -322,3 +328,32 @@ def load_config(path: str | Path | None) -> TargetConfig:
     config = parse_config(parse_toml(source, path), path, hashlib.sha256(source).hexdigest())
     # Messages name the file as given; the run records where it is, for --resume.
     return replace(config, path=path.resolve())
+
+
+def with_retrieval(config: TargetConfig, choice: str | None, dry_run: bool = False) -> TargetConfig:
+    """The config checked for a retrieval path (`choice` "none": probe without one, as asked).
+    Probing without retrieval must be asked for: with no config at all it is an error; a config
+    without [retrieval] gets a warning (a dry run calls nothing, so it needs neither)."""
+    from .jsonio import warn
+
+    if choice == "none":
+        if config.retrieval_given and config.retrieval.get("kind") != "none":
+            raise InputError(
+                f'--retrieval none, but {config.path} says [retrieval] kind = "{config.retrieval["kind"]}": '
+                "give one or the other"
+            )
+        return replace(config, retrieval={"kind": "none"}, retrieval_given=True)
+    if choice is not None:
+        raise InputError(f"retrieval {choice!r}: the only choice is 'none'; the config says how otherwise")
+    if not config.retrieval_given and not dry_run:
+        if config.path is None:
+            raise InputError(
+                "no retrieval path: there is no probe.toml here. Point probe at the system under test with "
+                "--config FILE (its [retrieval] says how a question reaches the model), or add --retrieval "
+                'none to probe without retrieval (in Python: config=..., or retrieval="none")'
+            )
+        warn(
+            f"{config.path} has no [retrieval]: probing without retrieval (the model gets no passages); "
+            'kind = "none" or --retrieval none says so and silences this'
+        )
+    return config

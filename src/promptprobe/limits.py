@@ -20,19 +20,28 @@ LIMITS: dict[str, tuple[float, float]] = {
 WHOLE = frozenset({"repeats", "max_tokens", "concurrency", "seed", "max_attempts", "k"})  # counts
 
 
-def out_of_range(name: str, value: float | None) -> str | None:
-    """Why `value` is not a valid `name` (also NaN, and a fraction where a count is meant), or
-    None when it is (or not given)."""
-    if value is None:
-        return None
-    low, high = LIMITS[name]
-    whole = name in WHOLE
-    kind = "a whole number" if whole else "a number"
-    number = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if not number or not low <= value <= high or (whole and not float(value).is_integer()):
-        return f"{name}={value!r}: give {kind} from {_shown(low)} to {_shown(high)}"  # NaN fails the range
+def range_problem(name: str, value: float, minimum: float | None = None) -> str | None:
+    """ "must be between LOW and HIGH" (or "at least LOW") when `value` is outside the range of
+    `name` (narrowed by `minimum`), NaN included; None when it is inside."""
+    low, high = LIMITS.get(name, (minimum, None))
+    if minimum is not None:
+        low = max(low, minimum) if low is not None else minimum
+    if value != value or (low is not None and value < low) or (high is not None and value > high):
+        return f"must be between {low:g} and {high:g}" if high is not None else f"must be at least {low:g}"
     return None
 
 
-def _shown(bound: float) -> str:
-    return f"{int(bound):,}" if float(bound).is_integer() else f"{bound:g}"
+def argument_problem(name: str, value: float | None) -> str | None:
+    """Why a number given from Python (the API) is not a valid `name`: not a number, a fraction
+    where a count is meant, or out of range; None when it is valid or not given."""
+    if value is None:
+        return None
+    whole = name in WHOLE
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or (whole and not float(value).is_integer())
+    ):
+        return f"{name}={value!r}: must be {'a whole number' if whole else 'a number'}"
+    problem = range_problem(name, value)
+    return f"{name}={value!r}: {problem}" if problem else None

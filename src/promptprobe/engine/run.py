@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..checks import CheckSettings
-from ..config import TargetConfig, load_config
+from ..config import RunSettings, TargetConfig, load_config
 from ..errors import InputError, ProbeError, StartError
 from ..jsonio import iter_jsonl, loads
 from ..models import ModelSpec, model_of
@@ -55,6 +55,60 @@ class RunOptions:
 
     def policy(self) -> RetryPolicy:
         return RetryPolicy(self.max_attempts, self.backoff_initial, self.max_retry_wait, self.sleep)
+
+
+def options_from(
+    settings: RunSettings,
+    runs_dir: Path,
+    *,
+    repeats: int | None = None,
+    max_tokens: int | None = None,
+    temperature: float | None = None,
+    seed: int | None = None,
+    stream: bool | None = None,
+    timeout: float | None = None,
+    cache: bool | None = None,
+    concurrency: int | None = None,
+    max_attempts: int | None = None,
+    max_retry_wait: float | None = None,
+    rpm: float | None = None,
+    batch: bool | None = None,
+    poll_interval: float | None = None,
+    max_cost: float | None = None,
+    top_k: int | None = None,
+    share: bool = False,
+    yes: bool = False,
+) -> RunOptions:
+    """How a run calls, from flags (or API arguments) over the config's [run]: a value given (not
+    None) wins over the config, which wins over the defaults."""
+
+    def chosen(value: Any, configured: Any) -> Any:
+        return value if value is not None else configured
+
+    params = GenerationParams(
+        max_tokens=chosen(max_tokens, settings.max_tokens),
+        temperature=chosen(temperature, settings.temperature),
+        seed=chosen(seed, settings.seed),
+        stream=chosen(stream, settings.stream),
+        timeout=chosen(timeout, settings.timeout),
+        cache=chosen(cache, settings.cache),
+    )
+    return RunOptions(
+        repeats=chosen(repeats, settings.repeats),
+        params=params,
+        concurrency=chosen(concurrency, settings.concurrency),
+        max_attempts=chosen(max_attempts, settings.max_attempts),
+        max_retry_wait=chosen(max_retry_wait, settings.max_retry_wait),
+        rpm=chosen(rpm, settings.rpm),
+        runs_dir=runs_dir,
+        seed=params.seed,
+        umask=0o022 if share else chosen(settings.umask, PRIVATE_UMASK),
+        max_cost=max_cost,
+        top_k=top_k,
+        yes=yes,
+        batch=chosen(batch, settings.batch),
+        poll_interval=chosen(poll_interval, RunOptions.poll_interval),
+    )
 
 
 @dataclass

@@ -19,6 +19,8 @@ from .base import (
     Provider,
     ProviderError,
     bad_body,
+    field_of,
+    text_of,
     truncated,
     usage_dict,
 )
@@ -124,41 +126,24 @@ class AnthropicProvider(Provider):
         self.client.close()
 
 
-def _field(value: Any, name: str) -> Any:
-    """An attribute of an SDK object, or a key of a dict; None when absent."""
-    if isinstance(value, dict):
-        return value.get(name)
-    return getattr(value, name, None)
-
-
-def _text(value: Any, what: str) -> str | None:
-    if value is None or isinstance(value, str):
-        return value
-    raise ValueError(f"{what} is {type(value).__name__}, not text")
-
-
-def _usage(value: Any) -> dict[str, Any]:
-    return usage_dict(value)
-
-
 def read_message(message: Any) -> dict[str, Any]:
     """Text, stop reason, usage and model of a Messages API reply, every field optional;
     ValueError when it is not a message (no content list, a text block without text)."""
-    content = _field(message, "content")
+    content = field_of(message, "content")
     if not isinstance(content, list):
         raise ValueError("the reply has no content list")
     texts = []
     for block in content:
-        if _field(block, "type") == "text":
-            text = _text(_field(block, "text"), "a text block's text")
+        if field_of(block, "type") == "text":
+            text = text_of(field_of(block, "text"), "a text block's text")
             if text is None:
                 raise ValueError("a text block has no text")
             texts.append(text)
     return {
         "text": "".join(texts) if texts else None,
-        "stop": _text(_field(message, "stop_reason"), "stop_reason"),
-        "usage": _usage(_field(message, "usage")),
-        "model": _text(_field(message, "model"), "model"),
+        "stop": text_of(field_of(message, "stop_reason"), "stop_reason"),
+        "usage": usage_dict(field_of(message, "usage")),
+        "model": text_of(field_of(message, "model"), "model"),
     }
 
 
@@ -173,20 +158,20 @@ class StreamReader:
         self.finished = False
 
     def add(self, event: Any) -> None:
-        kind = _field(event, "type")
+        kind = field_of(event, "type")
         if kind == "message_start":
-            message = _field(event, "message")
-            self.model = _text(_field(message, "model"), "model")
-            self.usage.update(_usage(_field(message, "usage")))
+            message = field_of(event, "message")
+            self.model = text_of(field_of(message, "model"), "model")
+            self.usage.update(usage_dict(field_of(message, "usage")))
         elif kind == "content_block_delta":
-            delta = _field(event, "delta")
-            if _field(delta, "type") == "text_delta":
-                text = _text(_field(delta, "text"), "text_delta")
+            delta = field_of(event, "delta")
+            if field_of(delta, "type") == "text_delta":
+                text = text_of(field_of(delta, "text"), "text_delta")
                 if text:
                     self.texts.append(text)
         elif kind == "message_delta":
-            self.stop = _text(_field(_field(event, "delta"), "stop_reason"), "stop_reason") or self.stop
-            self.usage.update(_usage(_field(event, "usage")))
+            self.stop = text_of(field_of(field_of(event, "delta"), "stop_reason"), "stop_reason") or self.stop
+            self.usage.update(usage_dict(field_of(event, "usage")))
         elif kind == "message_stop":
             self.finished = True
 

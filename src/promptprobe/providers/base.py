@@ -158,6 +158,21 @@ class CallMonitor:
         response.iter_bytes = iter_bytes
 
 
+def field_of(value: Any, name: str) -> Any:
+    """An attribute of an SDK object, or a key of a dict; None when absent (replies are read
+    with every field optional)."""
+    if isinstance(value, dict):
+        return value.get(name)
+    return getattr(value, name, None)
+
+
+def text_of(value: Any, what: str) -> str | None:
+    """A field that must be text when present; ValueError (a reply we cannot read) otherwise."""
+    if value is None or isinstance(value, str):
+        return value
+    raise ValueError(f"{what} is {type(value).__name__}, not text")
+
+
 def usage_dict(usage: Any) -> dict[str, Any]:
     """An SDK usage object (or a dict) as a plain dict of token counts: fields the API left out,
     and values that are not counts (a server's malformed usage), are dropped."""

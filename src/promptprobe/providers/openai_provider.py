@@ -20,6 +20,8 @@ from .base import (
     Provider,
     ProviderError,
     bad_body,
+    field_of,
+    text_of,
     truncated,
     usage_dict,
 )
@@ -125,36 +127,23 @@ class OpenAIProvider(Provider):
         self.client.close()
 
 
-def _field(value: Any, name: str) -> Any:
-    """An attribute of an SDK object, or a key of a dict; None when absent."""
-    if isinstance(value, dict):
-        return value.get(name)
-    return getattr(value, name, None)
-
-
-def _text(value: Any, what: str) -> str | None:
-    if value is None or isinstance(value, str):
-        return value
-    raise ValueError(f"{what} is {type(value).__name__}, not text")
-
-
 def read_completion(completion: Any) -> dict[str, Any]:
     """Text, stop reason, usage, model and refusal of a Chat Completions reply, every field
     optional; ValueError when there is no choice to read (the reply is not an answer)."""
-    choices = _field(completion, "choices")
+    choices = field_of(completion, "choices")
     if not choices:
         raise ValueError("the reply has no choices")
     choice = choices[0]
-    message = _field(choice, "message")
+    message = field_of(choice, "message")
     if message is None:
         raise ValueError("the first choice has no message")
-    usage = _field(completion, "usage")
+    usage = field_of(completion, "usage")
     return {
-        "text": _text(_field(message, "content"), "message.content"),
-        "stop": _text(_field(choice, "finish_reason"), "finish_reason"),
+        "text": text_of(field_of(message, "content"), "message.content"),
+        "stop": text_of(field_of(choice, "finish_reason"), "finish_reason"),
         "usage": usage_dict(usage),
-        "model": _text(_field(completion, "model"), "model"),
-        "refusal": _text(_field(message, "refusal"), "message.refusal"),
+        "model": text_of(field_of(completion, "model"), "model"),
+        "refusal": text_of(field_of(message, "refusal"), "message.refusal"),
     }
 
 
@@ -169,19 +158,19 @@ class StreamReader:
         self.usage: dict[str, Any] = {}
 
     def add(self, chunk: Any) -> None:
-        self.model = _text(_field(chunk, "model"), "model") or self.model
-        usage = _field(chunk, "usage")
+        self.model = text_of(field_of(chunk, "model"), "model") or self.model
+        usage = field_of(chunk, "usage")
         if usage:
             self.usage = usage_dict(usage)
-        for choice in _field(chunk, "choices") or []:
-            delta = _field(choice, "delta")
-            content = _text(_field(delta, "content"), "delta.content") if delta is not None else None
+        for choice in field_of(chunk, "choices") or []:
+            delta = field_of(choice, "delta")
+            content = text_of(field_of(delta, "content"), "delta.content") if delta is not None else None
             if content:
                 self.texts.append(content)
-            refusal = _text(_field(delta, "refusal"), "delta.refusal") if delta is not None else None
+            refusal = text_of(field_of(delta, "refusal"), "delta.refusal") if delta is not None else None
             if refusal:
                 self.refusals.append(refusal)
-            finish = _text(_field(choice, "finish_reason"), "finish_reason")
+            finish = text_of(field_of(choice, "finish_reason"), "finish_reason")
             if finish:
                 self.stop = finish
 

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from .distributions import normal_isf
+from .tests import decision_limit
 
 MAX_REPEATS = 200
 MAX_SAMPLES = 100_000
@@ -144,7 +145,8 @@ def size_plan(
 
     def power_at(n: int) -> float:
         if n not in cache:
-            cache[n] = fisher_power(n, p1, p2, alpha) if fisher_smallest_p(n) <= alpha * (1 + 1e-9) else 0.0
+            reachable = fisher_smallest_p(n) <= decision_limit(alpha)
+            cache[n] = fisher_power(n, p1, p2, alpha) if reachable else 0.0
         return cache[n]
 
     guess = n_per_arm_float(p1, p2, alpha, power)
@@ -185,7 +187,7 @@ def detectable_difference(
     validate("p1", p1, 0, 1)
     check_test_settings(alpha, power)
     result: dict[str, float | None] = {}
-    reachable = fisher_smallest_p(n) <= alpha * (1 + 1e-9)
+    reachable = fisher_smallest_p(n) <= decision_limit(alpha)
     for name, edge in (("up", 1.0), ("down", 0.0)):
         if p1 == edge or not reachable or fisher_power(n, p1, edge, alpha) < power:
             result[name] = None
@@ -251,7 +253,7 @@ class _PairedSimulation:
                 a = crn_counts(self.seed, 1, self.rates_a, repeats)
                 b = crn_counts(self.seed, 2, self.rates_b, repeats)
                 p_values, signs = stratified_p_batch(a, b, repeats, alpha=self.alpha)
-                hits = (p_values <= self.alpha * (1 + 1e-9)) & (signs == self.direction)
+                hits = (p_values <= decision_limit(self.alpha)) & (signs == self.direction)
                 self.cache[repeats] = float(hits.mean())
         return self.cache[repeats]
 
@@ -335,7 +337,7 @@ class _UnpairedSimulation:
                 observed_b = crn_counts(self.seed, 2, self.rates_b, repeats) / repeats
             p_values = permutation_p_batch(observed_a, observed_b, resamples=self.resamples)
             signs = np.sign(observed_b.mean(axis=1) - observed_a.mean(axis=1))
-            hits = (p_values <= self.alpha * (1 + 1e-9)) & (signs == self.direction)
+            hits = (p_values <= decision_limit(self.alpha)) & (signs == self.direction)
             self.cache[repeats] = float(hits.mean())
         return self.cache[repeats]
 

@@ -261,6 +261,25 @@ def log_mixture_e(b_higher: Any, discordant: Any, a: float) -> Any:
     )
 
 
+def first_decisions(
+    b_higher: Any, discordant: Any, alpha: float, a: float, min_rounds: int
+) -> tuple[Any, Any]:
+    """From cumulative (trials, rounds) counts of B-only and discordant pairs: per trial the round
+    the mixture e-value first reached 1/alpha (0: never) and its direction (+1 B's rate higher)."""
+    import numpy as np
+
+    from .tests import DECISION_TOLERANCE
+
+    reached = log_mixture_e(b_higher, discordant, a) >= math.log(1 / alpha) - DECISION_TOLERANCE
+    reached[:, : min_rounds - 1] = False
+    stopped = reached.any(axis=1)
+    first = np.where(stopped, reached.argmax(axis=1) + 1, 0)
+    index = np.clip(first - 1, 0, b_higher.shape[1] - 1)
+    rows = np.arange(b_higher.shape[0])
+    direction = np.sign(2 * b_higher[rows, index] - discordant[rows, index])
+    return first, np.where(stopped, direction, 0)
+
+
 def sequential_stops(
     p1: float,
     p2: float,
@@ -277,8 +296,6 @@ def sequential_stops(
     rate higher)."""
     import numpy as np
 
-    from .tests import DECISION_TOLERANCE
-
     rng = np.random.default_rng(seed)
     b_only, a_only = p2 * (1 - p1), p1 * (1 - p2)
     discordant_rate = b_only + a_only
@@ -288,11 +305,4 @@ def sequential_stops(
     b_higher = rng.binomial(discordant, b_only / discordant_rate)
     discordant = np.cumsum(discordant, axis=1)
     b_higher = np.cumsum(b_higher, axis=1)
-    reached = log_mixture_e(b_higher, discordant, a) >= math.log(1 / alpha) - DECISION_TOLERANCE
-    reached[:, : min_rounds - 1] = False
-    stopped = reached.any(axis=1)
-    first = np.where(stopped, reached.argmax(axis=1) + 1, 0)
-    index = np.clip(first - 1, 0, max_rounds - 1)
-    rows = np.arange(trials)
-    direction = np.sign(2 * b_higher[rows, index] - discordant[rows, index])
-    return first, np.where(stopped, direction, 0)
+    return first_decisions(b_higher, discordant, alpha, a, min_rounds)

@@ -26,6 +26,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from .tests import DECISION_TOLERANCE
+
 KT = 0.5  # the mixture promptprobe uses
 
 
@@ -43,7 +45,7 @@ def mixture_e_value(b_higher: int, discordant: int, a: float = KT) -> float:
 
 def decide(b_higher: int, discordant: int, alpha: float, a: float = KT) -> str | None:
     """`B>A` / `A>B` (which rate is higher) once the evidence reaches 1/alpha, else None."""
-    if mixture_e_value(b_higher, discordant, a) * (1 + 1e-9) < 1 / alpha:
+    if mixture_e_value(b_higher, discordant, a) * (1 + DECISION_TOLERANCE) < 1 / alpha:
         return None
     if 2 * b_higher == discordant:
         return None  # the mixture is symmetric: no direction at all (cannot reach 1/alpha anyway)
@@ -113,7 +115,7 @@ def simulate_rounds(
     stopped at (0: reached the cap undecided) and whether it said B>A (+1), A>B (-1) or nothing."""
     import numpy as np
 
-    from .power import log_mixture_e
+    from .power import first_decisions
     from .simulation import paired_rates
 
     rng = np.random.default_rng(seed)
@@ -122,11 +124,4 @@ def simulate_rounds(
     b_ok = rng.random((trials, max_rounds, cases)) < rates_b[:, None, :]
     b_higher = np.cumsum((b_ok & ~a_ok).sum(axis=2), axis=1)
     discordant = b_higher + np.cumsum((a_ok & ~b_ok).sum(axis=2), axis=1)
-    reached = log_mixture_e(b_higher, discordant, a) >= math.log(1 / alpha) - 1e-9
-    reached[:, : min_rounds - 1] = False
-    stopped = reached.any(axis=1)
-    first = np.where(stopped, reached.argmax(axis=1) + 1, 0)
-    index = np.clip(first - 1, 0, max_rounds - 1)
-    rows = np.arange(trials)
-    direction = np.sign(2 * b_higher[rows, index] - discordant[rows, index])
-    return first, np.where(stopped, direction, 0)
+    return first_decisions(b_higher, discordant, alpha, a, min_rounds)

@@ -42,9 +42,14 @@ RELATIVE_TOLERANCE = 1e-7
 DECISION_TOLERANCE = 1e-9
 
 
+def decision_limit(alpha: float) -> float:
+    """The largest p-value that decides at `alpha` (arrays of p-values compare against it)."""
+    return alpha * (1 + DECISION_TOLERANCE)
+
+
 def decides(p_value: float | None, alpha: float) -> bool:
     """Whether a p-value is at or below alpha (p <= alpha·(1 + 1e-9))."""
-    return p_value is not None and p_value <= alpha * (1 + DECISION_TOLERANCE)
+    return p_value is not None and p_value <= decision_limit(alpha)
 
 
 def holm(p_values: Sequence[float | None]) -> list[float | None]:

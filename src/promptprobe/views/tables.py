@@ -45,13 +45,16 @@ def wrap(text: str, fmt: str = "table", width: int | None = None) -> str:
     )
 
 
+WRAP_FIRST = ("prompt", "model", "case", "phrase", "examples")  # long free text wraps before numbers do
+
+
 def table(
     rows: Sequence[Sequence[Any]],
     headers: Sequence[str],
     fmt: str = "table",
     *,
     optional: Sequence[str | tuple[str, ...]] = (),
-    wrap_first: Sequence[str] = ("prompt", "model", "case", "phrase", "examples"),
+    wrap_first: Sequence[str] = WRAP_FIRST,
     width: int | None = None,
 ) -> str:
     """`fmt` "md" gives a GitHub table; "table" a plain one no wider than `width`.
@@ -67,7 +70,7 @@ def fit_table(
     fmt: str = "table",
     *,
     optional: Sequence[str | tuple[str, ...]] = (),
-    wrap_first: Sequence[str] = ("prompt", "model", "case", "phrase", "examples"),
+    wrap_first: Sequence[str] = WRAP_FIRST,
     width: int | None = None,
 ) -> tuple[str, list[str]]:
     """The table and the headers it kept. Cells wrap between words only: a word is never cut
