@@ -424,7 +424,8 @@ def _batch_count(run_dir: Path) -> int:
     ledger = run_dir / "batches.jsonl"
     if not ledger.exists():
         return 0
-    return len({json.loads(line)["batch"] for line in ledger.read_bytes().splitlines() if line.strip()})
+    lines = [json.loads(line) for line in ledger.read_bytes().splitlines() if line.strip()]
+    return len({entry["batch"] for entry in lines if entry.get("batch")})  # created batches only
 
 
 def _run(runner: Any, progress: Any) -> Any:

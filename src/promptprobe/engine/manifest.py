@@ -3,20 +3,39 @@ checks, code, prices, seed) and how far it got (status, counts, resumes), as wri
 start, at its end, and at every resume."""
 
 import os
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+from ..checks import CheckSettings
+from ..config import TargetConfig
+from ..probeset import ProbeSet
 from ..production import code_fingerprint
 from ..prompts import PromptVersion
 from ..retrievers import redact
 from ..version import __version__
+from .plan import Plan
 from .store import SCHEMA_VERSION
 
-if TYPE_CHECKING:
-    from .run import ProbeRun
+
+class ManifestSource(Protocol):
+    """What the manifest reads of a run (engine/run.py's ProbeRun has it all)."""
+
+    probeset: ProbeSet
+    config: TargetConfig
+    options: Any  # RunOptions
+    settings: CheckSettings
+    plan: Plan
+    seed: int
+    created: str
+    resumes: list[dict[str, Any]]
+    extra_manifest: dict[str, Any]
 
 
 def run_manifest(
-    run: "ProbeRun", status: str, finished: str | None, counts: dict[str, int], stopped_by: str | None = None
+    run: ManifestSource,
+    status: str,
+    finished: str | None,
+    counts: dict[str, int],
+    stopped_by: str | None = None,
 ) -> dict[str, Any]:
     params = run.options.params
     probeset = run.probeset

@@ -16,6 +16,8 @@ from ..providers.base import Provider
 from ..retrievers import Retriever, make_retriever
 from .executor import Executor
 from .limiter import Limiter
+from .records import SampleRecords
+from .retrieval import Retrieval
 from .retry import RetryPolicy
 from .store import RunStore
 
@@ -25,6 +27,8 @@ PROXY_VARIABLES = ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY", "https_proxy", "htt
 
 
 class RunParts:
+    """The run's providers, batch APIs, retriever, assembler, checks and limiters."""
+
     def __init__(
         self,
         models: list[ModelSpec],
@@ -59,27 +63,15 @@ class RunParts:
             for m in models
         }
 
-    def executor(
-        self,
-        store: RunStore | None,
-        settings: CheckSettings,
-        policy: RetryPolicy,
-        cancel: threading.Event,
-        variables: dict[str, str],
-    ) -> Executor:
+    def retrieval(self, store: RunStore | None, policy: RetryPolicy, cancel: threading.Event) -> Retrieval:
         assert self.retriever is not None
-        return Executor(
-            store,  # type: ignore[arg-type]  # the preflight retrieval writes nothing
-            self.retriever,
-            self.assemble,
-            self.providers,
-            self.limiters,
-            self.checks,
-            settings,
-            policy,
-            cancel,
-            variables,
-        )
+        return Retrieval(store, self.retriever, policy, cancel)
+
+    def records(self, store: RunStore, settings: CheckSettings, variables: dict[str, str]) -> SampleRecords:
+        return SampleRecords(store, self.assemble, self.checks, settings, variables)
+
+    def executor(self, records: SampleRecords, policy: RetryPolicy, cancel: threading.Event) -> Executor:
+        return Executor(records, self.providers, self.limiters, policy, cancel)
 
     def unreachable(self) -> dict[str, str]:
         return unreachable_endpoints(self.providers)

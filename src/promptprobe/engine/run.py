@@ -15,22 +15,28 @@ from typing import Any
 
 from ..checks import CheckSettings
 from ..config import RunSettings, TargetConfig, load_config
-from ..errors import InputError, ProbeError, StartError
+from ..errors import InputError, ProbeError
 from ..jsonio import iter_jsonl, loads
 from ..models import ModelSpec, model_of
 from ..probeset import ProbeSet, parse_probeset
 from ..prompts import PromptVersion, check_prompts, prompt_from_bytes
 from ..providers.base import GenerationParams
+from .backend import Backend, Pass
+from .batch import BatchScheduler
+from .batch_work import BatchSettings
 from .cost import PriceTable, load_prices
-from .executor import Executor, Retrieved
 from .manifest import prompt_copy, run_manifest
 from .parts import RunParts
 from .plan import Plan, Unit, make_arms, sample_id
+from .preflight import preflight
+from .recorder import Recorder, Tally
+from .retrieval import Retrieved, recorded_retrieval
 from .retry import RetryPolicy
-from .scheduler import Scheduler, Tally
+from .scheduler import Scheduler
 from .store import PRIVATE_UMASK, RunStore, StorageError, load_manifest, run_state, utc_now
 
 LARGE_PLAN = 100_000  # model calls above which a run asks for --yes
+WRITE_GROUP = 500  # batch results written (and fsynced) together
 
 
 @dataclass
@@ -180,38 +186,31 @@ class ProbeRun:
     ) -> dict[str, Any]:
         return run_manifest(self, status, finished, counts, stopped_by)
 
-    # -- running ---------------------------------------------------------------------------
+    def counts(self) -> dict[str, int]:
+        return {"planned": self.plan.samples, "recorded": self.tally.recorded, "errors": self.tally.errors}
 
     def cancel(self) -> None:
         """Stop: no new call starts; waits and streams in flight end at once."""
         self.cancel_event.set()
 
-    def preflight(self) -> Retrieved | None:
-        """Before creating anything: connect to each model's endpoint and retrieve the first
-        question. A target that refuses connections stops here (exit 3, no run directory); a
-        model that does while others answer is marked down and its samples recorded without calls."""
-        first = self.plan.case_order(1)[0]
-        # One quick retry at most: a target that refuses connections now is down, not flaky.
-        executor = self.executor_for(None)
-        executor.policy = replace(executor.policy, max_attempts=min(2, executor.policy.max_attempts))
-        retrieved = executor.retrieve(first)
-        if retrieved.error is not None and retrieved.error.unreachable:
-            self.close()
-            raise StartError(f"{retrieved.error}; nothing was run")
-        unreachable = self.parts.unreachable()
-        if unreachable and len(unreachable) == len(self.parts.providers):
-            self.close()
-            raise StartError(f"{'; '.join(unreachable.values())}; nothing was run")
-        self.down_models = {
-            spec: f"{reason}: the model looks down; not called in this run"
-            for spec, reason in unreachable.items()
-        }
-        return retrieved
+    # -- opening ---------------------------------------------------------------------------
 
-    def executor_for(self, store: RunStore | None) -> Executor:
-        return self.parts.executor(
-            store, self.settings, self.options.policy(), self.cancel_event, self.config.vars
-        )
+    def open(self) -> None:
+        """Check the target, then create the run directory (a resumed run opens its own)."""
+        try:
+            first, self.down_models = preflight(
+                self.parts, self.plan, self.options.policy(), self.cancel_event
+            )
+        except BaseException:
+            self.close()
+            raise
+        self.start()
+        if not first.failed:
+            # A failure here had the short preflight policy: the back-end retries it in full.
+            unit = Unit(self.plan.case_order(1)[0], 1)
+            self.reuse[(unit.case.id, unit.repeat)] = first
+            assert self.store is not None
+            self.parts.retrieval(self.store, self.options.policy(), self.cancel_event).record(unit, first)
 
     def start(self) -> None:
         """Create the run directory with its copies and a `running` manifest."""
@@ -239,73 +238,71 @@ class ProbeRun:
             self.close()
             raise
 
-    def counts(self) -> dict[str, int]:
-        return {"planned": self.plan.samples, "recorded": self.tally.recorded, "errors": self.tally.errors}
+    # -- running ---------------------------------------------------------------------------
 
-    def scheduler(self, **kwargs: Any) -> Any:
-        """A scheduler over this run's executor (one per pass: a sequential run makes one per round);
-        with --batch, the batch scheduler, which has the same interface."""
-        assert self.store is not None
-        if self.options.batch:
-            from .batch import BatchScheduler
-
-            return BatchScheduler(self, **kwargs)
-        return Scheduler(
-            self.plan,
-            self.executor_for(self.store),
-            self.options.concurrency,
-            self.cancel_event,
-            prices=self.prices,
-            max_cost=self.options.max_cost,
-            on_record=self.on_record,
-            tally=self.tally,
-            down=self.down_models,
-            **kwargs,
+    def backend(self) -> Backend:
+        """The back-end for one pass over units (a sequential run makes one per round): live
+        calls, or the providers' batch APIs with --batch."""
+        store, options, cancel = self.store, self.options, self.cancel_event
+        assert store is not None
+        policy = options.policy()
+        records = self.parts.records(store, self.settings, self.config.vars)
+        recorder = Recorder(
+            store, self.prices, self.tally, self.on_record, WRITE_GROUP if options.batch else 1
         )
+        retrieval = self.parts.retrieval(store, policy, cancel)
+        work = Pass(self.plan, retrieval, records, recorder, cancel, self.skip, self.reuse, self.down_models)
+        if not options.batch:
+            return Scheduler(
+                work, self.parts.executor(records, policy, cancel), options.concurrency, options.max_cost
+            )
+        settings = BatchSettings(
+            self.parts.batch_apis,
+            policy,
+            store.path.name,
+            options.concurrency,
+            options.poll_interval,
+            options.cancel_batches,
+            options.max_cost,
+            self.prices,
+            options.params.max_tokens,
+            self.on_batches or (lambda text: None),
+        )
+        return BatchScheduler(work, settings)
 
-    def open(self) -> None:
-        """Check the target, then create the run directory (a resumed run opens its own)."""
-        first = self.preflight()
-        self.start()
-        if first is not None and not first.failed:
-            # A failure here had the short preflight policy: the scheduler retries it in full.
-            unit = Unit(self.plan.case_order(1)[0], 1)
-            self.reuse[(unit.case.id, unit.repeat)] = first
-            self.executor_for(self.store).record_retrieval(unit, first)
-
-    def run_units(self, units: Iterable[Unit]) -> Scheduler:
-        """Work through `units` (the run must be open); the scheduler says how it ended."""
-        scheduler = self.scheduler(skip=self.skip, reuse=self.reuse)
+    def run_units(self, units: Iterable[Unit]) -> Backend:
+        """Work through `units` (the run must be open); the back-end says how the pass ended."""
+        backend = self.backend()
         try:
-            scheduler.run(units)
+            backend.run(units)
         except BaseException:
             self.cancel()
             self.finish("interrupted", None)
             raise
-        self.detached = list(getattr(scheduler, "detached", []))
-        return scheduler
+        self.detached = list(backend.detached)
+        return backend
 
     def execute(self) -> RunOutcome:
         """Run the plan and finish the manifest; raises the reason a run stopped early."""
         self.open()
         return self.conclude(self.run_units(self.plan.units()))
 
-    def conclude(self, scheduler: Scheduler) -> RunOutcome:
-        if scheduler.abort is not None:
-            abort = scheduler.abort
+    # -- finishing -------------------------------------------------------------------------
+
+    def conclude(self, backend: Backend) -> RunOutcome:
+        if backend.abort is not None:
+            abort = backend.abort
             self.finish("failed", None)
             assert self.store is not None
+            path = self.store.path
+            if backend.keep:
+                raise type(abort)(f"{abort}; what was sent is kept: probe run --resume {path} collects it")
             if self.counts()["recorded"] == 0 and not self.resumes:
-                shutil.rmtree(self.store.path, ignore_errors=True)  # nothing to keep or resume
+                shutil.rmtree(path, ignore_errors=True)  # nothing to keep or resume
                 raise type(abort)(f"{abort}; nothing was recorded, so no run directory was kept")
-            raise type(abort)(f"{abort}; the samples recorded so far are in {self.store.path}")
-        if self.cancel_event.is_set():
-            status = "interrupted"
-        elif scheduler.stopped_by:
-            status = "interrupted"
-        else:
-            status = "complete"
-        return self.finish(status, scheduler.stopped_by)
+            raise type(abort)(f"{abort}; the samples recorded so far are in {path}")
+        status = "interrupted" if self.cancel_event.is_set() or backend.stopped_by else "complete"
+        return self.finish(status, backend.stopped_by)
 
     def finish(self, status: str, stopped_by: str | None) -> RunOutcome:
         assert self.store is not None
@@ -405,7 +402,7 @@ class ResumedRun(ProbeRun):
         for record in iter_jsonl(self.path / "retrievals.jsonl"):
             key = (record["case_id"], record["repeat"])
             if key in missing_units and record.get("error") is None:
-                reuse[key] = Executor.recorded_retrieval(record)
+                reuse[key] = recorded_retrieval(record)
         self.resumes.append(
             {
                 "at": utc_now(),
