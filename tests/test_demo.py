@@ -152,7 +152,8 @@ def test_probe_demo_batch_takes_the_batch_path_offline_with_the_same_results(dem
     samples = read_jsonl(run_dir / "samples.jsonl")
     assert len(samples) == 72 and all(s["error"] is None and s["via"] == "batch" for s in samples)
     line = json.loads((run_dir / samples[0]["response"]["body"]).read_bytes())  # the result line's bytes
-    assert line["custom_id"] == f"p{ledger[0]['samples'].index(samples[0]['sample_id'])}"  # its place in the batch
+    place = ledger[0]["samples"].index(samples[0]["sample_id"])  # its place in the batch, after the batch's prefix
+    assert line["custom_id"] == f"{ledger[0]['ids']}p{place}"
     assert line["response"]["status_code"] == 200
     assert "SIMULATED" in line["response"]["body"]["model"]
     # The simulated model answers a batch as it answers live calls: the same counts per arm.

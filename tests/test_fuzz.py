@@ -384,3 +384,84 @@ def test_random_fault_scenarios_end_in_a_documented_state(tmp_path_factory, scri
                 assert (run / sample["raw"]["path"]).read_bytes().startswith(b"[[ANSWER]]")
         written = b"".join(p.read_bytes() for p in run.rglob("*") if p.is_file())
         assert KEY.encode() not in written and KEY[:20].encode() not in written
+
+
+# -- batch replies ---------------------------------------------------------------------------------
+
+BATCH_LINES = {
+    "openai": {"id": "batch_req_1", "custom_id": "k-p0", "error": None, "response": {
+        "status_code": 200, "request_id": "req_1", "body": json.loads(openai_body("[[ANSWER]]\nok", "m", None))}},
+    "anthropic": {"custom_id": "k-p0", "result": {
+        "type": "succeeded", "message": json.loads(anthropic_body("[[ANSWER]]\nok", "m", None))}},
+}
+BATCH_VIEWS = {
+    "openai": {"id": "batch_1", "object": "batch", "status": "completed", "input_file_id": "file-1",
+               "output_file_id": "file-2", "error_file_id": None, "created_at": 1, "endpoint": "/v1/chat/completions",
+               "completion_window": "24h", "request_counts": {"total": 1, "completed": 1, "failed": 0}},
+    "anthropic": {"id": "msgbatch_1", "type": "message_batch", "processing_status": "ended",
+                  "request_counts": {"processing": 0, "succeeded": 1, "errored": 0, "canceled": 0, "expired": 0},
+                  "created_at": "2026-11-30T00:00:00Z", "expires_at": "2026-12-01T00:00:00Z"},
+}
+
+
+@st.composite
+def result_lines(draw, provider: str) -> list[bytes]:
+    """Result lines as a batch API might send them: valid, with parts deleted or replaced, or junk."""
+    lines = []
+    for _ in range(draw(st.integers(1, 4))):
+        if draw(st.booleans()):
+            lines.append(json.dumps(mutated(BATCH_LINES[provider], draw)).encode())
+        else:
+            lines.append(draw(st.binary(min_size=1, max_size=40).filter(lambda b: b"\n" not in b and b.strip())))
+    return lines
+
+
+@st.composite
+def batch_views(draw, provider: str) -> object:
+    """A batch as the retrieve call might answer it: valid, mutated, or any JSON at all."""
+    return mutated(BATCH_VIEWS[provider], draw) if draw(st.booleans()) else draw(json_values)
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+def test_any_batch_reply_is_read_or_is_a_provider_error(provider, monkeypatch):
+    """A batch's state and its result lines through the real SDKs: a BatchState or a ProviderError,
+    and every line a result (a completion or a failure carrying the line's bytes), never an exception."""
+    from promptprobe.providers.batching import BatchState
+
+    monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
+    current: dict[str, object] = {}
+
+    def respond(request):
+        if request.path.endswith(("/results", "/content")):
+            return Reply(body=b"\n".join(current["lines"]) + b"\n", content_type="application/octet-stream")
+        if current.get("view") is None:  # the SDK looks at the batch before its results: a good one
+            view = dict(BATCH_VIEWS[provider], results_url=f"{server.url}/v1/messages/batches/batch_1/results")
+            return Reply(body=json.dumps(view).encode())
+        return Reply(body=json.dumps(current["view"]).encode())
+
+    with LocalServer(respond) as server:
+        spec = f"anthropic:m@{server.url}" if provider == "anthropic" else f"openai:m@{server.url}/v1"
+        api = make_provider(parse_model_spec(spec), GenerationParams(timeout=5)).batch_api()
+        ended = BatchState("ended", True, files={"output": "file-2"})
+
+        @settings(max_examples=100, deadline=None, derandomize=True,
+                  suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+        @given(batch_views(provider), result_lines(provider))
+        def check(view, lines):
+            current.update(view=view, lines=lines)
+            try:
+                state = api.state("batch_1")
+            except ProviderError as error:
+                assert error.kind in ("bad_body", "http_status", "api", "connection")
+            else:
+                assert isinstance(state, BatchState) and isinstance(state.status, str)
+            current["view"] = None
+            results = list(api.results("batch_1", ended))
+            assert [r.line for r in results] == lines
+            for result in results:
+                assert (result.completion is None) != (result.error is None)
+                if result.error is not None:
+                    assert isinstance(result.error, ProviderError) and result.error.body == result.line
+
+        check()
+        api.provider.close()

@@ -34,18 +34,14 @@ def ids_prefix(label: str) -> str:
     return hashlib.sha256(label.encode()).hexdigest()[:10] + "-"
 
 
-class BatchSubmitter:
-    """Creates batches and keeps them in the ledger; `sent` counts each sample's batches."""
+class BatchCreator:
+    """Creates one batch at a time, each in the ledger before its create call and with its id
+    after; settles the creates a killed process left unanswered."""
 
-    def __init__(self, settings: BatchSettings, ledger: BatchLedger, cancel: threading.Event, tally: Tally):
+    def __init__(self, settings: BatchSettings, ledger: BatchLedger, cancel: threading.Event) -> None:
         self.settings = settings
         self.ledger = ledger
         self.cancel = cancel
-        self.tally = tally
-        self.sent = ledger.submissions()
-        self.committed = 0.0  # the most the batches submitted so far can cost
-        self.first_submitted: float | None = None
-        self.held_back = False  # --max-cost kept a batch back: nothing more goes out
 
     def _retried(self, call: Callable[[], Any], what: str) -> Any:
         """A batch API call under the retry policy; StartError (the run stops) when it keeps failing."""
@@ -70,34 +66,10 @@ class BatchSubmitter:
                 self.ledger.created(entry, found, submitted=entry["at"], found_again=True)
             else:
                 self.ledger.update(entry, status=NOT_CREATED)
-        self.sent = self.ledger.submissions()
 
-    def submit(
-        self, spec: str, items: list[tuple[Pending, bytes]], sent: Callable[[list[Pending]], None]
-    ) -> None:
-        """Send (sample, body as JSON bytes) items in batches; `sent` is told each batch's samples
-        once it has an id. Raises StartError when a batch cannot be uploaded or created."""
-        api = self.settings.apis[spec]
-        sized = [(str(index), body, len(body)) for index, (_, body) in enumerate(items)]
-        by_index = {str(i): pending for i, (pending, _) in enumerate(items)}
-        limits = BatchLimits(min(api.limits.requests, SUBMIT_CHUNK), api.limits.bytes)
-        for chunk in chunked(sized, limits):
-            if self.cancel.is_set() or self.held_back:
-                return
-            if self.settings.max_cost is not None:
-                chunk = self._within_cost(chunk, by_index)
-                if not chunk:
-                    self.held_back = True
-                    return
-            pendings = [by_index[index] for index, _, _ in chunk]
-            if not self._send(api, spec, pendings, [body for _, body, _ in chunk]):
-                return  # cancelled
-            for pending in pendings:
-                self.sent[pending.sample_id] += 1
-            self.first_submitted = self.first_submitted or time.monotonic()
-            sent(pendings)
-
-    def _send(self, api: BatchAPI, spec: str, pendings: list[Pending], bodies: list[bytes]) -> bool:
+    def create(self, api: BatchAPI, spec: str, pendings: list[Pending], bodies: list[bytes]) -> bool:
+        """Upload and create one batch of `pendings` (their bodies), in the ledger before the create
+        call and with its id after; False when the run was cancelled on the way."""
         label = f"{self.settings.label}-{len(self.ledger.entries) + 1}"
         prefix = ids_prefix(label)
         requests = [(f"{prefix}p{position}", body) for position, body in enumerate(bodies)]
@@ -176,6 +148,53 @@ class BatchSubmitter:
         if found is None:
             self.ledger.update(entry, status=NOT_CREATED, error=str(failure.error))
         return found
+
+
+class BatchSubmitter:
+    """Sends one model's requests in batches within its limits and what --max-cost allows;
+    `sent` counts each sample's batches."""
+
+    def __init__(self, settings: BatchSettings, ledger: BatchLedger, cancel: threading.Event, tally: Tally):
+        self.settings = settings
+        self.ledger = ledger
+        self.cancel = cancel
+        self.tally = tally
+        self.creator = BatchCreator(settings, ledger, cancel)
+        self.sent = ledger.submissions()
+        self.committed = 0.0  # the most the batches submitted so far can cost
+        self.first_submitted: float | None = None
+        self.held_back = False  # --max-cost kept a batch back: nothing more goes out
+
+    def settle(self) -> None:
+        """Settle what a killed process left being created (BatchCreator.settle), then count again."""
+        self.creator.settle()
+        self.sent.clear()
+        self.sent.update(self.ledger.submissions())
+
+    def submit(
+        self, spec: str, items: list[tuple[Pending, bytes]], sent: Callable[[list[Pending]], None]
+    ) -> None:
+        """Send (sample, body as JSON bytes) items in batches; `sent` is told each batch's samples
+        once it has an id. Raises StartError when a batch cannot be uploaded or created."""
+        api = self.settings.apis[spec]
+        sized = [(str(index), body, len(body)) for index, (_, body) in enumerate(items)]
+        by_index = {str(i): pending for i, (pending, _) in enumerate(items)}
+        limits = BatchLimits(min(api.limits.requests, SUBMIT_CHUNK), api.limits.bytes)
+        for chunk in chunked(sized, limits):
+            if self.cancel.is_set() or self.held_back:
+                return
+            if self.settings.max_cost is not None:
+                chunk = self._within_cost(chunk, by_index)
+                if not chunk:
+                    self.held_back = True
+                    return
+            pendings = [by_index[index] for index, _, _ in chunk]
+            if not self.creator.create(api, spec, pendings, [body for _, body, _ in chunk]):
+                return  # cancelled
+            for pending in pendings:
+                self.sent[pending.sample_id] += 1
+            self.first_submitted = self.first_submitted or time.monotonic()
+            sent(pendings)
 
     def _within_cost(self, chunk: list[tuple[str, Any, int]], by_index: dict[str, Pending]) -> list[Any]:
         """The part of a chunk whose most possible cost still fits under --max-cost."""

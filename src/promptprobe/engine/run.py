@@ -22,18 +22,16 @@ from ..probeset import ProbeSet, parse_probeset
 from ..prompts import PromptVersion, check_prompts, prompt_from_bytes
 from ..providers.base import GenerationParams
 from .backend import Backend, Pass
-from .batch import BatchScheduler
-from .batch_work import BatchSettings
+from .backends import make_backend
 from .cost import PriceTable, load_prices
-from .manifest import prompt_copy, run_manifest
+from .manifest import close_run_directory, create_run_directory, run_manifest
 from .parts import RunParts
 from .plan import Plan, Unit, make_arms, sample_id
 from .preflight import preflight
 from .recorder import Recorder, Tally
 from .retrieval import Retrieved, recorded_retrieval
 from .retry import RetryPolicy
-from .scheduler import Scheduler
-from .store import PRIVATE_UMASK, RunStore, StorageError, load_manifest, run_state, utc_now
+from .store import PRIVATE_UMASK, RunStore, load_manifest, run_state, utc_now
 
 LARGE_PLAN = 100_000  # model calls above which a run asks for --yes
 WRITE_GROUP = 500  # batch results written (and fsynced) together
@@ -129,6 +127,40 @@ class RunOutcome:
     detached: list[str] = field(default_factory=list)  # batch ids still running at the provider
 
 
+def make_plan(
+    probeset: ProbeSet,
+    prompts: Sequence[PromptVersion],
+    models: Sequence[ModelSpec],
+    config: TargetConfig,
+    options: RunOptions,
+) -> Plan:
+    """What a run will ask, in which order; InputError when the prompts cannot be filled for the
+    cases, or the plan is larger than LARGE_PLAN calls without --yes."""
+    problems = check_prompts(prompts, probeset.cases, config.vars)
+    if problems:
+        raise InputError("\n".join(problems))
+    arms = make_arms(prompts, models)
+    seed = options.seed if options.seed is not None else random.SystemRandom().randrange(2**32)
+    repeats = options.repeats or config.run.repeats or probeset.repeats
+    plan = Plan(probeset.cases, tuple(arms), repeats, seed)
+    if plan.samples > LARGE_PLAN and not options.yes:
+        raise InputError(
+            f"this plan makes {plan.samples:,} model calls ({len(probeset.cases)} cases x "
+            f"{repeats} repeats x {len(arms)} arms); add --yes to run it, or --dry-run to price it"
+        )
+    return plan
+
+
+def check_prices(prices: PriceTable, models: Sequence[ModelSpec]) -> None:
+    """--max-cost needs a price for every model."""
+    unknown = [m.spec for m in models if prices.lookup(m) is None]
+    if unknown:
+        raise InputError(
+            f"--max-cost needs a price for every model; none is known for {', '.join(unknown)} "
+            "(add it under [prices] in probe.toml)"
+        )
+
+
 class ProbeRun:
     """One run being executed. Build it (keys are checked and production code imported here,
     before any call), then `execute()`; `cancel()` from another thread or a signal handler."""
@@ -146,28 +178,13 @@ class ProbeRun:
         self.config = config
         self.options = options
         self.settings: CheckSettings = config.checks.with_top_k(options.top_k)
-        problems = check_prompts(prompts, probeset.cases, config.vars)
-        if problems:
-            raise InputError("\n".join(problems))
-        arms = make_arms(prompts, models)
-        self.seed = options.seed if options.seed is not None else random.SystemRandom().randrange(2**32)
-        repeats = options.repeats or config.run.repeats or probeset.repeats
-        self.plan = Plan(probeset.cases, tuple(arms), repeats, self.seed)
-        if self.plan.samples > LARGE_PLAN and not options.yes:
-            raise InputError(
-                f"this plan makes {self.plan.samples:,} model calls ({len(probeset.cases)} cases x "
-                f"{repeats} repeats x {len(arms)} arms); add --yes to run it, or --dry-run to price it"
-            )
+        self.plan = make_plan(probeset, prompts, models, config, options)
+        self.seed = self.plan.seed
         self.on_record = on_record
         self.cancel_event = threading.Event()
         self.prices: PriceTable = load_prices(config.prices)
         if options.max_cost is not None:
-            unknown = [m.spec for m in models if self.prices.lookup(m) is None]
-            if unknown:
-                raise InputError(
-                    f"--max-cost needs a price for every model; none is known for {', '.join(unknown)} "
-                    "(add it under [prices] in probe.toml)"
-                )
+            check_prices(self.prices, models)
         self.parts = RunParts(list(models), config, self.settings, options)
         self.store: RunStore | None = None
         self.skip: Callable[[str], bool] = lambda sid: False
@@ -201,74 +218,37 @@ class ProbeRun:
             first, self.down_models = preflight(
                 self.parts, self.plan, self.options.policy(), self.cancel_event
             )
+            self.created = utc_now()
+            self.store = create_run_directory(
+                self.options.runs_dir,
+                self.options.umask,
+                self.probeset,
+                [arm.prompt for arm in self.plan.arms],
+                self.manifest("running", None, self.counts()),
+            )
         except BaseException:
             self.close()
             raise
-        self.start()
+        if self.on_start is not None:
+            self.on_start(self.store.path)
         if not first.failed:
             # A failure here had the short preflight policy: the back-end retries it in full.
             unit = Unit(self.plan.case_order(1)[0], 1)
             self.reuse[(unit.case.id, unit.repeat)] = first
-            assert self.store is not None
             self.parts.retrieval(self.store, self.options.policy(), self.cancel_event).record(unit, first)
-
-    def start(self) -> None:
-        """Create the run directory with its copies and a `running` manifest."""
-        self.created = utc_now()
-        try:
-            store = RunStore.create(self.options.runs_dir, self.probeset.name, self.options.umask)
-        except BaseException:
-            self.close()
-            raise
-        self.store = store
-        try:
-            manifest = self.manifest("running", None, self.counts())
-            store.reserve(2 * len(str(manifest)))
-            store.write_bytes("probeset.toml", self.probeset.source)
-            for arm in self.plan.arms:
-                store.write_bytes(prompt_copy(arm.prompt), arm.prompt.source)
-            store.write_manifest(manifest)
-            if self.on_start is not None:
-                self.on_start(store.path)
-        except BaseException:
-            # Nothing was recorded yet: leave no half-made run directory behind.
-            store.release()
-            shutil.rmtree(store.path, ignore_errors=True)
-            self.store = None
-            self.close()
-            raise
 
     # -- running ---------------------------------------------------------------------------
 
     def backend(self) -> Backend:
-        """The back-end for one pass over units (a sequential run makes one per round): live
-        calls, or the providers' batch APIs with --batch."""
-        store, options, cancel = self.store, self.options, self.cancel_event
+        """The back-end for one pass over units (a sequential run makes one per round)."""
+        store, policy, cancel = self.store, self.options.policy(), self.cancel_event
         assert store is not None
-        policy = options.policy()
+        group = WRITE_GROUP if self.options.batch else 1
+        recorder = Recorder(store, self.prices, self.tally, self.on_record, group)
         records = self.parts.records(store, self.settings, self.config.vars)
-        recorder = Recorder(
-            store, self.prices, self.tally, self.on_record, WRITE_GROUP if options.batch else 1
-        )
         retrieval = self.parts.retrieval(store, policy, cancel)
         work = Pass(self.plan, retrieval, records, recorder, cancel, self.skip, self.reuse, self.down_models)
-        if not options.batch:
-            return Scheduler(
-                work, self.parts.executor(records, policy, cancel), options.concurrency, options.max_cost
-            )
-        settings = BatchSettings(
-            self.parts.batch_apis,
-            policy,
-            store.path.name,
-            options.concurrency,
-            options.poll_interval,
-            options.cancel_batches,
-            options.max_cost,
-            self.prices,
-            options.params.max_tokens,
-            self.on_batches or (lambda text: None),
-        )
-        return BatchScheduler(work, settings)
+        return make_backend(work, self.parts, self.options, self.prices, self.on_batches)
 
     def run_units(self, units: Iterable[Unit]) -> Backend:
         """Work through `units` (the run must be open); the back-end says how the pass ended."""
@@ -306,22 +286,17 @@ class ProbeRun:
 
     def finish(self, status: str, stopped_by: str | None) -> RunOutcome:
         assert self.store is not None
-        store = self.store
-        store.close_writes()
-        store.give_back_reserve()  # a full disk still has room for the last manifest
-        counts = self.counts()
         try:
-            store.write_manifest(self.manifest(status, utc_now(), counts, stopped_by))
-        except StorageError:
-            if status != "failed":
-                raise
-            # The disk is full: the manifest says "running" and readers see a killed run.
+            counts = close_run_directory(
+                self.store,
+                lambda: self.manifest(status, utc_now(), self.counts(), stopped_by),
+                status == "failed",
+            )
         finally:
-            store.release()
             self.close()
         cost = self.tally.cost if self.tally.cost_known else None
         return RunOutcome(
-            store.path,
+            self.store.path,
             counts["planned"],
             counts["recorded"],
             counts["errors"],

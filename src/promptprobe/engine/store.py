@@ -117,31 +117,8 @@ class RunStore:
 
     @classmethod
     def create(cls, runs_dir: Path, probeset_name: str, umask: int = PRIVATE_UMASK) -> "RunStore":
-        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
-        safe_name = "".join(c if c.isalnum() or c in "._-" else "-" for c in probeset_name)
-        path = runs_dir / f"{stamp}-{safe_name}-{secrets.token_hex(3)}"
-        store = cls(path, umask)
-        try:
-            runs_dir.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise StartError(
-                f"--runs-dir {runs_dir}: cannot create a run directory there ({_reason(exc)})"
-            ) from None
-        try:
-            for folder in (path, path / "raw", path / "prompts"):
-                folder.mkdir(mode=store.dir_mode)
-                os.chmod(folder, store.dir_mode)  # mkdir's mode is filtered by the process umask
-            store.acquire()
-        except BaseException as exc:
-            # A run that could not start leaves nothing behind (a full disk, a read-only folder).
-            store.release()
-            shutil.rmtree(path, ignore_errors=True)
-            if isinstance(exc, OSError):
-                raise StartError(
-                    f"--runs-dir {runs_dir}: cannot create a run directory there ({_reason(exc)})"
-                ) from None
-            raise
-        return store
+        """A new run directory under `runs_dir` (new_run_directory), held by this process."""
+        return new_run_directory(cls, runs_dir, probeset_name, umask)
 
     @classmethod
     def open(cls, path: Path) -> "RunStore":
@@ -256,6 +233,38 @@ class RunStore:
     def repair_tail(self, name: str) -> bool:
         """Cut a torn last line off a JSON-lines file before appending to it; True if cut."""
         return repair_tail(self.path / name)
+
+
+def new_run_directory(
+    store_class: type[RunStore], runs_dir: Path, probeset_name: str, umask: int
+) -> RunStore:
+    """Make `<runs_dir>/<UTC stamp>-<probe set>-<6 hex>/` with its raw/ and prompts/ folders at the
+    run's permissions and take its lock; a run that cannot start leaves nothing behind."""
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
+    safe_name = "".join(c if c.isalnum() or c in "._-" else "-" for c in probeset_name)
+    path = runs_dir / f"{stamp}-{safe_name}-{secrets.token_hex(3)}"
+    store = store_class(path, umask)
+    try:
+        runs_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise StartError(
+            f"--runs-dir {runs_dir}: cannot create a run directory there ({_reason(exc)})"
+        ) from None
+    try:
+        for folder in (path, path / "raw", path / "prompts"):
+            folder.mkdir(mode=store.dir_mode)
+            os.chmod(folder, store.dir_mode)  # mkdir's mode is filtered by the process umask
+        store.acquire()
+    except BaseException as exc:
+        # A run that could not start leaves nothing behind (a full disk, a read-only folder).
+        store.release()
+        shutil.rmtree(path, ignore_errors=True)
+        if isinstance(exc, OSError):
+            raise StartError(
+                f"--runs-dir {runs_dir}: cannot create a run directory there ({_reason(exc)})"
+            ) from None
+        raise
+    return store
 
 
 def run_state(path: Path, manifest: dict[str, Any]) -> str:
