@@ -521,7 +521,18 @@ def interruptible(cancel: Callable[[], None]) -> Iterator[list[int]]:
     callback=finite,
     help="Requests per minute per provider (default: no limit).",
 )
-@click.option("--dry-run", is_flag=True, help="Print the plan, tokens and cost; call nothing.")
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Print the plan, tokens and cost: fetches each question's retrieval once (read-only) to "
+    "count the passages, calls no model.",
+)
+@click.option(
+    "--no-retrieval-fetch",
+    "no_retrieval_fetch",
+    is_flag=True,
+    help="With --dry-run or --max-cost: estimate without fetching the retrieval (the passages are left out).",
+)
 @click.option(
     "--max-cost",
     type=click.FloatRange(min=0),
@@ -613,6 +624,7 @@ def run(
     max_retry_wait: float | None,
     rpm: float | None,
     dry_run: bool,
+    no_retrieval_fetch: bool,
     max_cost: float | None,
     yes: bool,
     batch: bool | None,
@@ -646,7 +658,7 @@ def run(
         return
     if probeset_path is None:
         raise InputError("give a probe set (probe run PROBESET --prompt FILE), or --resume RUN")
-    from .config import load_config, with_retrieval
+    from .config import Precedence, load_config, models_setting, with_retrieval
     from .engine.run import options_from
     from .probeset import load_probeset
     from .prompts import load_prompt
@@ -654,9 +666,11 @@ def run(
     config = with_retrieval(load_config(config_path), retrieval_kind, dry_run)
     probeset = load_probeset(probeset_path)
     prompts = [load_prompt(p) for p in prompt_paths]
+    precedence = Precedence.of(config, probeset)
     options = options_from(
         config.run,
         runs_dir_of(runs_dir),
+        precedence=precedence,
         repeats=repeats,
         max_tokens=max_tokens,
         temperature=temperature,
@@ -676,13 +690,18 @@ def run(
         yes=yes,
     )
     models = config.models_for(model_specs)
+    options.settings["models"] = models_setting(model_specs, models, precedence)
     if dry_run:
         from .engine.dryrun import dry_run as price_plan
         from .engine.dryrun import render_dry_run
 
-        result = price_plan(probeset, prompts, models, config, options)
+        result = price_plan(probeset, prompts, models, config, options, fetch=not no_retrieval_fetch)
         emit(dumps_pretty(result) if fmt == "json" else render_dry_run(result), output)
         return
+    if no_retrieval_fetch and max_cost is None:
+        raise InputError(
+            "--no-retrieval-fetch is for the estimate of --dry-run or --max-cost: give one of them"
+        )
     if until_decided:
         from .engine.sequential import SequentialRule, SequentialRun
 
@@ -696,14 +715,9 @@ def run(
     from .engine.run import ProbeRun
 
     if max_cost is not None:
-        from .engine.dryrun import dry_run as price_plan
+        from .engine.dryrun import check_max_cost
 
-        estimate = price_plan(probeset, prompts, models, config, options)
-        if estimate["cost_usd"] is not None and estimate["cost_usd"] > max_cost:
-            raise InputError(
-                f"the estimated cost ${estimate['cost_usd']:.2f} is above --max-cost ${max_cost:.2f} "
-                "(probe run --dry-run shows how it is made up)"
-            )
+        check_max_cost(probeset, prompts, models, config, options, fetch=not no_retrieval_fetch)
     runner = ProbeRun(probeset, prompts, models, config, options)
     _execute(runner, fmt, runner.plan.samples, output)
 

@@ -127,6 +127,57 @@ class _Problems:
             self.items.append(message)
 
 
+FROM_PROBESET = "probe set"
+FROM_DEFAULT = "default"
+
+
+@dataclass(frozen=True)
+class Precedence:
+    """Where each run setting comes from, the first that gives it: the command's flags (or the
+    Python API's arguments), the probe set (its `repeats`), the target's [run], the default."""
+
+    run: RunSettings = field(default_factory=RunSettings)
+    probeset_repeats: int | None = None  # the probe set's own `repeats`, when its file says one
+    given_as: str = "flag"
+    run_label: str = "probe.toml [run]"
+
+    def choose(self, name: str, given: Any, default: Any = None) -> tuple[Any, str]:
+        """(value, where it came from) for setting `name`, `given` on the command line or None."""
+        if given is not None:
+            return given, self.given_as
+        if name == "repeats" and self.probeset_repeats is not None:
+            return self.probeset_repeats, FROM_PROBESET
+        if name in self.run.given:
+            return getattr(self.run, name), self.run_label
+        configured = getattr(self.run, name, None)
+        return (configured if default is None else default), FROM_DEFAULT
+
+    @staticmethod
+    def of(config: "TargetConfig", probeset: Any = None, given_as: str = "flag") -> "Precedence":
+        """The precedence of a run of `probeset` (a ProbeSet, or None) on `config`."""
+        label = f"{config.path.name if config.path else 'probe.toml'} [run]"
+        repeats = probeset.repeats if probeset is not None and probeset.repeats_given else None
+        return Precedence(config.run, repeats, given_as, label)
+
+
+def settle_repeats(
+    config: "TargetConfig", probeset: Any, given: int | None, record: dict[str, dict[str, Any]]
+) -> tuple[int, dict[str, dict[str, Any]]]:
+    """The repeats of a run of `probeset` (a ProbeSet), and the settings `record` with where they
+    came from: `given` is the options' repeats (settled already when `record` says from where)."""
+    source = record.get("repeats", {}).get("from") if given is not None else None
+    repeats, found = Precedence.of(config, probeset, "argument").choose("repeats", given, probeset.repeats)
+    return repeats, {**record, "repeats": {"value": repeats, "from": source or found}}
+
+
+def models_setting(
+    specs: Sequence[str], models: Sequence[ModelSpec], precedence: Precedence
+) -> dict[str, Any]:
+    """The `models` entry of a run's settings record."""
+    source = precedence.given_as if specs else precedence.run_label if models else FROM_DEFAULT
+    return {"value": [m.spec for m in models], "from": source}
+
+
 def _table(data: dict[str, Any], key: str, where: str) -> dict[str, Any]:
     value = data.get(key, {})
     if not isinstance(value, dict):

@@ -39,6 +39,7 @@ VERTEX_HOSTS = {
     "eu": "https://aiplatform.eu.rep.googleapis.com/v1",
 }
 REMOVED = "REMOVED"
+SECRET_QUERY = re.compile(r"key|token|secret|sig|pass|auth|code", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -73,13 +74,15 @@ def scrub_url(url: str) -> str:
 
 
 def url_secrets(url: str) -> list[str]:
-    """The parts of a URL that may be credentials: user name, password and query values."""
+    """The parts of a URL that are credentials: its password, and query values whose name says
+    key, token, secret, signature or password (an Azure SAS `sig`, an `api-key`)."""
     try:
         parts = urlsplit(url)
+        password = parts.password
     except ValueError:
         return []
-    found = [value for value in (parts.username, parts.password) if value]
-    return found + [value for _, value in parse_qsl(parts.query) if value]
+    query = [value for key, value in parse_qsl(parts.query) if value and SECRET_QUERY.search(key)]
+    return ([password] if password else []) + query
 
 
 def _is_own(provider: str, url: str) -> bool:
@@ -137,6 +140,29 @@ def _vertex(spec: ModelSpec, env: Mapping[str, str]) -> Endpoint:
     return Endpoint(scrub_url(url), source, _is_own("vertex", url))
 
 
+def model_record(spec: ModelSpec, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """A model as a manifest records it: its spec and where its calls go. The parts of its URLs
+    that may be credentials are handed to the scrubber first, so no file written keeps them."""
+    from .redaction import SCRUBBER
+
+    env = os.environ if environ is None else environ
+    variable = BASE_URL_ENV.get(spec.provider)
+    for url in (spec.base_url, env.get(variable) if variable else None):
+        for secret in url_secrets(url or ""):
+            SCRUBBER.add("a credential in an endpoint URL", secret)
+    return {**spec.to_dict(), "endpoint": resolve(spec, env).to_dict()}
+
+
+def changed(models: list[Mapping[str, Any]], specs: list[ModelSpec]) -> list[str]:
+    """For a resumed run: each model whose calls would now go elsewhere than the run recorded."""
+    moved = []
+    for model, spec in zip(models, specs, strict=True):
+        then, now = recorded(model, spec), resolve(spec)
+        if "endpoint" in model and then.url != now.url:
+            moved.append(f"{spec.spec} went to {then.describe()} and would now go to {now.describe()}")
+    return moved
+
+
 def recorded(model: Mapping[str, Any], spec: ModelSpec) -> Endpoint:
     """A model's endpoint as its manifest recorded it; a run recorded before endpoints were
     recorded is taken to have gone where its spec alone sends it (no environment)."""
@@ -146,4 +172,4 @@ def recorded(model: Mapping[str, Any], spec: ModelSpec) -> Endpoint:
     return resolve(spec, {})
 
 
-__all__ = ["Endpoint", "recorded", "resolve", "scrub_url", "url_secrets"]
+__all__ = ["Endpoint", "changed", "model_record", "recorded", "resolve", "scrub_url", "url_secrets"]

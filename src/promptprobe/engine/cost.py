@@ -19,7 +19,7 @@ through a batch API at the batch rate (half price at both providers when the tab
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
@@ -166,6 +166,13 @@ class PriceTable:
             None,
             f"cost unknown for {spec.spec}: no built-in price for the exact model id {spec.model}; {fix}",
         )
+
+
+def refuse_unknown(table: PriceTable, models: Sequence[ModelSpec]) -> None:
+    """--max-cost cannot cap what it cannot price: an InputError naming each model without a price."""
+    reasons = [r for r in (table.match(m).reason for m in dict.fromkeys(models)) if r]
+    if reasons:
+        raise InputError(f"--max-cost refuses to start: {'; '.join(reasons)}")
 
 
 def snapshot_base(provider: str, model: str) -> str | None:
