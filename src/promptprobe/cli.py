@@ -184,45 +184,42 @@ def main() -> None:
 # -- check / classify ---------------------------------------------------------------------
 
 
-@main.command(epilog="Example: probe check probes/*.toml prompts/*.md")
-@click.argument(
-    "paths", metavar="PROBESET_OR_PROMPT...", nargs=-1, required=True, type=click.Path(path_type=Path)
-)
+@main.command(epilog="Example: probe check probe.toml probes/*.toml prompts/*.md")
+@click.argument("paths", metavar="FILE...", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option(
     "--config",
     "config_path",
     type=click.Path(path_type=Path),
-    help="A probe.toml whose [vars] the prompts may use (default ./probe.toml when there is one).",
+    help="The target config to check, whose [vars] the prompts may use (default ./probe.toml when there "
+    "is one).",
 )
 @output_options(("table", "md", "json"))
 @handle_errors
 def check(paths: tuple[Path, ...], config_path: Path | None, fmt: str, output: Path | None) -> None:
-    """Validate probe sets (.toml: schema, unknown keys, regexes, duplicate ids and questions) and
-    prompts (any other file: placeholders, and a value for each variable in every case).
+    """Validate the target config (probe.toml: every problem at once, with the key meant for a
+    near miss such as [retreival]), probe sets (.toml: schema, unknown keys, regexes, duplicate
+    ids and questions) and prompts (any other file: placeholders, and a value for each variable
+    in every case).
 
-    Every problem of a file is reported at once, each naming the file and the case or line.
+    A .toml file named probe.toml, or with the target's tables and no [[case]], is checked as a
+    target config. Every problem of a file is reported at once, each naming the file and the
+    case, table or line.
     """
-    from .check import check_files
+    from .check import check_files, describe
 
     results = check_files(list(paths), config_path)
     if fmt == "json":
         emit(dumps_pretty({"probesets": results}), output)
     elif fmt == "md":
-        lines = ["| file | ok | cases | repeats | problems |", "|---|---|---:|---:|---|"]
+        lines = ["| file | kind | ok | cases | repeats | problems |", "|---|---|---|---:|---:|---|"]
         for r in results:
             problems = "<br>".join(p.replace("|", "\\|") for p in r.get("problems", [])) or "-"
             ok = "yes" if r["ok"] else "no"
             counts = f"{r.get('cases', '-')} | {r.get('repeats', '-')}"
-            lines.append(f"| {r['path']} | {ok} | {counts} | {problems} |")
+            lines.append(f"| {r['path']} | {r['kind']} | {ok} | {counts} | {problems} |")
         emit("\n".join(lines), output)
     else:
-        oks = [
-            f"ok: {r['name']} ({r['cases']} cases, {r['repeats']} repeats)"
-            if r["kind"] == "probe set"
-            else f"ok: prompt {r['name']} ({r['path']})"
-            for r in results
-            if r["ok"]
-        ]
+        oks = [describe(r) for r in results if r["ok"]]
         if oks:
             emit("\n".join(oks), output)
         for result in results:

@@ -163,6 +163,13 @@ def changed(models: list[Mapping[str, Any]], specs: list[ModelSpec]) -> list[str
     return moved
 
 
+def of_run(manifest: Mapping[str, Any]) -> dict[str, Endpoint]:
+    """Each model spec of a run and where its calls went, as its manifest recorded it."""
+    from .models import model_of
+
+    return {m["spec"]: recorded(m, model_of(m)) for m in manifest.get("models") or []}
+
+
 def recorded(model: Mapping[str, Any], spec: ModelSpec) -> Endpoint:
     """A model's endpoint as its manifest recorded it; a run recorded before endpoints were
     recorded is taken to have gone where its spec alone sends it (no environment)."""
@@ -172,4 +179,4 @@ def recorded(model: Mapping[str, Any], spec: ModelSpec) -> Endpoint:
     return resolve(spec, {})
 
 
-__all__ = ["Endpoint", "changed", "model_record", "recorded", "resolve", "scrub_url", "url_secrets"]
+__all__ = ["Endpoint", "changed", "model_record", "of_run", "recorded", "resolve", "scrub_url", "url_secrets"]

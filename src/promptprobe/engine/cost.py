@@ -168,6 +168,21 @@ class PriceTable:
         )
 
 
+def price_sentence(
+    model: str, endpoint: dict[str, Any], price: dict[str, Any] | None, reason: str | None
+) -> str:
+    """What a model costs and where its calls go, in words (dry run and report say it alike)."""
+    if price is None:
+        return reason or f"cost unknown for {model}"
+    taken = f"built-in, taken {price['taken']}" if price.get("taken") else "probe.toml [prices]"
+    rule = f", {price['rule']}" if price.get("rule") else ""
+    where = endpoint.get("url") or "an address its SDK works out"
+    return (
+        f"price of {model}: row {price['row']} ({taken}{rule}), ${price['input']:g} in / "
+        f"${price['output']:g} out per million tokens; calls to {where} (from {endpoint.get('from')})"
+    )
+
+
 def refuse_unknown(table: PriceTable, models: Sequence[ModelSpec]) -> None:
     """--max-cost cannot cap what it cannot price: an InputError naming each model without a price."""
     reasons = [r for r in (table.match(m).reason for m in dict.fromkeys(models)) if r]

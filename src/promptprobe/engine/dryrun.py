@@ -23,7 +23,7 @@ from ..models import ModelSpec
 from ..probeset import Case, ProbeSet
 from ..prompts import PromptVersion, check_prompts, fill
 from ..retrievers import Passage, RetrievalError, make_retriever
-from .cost import Tokens, estimate_tokens, load_prices, refuse_unknown
+from .cost import Tokens, estimate_tokens, load_prices, price_sentence, refuse_unknown
 from .plan import make_arms
 from .retry import Attempted, RetryPolicy, call_with_retries
 from .run import LARGE_PLAN, RunOptions
@@ -229,21 +229,9 @@ def render_dry_run(result: dict[str, Any]) -> str:
     ]
     seen: set[str] = set()
     for row in result["arms"]:
-        if row["model"] in seen:
-            continue
-        seen.add(row["model"])
-        endpoint = row["endpoint"]
-        where = f"calls go to {endpoint['url'] or 'an address the SDK works out'} (from {endpoint['from']})"
-        price = row["price"]
-        if price is None:
-            lines.append(f"{row['cost_unknown']}")
-        else:
-            taken = f"built-in, taken {price['taken']}" if price["taken"] else "probe.toml [prices]"
-            rule = f", {price['rule']}" if price["rule"] else ""
-            lines.append(
-                f"price of {row['model']}: row {price['row']} ({taken}{rule}), ${price['input']:g} in / "
-                f"${price['output']:g} out per million tokens; {where}"
-            )
+        if row["model"] not in seen:
+            seen.add(row["model"])
+            lines.append(price_sentence(row["model"], row["endpoint"], row["price"], row["cost_unknown"]))
     lines.append(_settings_line(result["settings"]))
     lines += [f"note: {n}" for n in result["notes"]]
     if result["needs_yes"]:
