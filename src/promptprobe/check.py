@@ -95,7 +95,8 @@ def _check_target(path: Path) -> tuple[dict[str, Any], dict[str, str]]:
     try:
         config = load_config(path)
     except ConfigInvalid as exc:
-        return {"path": str(path), "kind": TARGET, "ok": False, "problems": exc.problems}, {}
+        # Its [vars] that are sound still check the prompts: no second error for the same typo.
+        return {"path": str(path), "kind": TARGET, "ok": False, "problems": exc.problems}, sound_vars(path)
     except InputError as exc:
         return {"path": str(path), "kind": TARGET, "ok": False, "problems": [str(exc)]}, {}
     summary = {
@@ -104,6 +105,18 @@ def _check_target(path: Path) -> tuple[dict[str, Any], dict[str, str]]:
         "checks": [c.name for c in config.checks.user],
     }
     return {"path": str(path), "kind": TARGET, "ok": True, **summary}, config.vars
+
+
+def sound_vars(path: Path) -> dict[str, str]:
+    """The prompt variables of a config that has problems elsewhere (those that are sound)."""
+    from .config import prompt_variables
+    from .tomlfile import parse_toml
+
+    try:
+        table = parse_toml(path.read_bytes(), path).get("vars")
+    except (InputError, OSError):
+        return {}
+    return prompt_variables(table) if isinstance(table, dict) else {}
 
 
 def describe(result: dict[str, Any]) -> str:

@@ -437,6 +437,11 @@ def _variables(table: dict[str, Any], where: str, problems: _Problems) -> dict[s
     return variables
 
 
+def prompt_variables(table: dict[str, Any]) -> dict[str, str]:
+    """The sound variables of a [vars] table (the others are left out: `probe check` reports them)."""
+    return _variables(table, "[vars]", _Problems())
+
+
 def load_config(path: str | Path | None) -> TargetConfig:
     """Load `path`, or `./probe.toml` when it exists, or the defaults (no retrieval)."""
     if path is None:

@@ -251,7 +251,7 @@ def _price(
     rates = rates or {}
     for key in ("cache_read", "cache_write"):
         if key not in numbers and key in rates:
-            numbers[key] = numbers["input"] * rates[key]
+            numbers[key] = round(numbers["input"] * rates[key], 10)  # 0.3, not 0.30000000000000004
     if "batch" not in numbers and "batch" in rates:
         numbers["batch"] = rates["batch"]
     return Price(numbers.pop("input"), numbers.pop("output"), source, row=row, taken=taken, **numbers)
