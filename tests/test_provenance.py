@@ -318,3 +318,20 @@ def test_the_manifest_says_where_each_setting_came_from(tmp_path):
     api_settings = json.loads((api.path / "manifest.json").read_text())["settings"]
     assert api_settings["max_tokens"] == {"value": 40, "from": "argument"}
     assert api_settings["repeats"] == {"value": 4, "from": "probe.toml [run]"}
+
+
+def test_a_password_in_a_models_url_reaches_no_file_of_the_run(tmp_path):
+    with LocalServer() as server:
+        spec = f"openai:m@{server.url.replace('http://', 'http://alice:hunter2-passphrase@')}/v1?api-key=k3y-0123456789ab"
+        result = invoke("run", "--retrieval", "none", probeset(tmp_path, 1), "--prompt", PROMPT, "-m", spec,
+                        "--runs-dir", tmp_path / "runs")
+        assert result.exit_code == 0, result.output
+        assert len(server.requests) == 3
+        dry = invoke("run", "--retrieval", "none", probeset(tmp_path, 1), "--prompt", PROMPT, "-m", spec,
+                     "--dry-run", "-o", tmp_path / "plan.json")
+        assert dry.exit_code == 0, dry.output
+    run_dir = run_dir_of(result)
+    (model,) = json.loads((run_dir / "manifest.json").read_text())["models"]
+    assert model["endpoint"]["url"] == f"{server.url}/v1?api-key=REMOVED"
+    written = b"".join(p.read_bytes() for p in [*run_dir.rglob("*"), tmp_path / "plan.json"] if p.is_file())
+    assert b"hunter2-passphrase" not in written and b"k3y-0123456789ab" not in written

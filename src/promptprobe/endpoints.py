@@ -140,9 +140,9 @@ def _vertex(spec: ModelSpec, env: Mapping[str, str]) -> Endpoint:
     return Endpoint(scrub_url(url), source, _is_own("vertex", url))
 
 
-def model_record(spec: ModelSpec, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """A model as a manifest records it: its spec and where its calls go. The parts of its URLs
-    that may be credentials are handed to the scrubber first, so no file written keeps them."""
+def protect(spec: ModelSpec, environ: Mapping[str, str] | None = None) -> None:
+    """Hand the parts of a model's URLs that may be credentials to the scrubber, so that no file
+    written (a run, an export, `-o FILE`) keeps them, whatever else quotes the spec."""
     from .redaction import SCRUBBER
 
     env = os.environ if environ is None else environ
@@ -150,7 +150,12 @@ def model_record(spec: ModelSpec, environ: Mapping[str, str] | None = None) -> d
     for url in (spec.base_url, env.get(variable) if variable else None):
         for secret in url_secrets(url or ""):
             SCRUBBER.add("a credential in an endpoint URL", secret)
-    return {**spec.to_dict(), "endpoint": resolve(spec, env).to_dict()}
+
+
+def model_record(spec: ModelSpec, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """A model as a manifest records it: its spec and where its calls go (secrets protected)."""
+    protect(spec, environ)
+    return {**spec.to_dict(), "endpoint": resolve(spec, environ).to_dict()}
 
 
 def changed(models: list[Mapping[str, Any]], specs: list[ModelSpec]) -> list[str]:
@@ -179,4 +184,14 @@ def recorded(model: Mapping[str, Any], spec: ModelSpec) -> Endpoint:
     return resolve(spec, {})
 
 
-__all__ = ["Endpoint", "changed", "model_record", "of_run", "recorded", "resolve", "scrub_url", "url_secrets"]
+__all__ = [
+    "Endpoint",
+    "changed",
+    "model_record",
+    "of_run",
+    "protect",
+    "recorded",
+    "resolve",
+    "scrub_url",
+    "url_secrets",
+]

@@ -17,7 +17,7 @@ from typing import Any
 
 from ..assemble import AssembleError, default_messages, production_assembler
 from ..config import TargetConfig, settle_repeats
-from ..endpoints import resolve
+from ..endpoints import protect, resolve
 from ..errors import InputError, StartError
 from ..models import ModelSpec
 from ..probeset import Case, ProbeSet
@@ -90,6 +90,7 @@ def dry_run(
         ]
         input_tokens = sum(per_case) * repeats
         output_tokens = max_tokens * len(probeset.cases) * repeats
+        protect(arm.model)
         endpoint = resolve(arm.model)
         match = prices.match(arm.model, endpoint)
         price = match.price
