@@ -459,7 +459,7 @@ def interruptible(cancel: Callable[[], None]) -> Iterator[list[int]]:
     "-n",
     "--repeats",
     type=click.IntRange(*LIMITS["repeats"]),
-    help="Repeats per case (default: config, then probe set).",
+    help="Repeats per case (default: the probe set's repeats, else [run] repeats, else 3).",
 )
 @click.option(
     "--config", "config_path", type=click.Path(path_type=Path), help="Target config (default ./probe.toml)."

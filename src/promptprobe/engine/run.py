@@ -36,7 +36,7 @@ LARGE_PLAN = 100_000  # model calls above which a run asks for --yes
 
 @dataclass
 class RunOptions:
-    repeats: int | None = None  # None: the config's, else the probe set's
+    repeats: int | None = None  # None: the probe set's, else the config's [run], else 3
     params: GenerationParams = field(default_factory=GenerationParams)
     concurrency: int = 8
     max_attempts: int = 6
