@@ -96,3 +96,13 @@ def test_a_probe_set_key_near_miss_says_which_key_was_meant(tmp_path):
     assert result.exit_code == 2
     assert "unknown key 'repeat' (did you mean 'repeats'?)" in result.stderr
     assert "case 'a': unknown key 'expected' (did you mean 'expect'?)" in result.stderr
+
+
+def test_a_target_config_given_where_a_probe_set_belongs_is_said_to_be_one(tmp_path):
+    config = tmp_path / "probe.toml"
+    config.write_text('[retrieval]\nkind = "none"\n')
+    result = CliRunner().invoke(main, ["run", str(config), "--prompt", str(ROOT / "prompts" / "always-header.md"),
+                                       "--dry-run"])
+    assert result.exit_code == 2
+    assert result.stderr == (f"error: {config} is a target config (probe.toml), not a probe set: give it as "
+                             f"--config {config}, and the probe set (the questions) first\n")

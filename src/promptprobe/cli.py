@@ -657,11 +657,10 @@ def run(
         raise InputError("give a probe set (probe run PROBESET --prompt FILE), or --resume RUN")
     from .config import Precedence, load_config, models_setting, with_retrieval
     from .engine.run import options_from
-    from .probeset import load_probeset
     from .prompts import load_prompt
 
     config = with_retrieval(load_config(config_path), retrieval_kind, dry_run)
-    probeset = load_probeset(probeset_path)
+    probeset = _probeset(probeset_path)
     prompts = [load_prompt(p) for p in prompt_paths]
     precedence = Precedence.of(config, probeset)
     options = options_from(
@@ -717,6 +716,22 @@ def run(
         check_max_cost(probeset, prompts, models, config, options, fetch=not no_retrieval_fetch)
     runner = ProbeRun(probeset, prompts, models, config, options)
     _execute(runner, fmt, runner.plan.samples, output)
+
+
+def _probeset(path: Path) -> Any:
+    """The probe set at `path`; a target config given in its place is said to be one."""
+    from .check import looks_like_target
+    from .probeset import ProbeSetInvalid, load_probeset
+
+    try:
+        return load_probeset(path)
+    except ProbeSetInvalid:
+        if looks_like_target(path):
+            raise InputError(
+                f"{path} is a target config (probe.toml), not a probe set: give it as --config {path}, "
+                "and the probe set (the questions) first"
+            ) from None
+        raise
 
 
 def _given(ctx: click.Context, name: str) -> bool:
