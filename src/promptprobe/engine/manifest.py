@@ -10,6 +10,7 @@ from typing import Any, Protocol
 
 from ..checks import CheckSettings
 from ..config import TargetConfig
+from ..endpoints import model_record
 from ..probeset import ProbeSet
 from ..production import code_fingerprint
 from ..prompts import PromptVersion
@@ -64,7 +65,7 @@ def run_manifest(
             {"name": p.name, "path": str(p.path), "sha256": p.sha256, "copy": prompt_copy(p)}
             for p in dict.fromkeys(a.prompt for a in run.plan.arms)
         ],
-        "models": [m.to_dict() for m in dict.fromkeys(a.model for a in run.plan.arms)],
+        "models": [model_record(m) for m in dict.fromkeys(a.model for a in run.plan.arms)],
         "arms": [a.to_dict() for a in run.plan.arms],
         "parameters": {
             "max_tokens": params.max_tokens,
@@ -91,6 +92,7 @@ def run_manifest(
         "checks": run.settings.to_dict(),
         "code": code_fingerprint(run.settings.functions()),
         "prices": config.prices,
+        "settings": getattr(run, "provenance", {}),
         "repeats": run.plan.repeats,
         "seed": run.seed,
         "counts": counts,
