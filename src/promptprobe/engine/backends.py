@@ -5,8 +5,6 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from .backend import Backend, Pass
-from .batch import BatchScheduler
-from .batch_work import BatchSettings
 from .cost import PriceTable
 from .parts import RunParts
 from .retry import RetryPolicy
@@ -37,6 +35,10 @@ def make_backend(
     if not options.batch:
         executor = parts.executor(work.records, policy, work.cancel)
         return Scheduler(work, executor, options.concurrency, options.max_cost)
+    # The batch modules load only when a run goes through the batch APIs.
+    from .batch import BatchScheduler
+    from .batch_work import BatchSettings
+
     settings = BatchSettings(
         parts.batch_apis,
         policy,

@@ -67,6 +67,9 @@ class BatchScheduler(Backend):
 
     def _submit(self, units: list[Unit]) -> None:
         self.submitter.settle()  # creates a killed process left unanswered: found again, or not made
+        for entry in self.ledger.uncollected():
+            if all(self.work.skip(sid) for sid in entry["samples"]):
+                self.ledger.update(entry, collected=True)  # every result was recorded before a kill
         work = [(unit, arms) for unit in units if (arms := self.work.arms(unit))]
         wanted = {sample_id(unit.case.id, unit.repeat, arm) for unit, arms in work for arm in arms}
         open_entries = [e for e in self.ledger.uncollected() if wanted.intersection(e["samples"])]

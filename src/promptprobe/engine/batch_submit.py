@@ -58,10 +58,13 @@ class BatchCreator:
         for entry in self.ledger.unsettled():
             api = self.settings.apis[entry["model"]]
             submission = submission_of(entry)
-            found = self._retried(
-                lambda api=api, submission=submission: api.find(submission, self.ledger.known()),
-                f"model {entry['model']}: cannot look for the batch a killed run was creating",
-            )
+            try:
+                found = self._retried(
+                    lambda api=api, submission=submission: api.find(submission, self.ledger.known()),
+                    f"model {entry['model']}: cannot look for the batch a killed run was creating",
+                )
+            except Cancelled:
+                return  # left as it is: the next resume looks again
             if found:
                 self.ledger.created(entry, found, submitted=entry["at"], found_again=True)
             else:
