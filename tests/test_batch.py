@@ -661,7 +661,7 @@ def test_a_create_whose_reply_times_out_is_found_not_made_again(tmp_path, api):
         return handle()
 
     with BatchServer(polls=1, fault=fault) as server:
-        result = run_batch(tmp_path, api, server, "--timeout", "1", "--max-retry-wait", "0.05")
+        result = run_batch(tmp_path, api, server, "--timeout", "2", "--max-retry-wait", "0.05")
     assert result.exit_code == 0, result.output
     assert sorted(all_samples(run_dir_of(result))) == PLANNED
     assert server.calls["create"] == 1 and len(server.batches) == 1 and len(server.submitted) == 6
