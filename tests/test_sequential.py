@@ -171,6 +171,21 @@ def test_questions_are_paired_within_each_simulated_run():
     assert (rates_b - rates_a).mean(axis=1).std() < 0.01
 
 
+# ../shared/reference/statistics.md: the uniform mixture e = 2^d B(s+1, d-s+1), the rule before 0.3
+# (the benchmark shows it beside the boundary that replaced it).
+UNIFORM = [((8, 8), 28.4444), ((7, 8), 3.5556), ((10, 12), 4.7739), ((15, 20), 3.2206)]
+
+
+def test_the_mixture_the_boundary_replaced_keeps_its_reference_values():
+    from promptprobe.stats.power import log_mixture_e
+
+    s, d = np.array([sd[0] for sd, _ in UNIFORM]), np.array([sd[1] for sd, _ in UNIFORM])
+    assert np.exp(log_mixture_e(s, d, 1.0)) == pytest.approx([e for _, e in UNIFORM], abs=1e-4)
+    kt = [math.exp(d * math.log(2) + math.lgamma(s + 0.5) + math.lgamma(d - s + 0.5) - math.lgamma(d + 1)
+                   - 2 * math.lgamma(0.5) + math.lgamma(1)) for s, d in ((0, 1), (3, 4), (8, 10))]
+    assert np.exp(log_mixture_e(np.array([0, 3, 8]), np.array([1, 4, 10]), 0.5)) == pytest.approx(kt, rel=1e-9)
+
+
 # -- runs ---------------------------------------------------------------------------------------
 
 

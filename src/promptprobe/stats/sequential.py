@@ -34,6 +34,7 @@ difference hardest to see), simulated with a fixed seed (`rounds_for_power`).
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 SPENDING = "linear"  # alpha·k/C by round k of C
@@ -199,16 +200,46 @@ def first_decisions(
 ) -> tuple[Any, Any]:
     """Per run (rows of per-round counts): the round the rule decided at (0: not by the cap or
     the rounds given) and its direction (+1: B's rate higher, -1: A's, 0: undecided)."""
+    stops, directions, _ = stops_and_p_values(discordant, b_higher, alpha, cap, min_rounds)
+    return stops, directions
+
+
+def stops_and_p_values(
+    discordant: Any, b_higher: Any, alpha: float, cap: int, min_rounds: int
+) -> tuple[Any, Any, Any]:
+    """`first_decisions`, and each run's stage-wise p where it stopped (its decision, or the
+    last round given: the cap's p when that is the cap)."""
     import numpy as np
 
     runs = len(discordant)
     stops = np.zeros(runs, dtype=np.int64)
     directions = np.zeros(runs, dtype=np.int64)
+    p_values = np.ones(runs)
     for k, looked in enumerate(_walk(discordant, b_higher, alpha, cap, min_rounds), start=1):
         rows = looked.rows[looked.decided]
         stops[rows] = k
         directions[rows] = np.sign(looked.lead[looked.decided])
-    return stops, directions
+        p_values[looked.rows] = looked.p_value
+    return stops, directions, p_values
+
+
+def null_spending(discordant: Any, alpha: float, cap: int, min_rounds: int) -> Any:
+    """Per run (rows of per-round discordant counts): the exact chance, given those counts, that
+    the rule decides by the last round given when the arms do not differ (what it spends along
+    a walk that never decides; its mean over runs is the false-alarm rate, exactly)."""
+    import numpy as np
+
+    discordant = np.asarray(discordant, dtype=np.int64)
+    b_higher = np.empty_like(discordant)
+    lead = np.zeros(len(discordant), dtype=np.int64)
+    for k in range(discordant.shape[1]):
+        d = discordant[:, k]
+        b_higher[:, k] = (d + np.where(lead <= 0, 1, -1) * (d % 2)) // 2  # the lead stays 0 or ±1
+        lead += 2 * b_higher[:, k] - d
+    spent = np.zeros(len(discordant))
+    for looked in _walk(discordant, b_higher, alpha, cap, min_rounds):
+        spent[looked.rows] = looked.spent
+    return spent
 
 
 # -- simulated runs ----------------------------------------------------------------------------
@@ -251,6 +282,7 @@ def design_point_counts(detect: float, cases: int, rounds: range, trials: int, s
     return discordant, b_higher
 
 
+@lru_cache(maxsize=32)
 def rounds_for_power(
     detect: float,
     cases: int,
