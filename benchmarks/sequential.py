@@ -23,6 +23,7 @@ import time
 
 import numpy as np
 
+from promptprobe.stats.planning import paired_repeats
 from promptprobe.stats.power import log_mixture_e, stratified_p_batch, stratified_smallest_p
 from promptprobe.stats.sequential import (
     SEQUENTIAL_SEED,
@@ -94,7 +95,7 @@ def sprt(detect):
 
 
 def mixture(discordant, b_higher, cap):
-    """The rule before 0.3: the Beta(1/2, 1/2) mixture e-value reaching 1/alpha."""
+    """The rule before the exact boundary: the Beta(1/2, 1/2) mixture e-value reaching 1/alpha."""
     s, d = np.cumsum(b_higher, axis=1), np.cumsum(discordant, axis=1)
     reached = log_mixture_e(s, d, 0.5) >= math.log(1 / ALPHA) - 1e-9
     reached[:, : MIN_ROUNDS - 1] = False
@@ -179,17 +180,19 @@ def ci(share, trials):
 def design_point_table(trials):
     print("\n1. the design point of --detect D (50% ± D/2, ICC 0), samples per arm; DESIGN.md: mean samples")
     print("   <= 0.85x the fixed paired plan for 80% power, at 80% power or more; under the null (both 50%)")
-    print("   <= 1.25x it, false alarms between 3% and 5%:")
+    print("   <= 1.25x it, false alarms between 3% and 5%. The fixed plan: the fewest repeats whose")
+    print("   simulated power (these runs) reaches 80%; beside it what `probe plan` states:")
     print(
-        "| --detect | cases | cap (rounds) | fixed plan, 80% (samples) | mean samples | x fixed | power | "
-        "null: mean samples | x fixed | false alarms (simulated) | exact, given the counts |"
+        "| --detect | cases | cap (rounds) | fixed plan, 80% (samples) | probe plan says | mean samples "
+        "| x fixed | power | null: mean samples | x fixed | false alarms (simulated) | exact, given the counts |"
     )
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for detect in (0.10, 0.15, 0.20, 0.30):
         for cases in (5, 12, 50):
             cap = rounds_for_power(detect, cases, ALPHA, 0.8, MIN_ROUNDS).rounds
             p1, p2 = design_point(detect)
             fixed = FixedPlan(p1, p2, cases, 0.0, trials, SEED).repeats_for(0.8)
+            stated = paired_repeats(p1, p2, cases, 0.0, ALPHA, 0.8, max_repeats=1000).repeats
             counts = simulated_counts(p1, p2, cases, 0.0, cap, trials, SEED)
             stops, directions, used = boundary(*counts, cap)
             power = ((stops > 0) & (directions > 0)).mean()
@@ -200,7 +203,7 @@ def design_point_table(trials):
             mean, null_mean = used.mean() * cases, null_used.mean() * cases
             alarms_error = ci(alarms, trials)
             print(
-                f"| {100 * detect:g} | {cases} | {cap} | {fixed * cases} | {mean:.0f} | "
+                f"| {100 * detect:g} | {cases} | {cap} | {fixed * cases} | {stated * cases} | {mean:.0f} | "
                 f"{mean / (fixed * cases):.2f} | {power:.1%} | {null_mean:.0f} | "
                 f"{null_mean / (fixed * cases):.2f} | {alarms:.1%} ± {alarms_error:.1%} | {exact:.2%} |",
                 flush=True,
@@ -220,7 +223,7 @@ def sweep(trials):
         rules = dict(RULES, SPRT=sprt(detect))
         for name, rule in rules.items():
             if name == "mixture":
-                continue  # its own cap, found the way it was before 0.3
+                continue  # its own cap, found the way it was before
             caps[(name, detect)] = calibrated_cap(rule, detect, CASES)
         caps[("mixture", detect)] = calibrated_cap(mixture, detect, CASES)
     print(f"\n2. the sweep: {CASES} cases, --detect = the true difference, samples over both arms; each")
@@ -273,8 +276,8 @@ def sweep(trials):
 
 def nulls(trials):
     error = ci(0.05, trials)
-
-    print(f"   Monte Carlo error at 5%: ±{error:.1%}; anchors: mean samples (false alarms):")
+    print(f"\n3. under the null, {CASES} cases, samples over both arms; the fixed plan is --detect's for 80%")
+    print(f"   power; Monte Carlo error at 5%: ±{error:.1%}; anchors: mean samples (false alarms):")
     print(
         "| both arms | ICC | --detect (cap) | mean samples | x fixed plan of --detect | "
         "false alarms (simulated) | exact, given the counts | OBF | Pocock | SPRT |"

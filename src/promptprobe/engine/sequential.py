@@ -6,7 +6,7 @@ the evidence (engine.rounds) and the exact boundary of promptprobe.stats.sequent
 them; the run stops when it decides (after at least `min_rounds`), or at the cap as
 indistinguishable. The cap is the rounds the rule needs for 80% power at the smallest
 difference worth finding (`--detect POINTS`, default 15), or `--max-rounds`; the boundary
-spends alpha evenly over the rounds up to it, so the cap is fixed when the run starts.
+spends alpha over the rounds up to it, so the cap is fixed when the run starts.
 """
 
 from collections.abc import Sequence
@@ -169,7 +169,7 @@ class SequentialRun(RunFacade):
         )
         return (
             f"sequential: rounds of {cases} cases x 2 arms on {self.rule.metric}; stops when one arm leads "
-            f"by enough discordant pairs (an exact boundary spending alpha {self.rule.alpha:g} evenly over "
+            f"by enough discordant pairs (an exact boundary spending alpha {self.rule.alpha:g} over "
             f"the rounds) after at least {self.rule.min_rounds} rounds, or at the cap of {cap} rounds "
             f"({cap * cases} samples per arm; {basis}) as indistinguishable"
         )

@@ -11,8 +11,8 @@ simulated with the test itself (vectorised over many simulated probes at once).
   p-value that is already far below any alpha). Tests check it against `stratified_exact`.
 - `permutation_p_batch`: the case permutation test's p for many probes at once (the same
   subsets of cases as the verdict's test, one matrix product).
-- `log_mixture_e`: the Beta mixture e-value of the sequential rule before 0.3 (benchmarks compare
-  with it).
+- `log_mixture_e`: the Beta mixture e-value the sequential rule used before its exact boundary
+  (the benchmark compares with it).
 """
 
 import math

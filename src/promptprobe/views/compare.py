@@ -396,7 +396,7 @@ def _sequential_evidence(rule: dict[str, Any], lines: list[dict[str, Any]]) -> t
         p_value = min(1.0, 1 / e_max) if e_max > 0 else 1.0
         said = f"e = {last.get('e_value', 0):.3g}, threshold {rule['threshold']:g}; p = 1/e = {p_value:.3g}"
         return p_value, "sequential e-value on discordant pairs (anytime-valid)", said
-    test = "exact sequential boundary on discordant pairs (alpha spent evenly over the rounds)"
+    test = "exact sequential boundary on discordant pairs (alpha spent over the rounds to the cap)"
     lead = abs(last["lead"])
     needed = last.get("lead_needed")
     said = (

@@ -172,7 +172,7 @@ def sequential_view(counts: CountsTable) -> dict[str, Any] | None:
         "max_rounds": rule.get("max_rounds"),
         "decision": last.get("decision"),
         "stopped": bool(last.get("stop")),
-        # The exact boundary (runs since 0.3): the lead, the lead that decides, the stage-wise p.
+        # The exact boundary: the lead, the lead that decides, the stage-wise p.
         "discordant": last.get("discordant_total"),
         "lead": last.get("lead"),
         "lead_needed": last.get("lead_needed"),
