@@ -184,7 +184,8 @@ def design_point_table(trials):
     print("   simulated power (these runs) reaches 80%; beside it what `probe plan` states:")
     print(
         "| --detect | cases | cap (rounds) | fixed plan, 80% (samples) | probe plan says | mean samples "
-        "| x fixed | power | null: mean samples | x fixed | false alarms (simulated) | exact, given the counts |"
+        "| x fixed | power | null: mean samples | x fixed | false alarms (simulated) "
+        "| exact, given the counts |"
     )
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for detect in (0.10, 0.15, 0.20, 0.30):
