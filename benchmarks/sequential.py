@@ -311,11 +311,13 @@ def nulls(trials):
 
 
 def plan_check(trials):
-    print("\n4. probe plan --sequential against fresh simulations of the same rule (other seeds), and one")
-    print("   run at a time through the run's own per-round look (Python's random numbers), per arm:")
+    seeds = range(1, 11)
+    print(f"\n4. probe plan --sequential against {len(seeds)} fresh simulations of the same rule (other")
+    print("   seeds; their mean with its 95% Monte Carlo error), and one run at a time through the run's")
+    print("   own per-round look (Python's random numbers), samples per arm:")
     runs = min(400, trials)
     print(
-        "| rates, ICC, cases, --detect | plan: mean samples | plan: power | 5 fresh seeds: mean samples "
+        "| rates, ICC, cases, --detect | plan: mean samples | plan: power | fresh seeds: mean samples "
         f"| power | run by run ({runs} runs): mean | power |"
     )
     print("|---|---:|---:|---:|---:|---:|---:|")
@@ -323,18 +325,20 @@ def plan_check(trials):
     for p1, p2, icc, cases, detect in cells:
         plan = plan_sequential(p1, p2, cases, icc, ALPHA, detect=detect)
         cap = plan["max_rounds"]
-        means, powers = [], []
-        for seed in range(1, 6):
+        used_all, right_all = [], []
+        for seed in seeds:
             stops, directions, used = boundary(*simulated_counts(p1, p2, cases, icc, cap, trials, seed), cap)
-            means.append(used.mean() * cases)
-            powers.append(((stops > 0) & (directions == np.sign(p2 - p1))).mean())
-        taken, right = one_run_at_a_time(p1, p2, cases, icc, cap, runs)
+            used_all.append(used * cases)
+            right_all.append((stops > 0) & (directions == np.sign(p2 - p1)))
+        used, right = np.concatenate(used_all), np.concatenate(right_all)
+        mean_error = 1.96 * used.std() / math.sqrt(used.size)
+        taken, share = one_run_at_a_time(p1, p2, cases, icc, cap, runs)
         stated = plan["samples_per_arm"]
         print(
             f"| {p1:g} vs {p2:g}, {icc:g}, {cases}, {100 * detect:g} | {stated['mean']:.1f} ± "
             f"{stated['mean_error']:.1f} | {plan['power']:.1%} ± {plan['power_error']:.1%} | "
-            f"{np.mean(means):.1f} (seeds {min(means):.1f}-{max(means):.1f}) | {np.mean(powers):.1%} | "
-            f"{taken:.1f} | {right:.1%} |",
+            f"{used.mean():.1f} ± {mean_error:.1f} | {right.mean():.1%} ± {ci(right.mean(), right.size):.1%} | "
+            f"{taken:.1f} | {share:.1%} |",
             flush=True,
         )
 
