@@ -331,13 +331,13 @@ def plan_check(trials):
             used_all.append(used * cases)
             right_all.append((stops > 0) & (directions == np.sign(p2 - p1)))
         used, right = np.concatenate(used_all), np.concatenate(right_all)
-        mean_error = 1.96 * used.std() / math.sqrt(used.size)
+        mean_error, power_error = 1.96 * used.std() / math.sqrt(used.size), ci(right.mean(), right.size)
         taken, share = one_run_at_a_time(p1, p2, cases, icc, cap, runs)
         stated = plan["samples_per_arm"]
         print(
             f"| {p1:g} vs {p2:g}, {icc:g}, {cases}, {100 * detect:g} | {stated['mean']:.1f} ± "
             f"{stated['mean_error']:.1f} | {plan['power']:.1%} ± {plan['power_error']:.1%} | "
-            f"{used.mean():.1f} ± {mean_error:.1f} | {right.mean():.1%} ± {ci(right.mean(), right.size):.1%} | "
+            f"{used.mean():.1f} ± {mean_error:.1f} | {right.mean():.1%} ± {power_error:.1%} | "
             f"{taken:.1f} | {share:.1%} |",
             flush=True,
         )
