@@ -2,13 +2,14 @@
 question its own rate, paired by its place under both arms): what it costs against the fixed
 paired plan of the same power and against the classic sequential designs, and its false alarms.
 
-1. The design point of `--detect D` (50% ± D/2, ICC 0), where DESIGN.md judges the cost: the cap,
+1. The design point of `--detect D` (50% ± D/2, ICC 0), where the cost is judged: the cap,
    the mean samples and power of the rule against the fixed paired plan for 80% power, and under
    the null (both arms at 50%) its mean samples and false alarms.
-2. The sweep of issue 28 (12 cases, --detect = the true difference): mean samples (both arms),
-   power, the fixed paired plan with the same power, and the anchors: group-sequential designs
-   with 5 looks (O'Brien-Fleming, Pocock) and Wald's SPRT on the discordant pairs, each given the
-   fewest rounds that reach 80% power at the design point, and the mixture e-value it replaced.
+2. The sweep (four rate pairs x ICC 0.2 and 0.5, 12 cases, --detect = the true difference):
+   mean samples (both arms), power, the fixed paired plan with the same power, and the anchors:
+   group-sequential designs with 5 looks (O'Brien-Fleming, Pocock) and Wald's SPRT on the
+   discordant pairs, each given the fewest rounds that reach 80% power at the design point, and
+   the mixture e-value it replaced.
 3. Under the null: mean samples against the fixed plan of --detect, false alarms (simulated, and
    exactly given each run's discordant counts), for clustered questions.
 4. `probe plan --sequential` against fresh seeded simulations and an independent run-by-run one.
@@ -178,7 +179,7 @@ def ci(share, trials):
 
 
 def design_point_table(trials):
-    print("\n1. the design point of --detect D (50% ± D/2, ICC 0), samples per arm; DESIGN.md: mean samples")
+    print("\n1. the design point of --detect D (50% ± D/2, ICC 0), samples per arm; the target: mean samples")
     print("   <= 0.85x the fixed paired plan for 80% power, at 80% power or more; under the null (both 50%)")
     print("   <= 1.25x it, false alarms between 3% and 5%. The fixed plan: the fewest repeats whose")
     print("   simulated power (these runs) reaches 80%; beside it what `probe plan` states:")
