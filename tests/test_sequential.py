@@ -189,14 +189,9 @@ def test_the_mixture_the_boundary_replaced_keeps_its_reference_values():
 # -- runs ---------------------------------------------------------------------------------------
 
 
-def two_prompt_run(tmp_path, rates: dict[str, float], *extra: str, cases: int = 6, fail=lambda name, q: False):
-    """Prompts a and b; each case's replies carry the header in the stated share of calls."""
-    tmp_path.mkdir(parents=True, exist_ok=True)
-    probeset = write_probeset(tmp_path / "p.toml", [(f"c{i}", f"question {i}", None) for i in range(cases)])
-    prompts = []
-    for name in rates:
-        (tmp_path / f"{name}.md").write_text(f"VERSION={name}\n")
-        prompts += ["--prompt", str(tmp_path / f"{name}.md")]
+def prompt_replies(rates: dict[str, float], fail=lambda name, q: False):
+    """Replies to prompts named by `VERSION=name`: each question's replies carry the header in
+    the stated share of calls (deterministic: in round r when r * rate crosses a whole number)."""
     seen: dict = {}
 
     def reply(request):
@@ -205,15 +200,31 @@ def two_prompt_run(tmp_path, rates: dict[str, float], *extra: str, cases: int = 
         if fail(*key):
             return Reply(status=400, body=b'{"error": {"message": "bad request"}}')
         seen[key] = seen.get(key, 0) + 1
-        # Deterministic: the header in round r when r * rate crosses a whole number.
         count = seen[key]
         present = math.floor(count * rates[name]) > math.floor((count - 1) * rates[name])
         return Reply("[[ANSWER]]\nok" if present else "ok, no header")
 
-    with LocalServer(reply) as server:
-        result = CliRunner().invoke(main, ["run", "--retrieval", "none", str(probeset), *prompts, "--model", f"openai:m@{server.url}/v1",
-                                           "--until-decided", "--runs-dir", str(tmp_path / "runs"), *extra])
-    return result
+    return reply
+
+
+def two_prompt_run(tmp_path, rates: dict[str, float], *extra: str, cases: int = 6, fail=lambda name, q: False,
+                   server=None):
+    """Prompts a and b (and more) on `cases` questions against `server`, or a server of their own."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    probeset = write_probeset(tmp_path / "p.toml", [(f"c{i}", f"question {i}", None) for i in range(cases)])
+    prompts = []
+    for name in rates:
+        (tmp_path / f"{name}.md").write_text(f"VERSION={name}\n")
+        prompts += ["--prompt", str(tmp_path / f"{name}.md")]
+
+    def invoke(url):
+        return CliRunner().invoke(main, ["run", "--retrieval", "none", str(probeset), *prompts, "--model", f"openai:m@{url}/v1",
+                                         "--until-decided", "--runs-dir", str(tmp_path / "runs"), *extra])
+
+    if server is not None:
+        return invoke(server.url)
+    with LocalServer(prompt_replies(rates, fail)) as own:
+        return invoke(own.url)
 
 
 def test_clearly_different_prompts_stop_early_with_the_right_verdict(tmp_path):
@@ -301,21 +312,18 @@ def interrupt_after_round_one_and_a_half(run):
     return manifest
 
 
-def resume(run, manifest):
-    with LocalServer(lambda r: Reply("ok, no header")) as server:
-        manifest["models"][0]["spec"] = f"openai:m@{server.url}/v1"
-        manifest["arms"] = [dict(a, model=manifest["models"][0]["spec"]) for a in manifest["arms"]]
-        (run / "manifest.json").write_text(json.dumps(manifest))
-        return CliRunner().invoke(main, ["run", "--resume", str(run)])
+def resume(run):
+    return CliRunner().invoke(main, ["run", "--resume", str(run)])
 
 
 def test_resume_continues_the_rounds_and_says_the_cap(tmp_path):
-    result = two_prompt_run(tmp_path, {"a": 0.5, "b": 0.5}, "--max-rounds", "3")
-    run = run_dir_of(result)
-    manifest = interrupt_after_round_one_and_a_half(run)
-    compared = json.loads(CliRunner().invoke(main, ["compare", f"{run}#prompt=a", f"{run}#prompt=b", "--json"]).stdout)
-    assert compared["verdict"] == "indistinguishable" and compared["p_value"] == 1.0  # not stopped by its rule
-    resumed = resume(run, manifest)
+    with LocalServer(prompt_replies({"a": 0.5, "b": 0.5})) as server:  # a resumed run calls where it started
+        result = two_prompt_run(tmp_path, {"a": 0.5, "b": 0.5}, "--max-rounds", "3", server=server)
+        run = run_dir_of(result)
+        interrupt_after_round_one_and_a_half(run)
+        compared = json.loads(CliRunner().invoke(main, ["compare", f"{run}#prompt=a", f"{run}#prompt=b", "--json"]).stdout)
+        assert compared["verdict"] == "indistinguishable" and compared["p_value"] == 1.0  # not stopped by its rule
+        resumed = resume(run)
     assert resumed.exit_code == 0, resumed.output
     assert "or at the cap of 3 rounds" in resumed.stderr.replace("\n", " ")
     rounds = read_jsonl(run / "sequential.jsonl")
@@ -324,26 +332,28 @@ def test_resume_continues_the_rounds_and_says_the_cap(tmp_path):
 
 
 def test_a_run_recorded_under_the_mixture_rule_is_read_but_not_continued(tmp_path):
-    result = two_prompt_run(tmp_path, {"a": 0.0, "b": 1.0}, "--max-rounds", "3")
-    run = run_dir_of(result)
-    manifest = interrupt_after_round_one_and_a_half(run)
-    old = manifest["sequential"]
-    for key in ("rule", "spending"):
-        old.pop(key)
-    old.update(mixture="Beta(0.5, 0.5)", threshold=20.0)
-    first = {"round": 1, "pairs": 6, "discordant": 6, "b_higher": 6, "a_higher": 0, "discordant_total": 6,
-             "b_higher_total": 6, "e_value": 128.0, "decision": None, "worse": False, "stop": False}
-    line = dict(first, round=2, discordant_total=12, b_higher_total=12, e_value=9170.0, decision="B>A", stop=True)
-    (run / "sequential.jsonl").write_text(json.dumps(first) + "\n" + json.dumps(line) + "\n")
-    manifest["status"] = "complete"
-    (run / "manifest.json").write_text(json.dumps(manifest))
-    data = json.loads(CliRunner().invoke(main, ["compare", f"{run}#prompt=a", f"{run}#prompt=b", "--json"]).stdout)
-    assert data["verdict"] == "B>A" and data["p_value"] == pytest.approx(1 / 9170) and data["e_value"] == 9170.0
-    report = CliRunner().invoke(main, ["report", str(run)])
-    assert "decided at round 2 (cap 3 rounds); e = 9.17e+03 >= 20" in report.stdout.replace("\n  ", " ")
-    (run / "sequential.jsonl").write_text(json.dumps(first) + "\n")
-    manifest["status"] = "interrupted"
-    resumed = resume(run, manifest)
+    with LocalServer(prompt_replies({"a": 0.0, "b": 1.0})) as server:
+        result = two_prompt_run(tmp_path, {"a": 0.0, "b": 1.0}, "--max-rounds", "3", server=server)
+        run = run_dir_of(result)
+        manifest = interrupt_after_round_one_and_a_half(run)
+        old = manifest["sequential"]
+        for key in ("rule", "spending"):
+            old.pop(key)
+        old.update(mixture="Beta(0.5, 0.5)", threshold=20.0)
+        first = {"round": 1, "pairs": 6, "discordant": 6, "b_higher": 6, "a_higher": 0, "discordant_total": 6,
+                 "b_higher_total": 6, "e_value": 128.0, "decision": None, "worse": False, "stop": False}
+        line = dict(first, round=2, discordant_total=12, b_higher_total=12, e_value=9170.0, decision="B>A", stop=True)
+        (run / "sequential.jsonl").write_text(json.dumps(first) + "\n" + json.dumps(line) + "\n")
+        manifest["status"] = "complete"
+        (run / "manifest.json").write_text(json.dumps(manifest))
+        data = json.loads(CliRunner().invoke(main, ["compare", f"{run}#prompt=a", f"{run}#prompt=b", "--json"]).stdout)
+        assert data["verdict"] == "B>A" and data["p_value"] == pytest.approx(1 / 9170) and data["e_value"] == 9170.0
+        report = CliRunner().invoke(main, ["report", str(run)])
+        assert "decided at round 2 (cap 3 rounds); e = 9.17e+03 >= 20" in report.stdout.replace("\n  ", " ")
+        (run / "sequential.jsonl").write_text(json.dumps(first) + "\n")
+        manifest["status"] = "interrupted"
+        (run / "manifest.json").write_text(json.dumps(manifest))
+        resumed = resume(run)
     assert resumed.exit_code == 2 and "recorded under the mixture e-value of an earlier promptprobe" in resumed.stderr
 
 

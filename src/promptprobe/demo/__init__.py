@@ -412,21 +412,22 @@ def run_demo(
             wrap(
                 f"sequential: {judgement(seq_result)}: {seq_result['verdict']}, decided at round "
                 f"{seq_view['rounds']} (cap {seq_view['max_rounds']} rounds): {decided.recorded} samples "
-                f"({per_arm} per arm). {_same_power(compared['results'][0], options.repeats, rule)}"
+                f"({per_arm} per arm). {_same_power(compared['results'][0], rule)}"
             ),
         ]
     )
     return DemoResult(outcome.path, text, outcome.errors + decided.errors)
 
 
-def _same_power(fixed: dict[str, Any], repeats: int, rule: Any) -> str:
+def _same_power(fixed: dict[str, Any], rule: Any) -> str:
     """The sequential rule against the fixed paired plan of the same power, at the rates (and the
     spread between questions) the fixed run measured."""
     from ..views.sequential_plan import plan_sequential
 
     rate_a, rate_b = fixed["a"]["rate"], fixed["b"]["rate"]
-    icc = sum(max(0.0, (fixed[arm]["deff"] - 1) / (repeats - 1)) for arm in ("a", "b")) / 2
     cases = len(fixed["paired"]["cases"])
+    repeats = fixed["a"]["n"] // cases
+    icc = sum(max(0.0, (fixed[arm]["deff"] - 1) / (repeats - 1)) for arm in ("a", "b")) / 2
     plan = plan_sequential(
         rate_a, rate_b, cases, icc, rule.alpha, min_rounds=rule.min_rounds, detect=rule.detect
     )
