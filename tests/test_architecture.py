@@ -113,10 +113,7 @@ def test_live_and_batch_are_two_back_ends_of_one_interface_the_run_drives():
     assert not {t for t in run_imports if t.rpartition(".")[2] in ("scheduler", "batch", "executor")}
 
 
-# About 150 lines: a class longer than that is doing two jobs. SequentialRun is being split in
-# issue 28 (engine/sequential.py).
-CLASS_LINES = 150
-SPLIT_ELSEWHERE = {"SequentialRun"}
+CLASS_LINES = 150  # about: a class longer than that is doing two jobs
 
 
 def test_no_engine_class_is_past_about_150_lines():
@@ -124,7 +121,7 @@ def test_no_engine_class_is_past_about_150_lines():
     for path in (PACKAGE / "engine").glob("*.py"):
         for node in ast.parse(path.read_text()).body:
             lines = node.end_lineno - node.lineno + 1 if isinstance(node, ast.ClassDef) else 0
-            if lines > CLASS_LINES and node.name not in SPLIT_ELSEWHERE:
+            if lines > CLASS_LINES:
                 long[f"{path.name}:{node.name}"] = lines
     assert long == {}
 
