@@ -141,36 +141,67 @@ def test_a_user_check_is_a_metric_everywhere(tmp_path, monkeypatch):
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["checks"]["user"][0] == {"name": "quotes_price", "function": f"{module}:quotes_price",
                                               "higher_is_better": True,
-                                              "description": "the reply quotes the case's own price"}
+                                              "description": "the reply quotes the case's own price",
+                                              "timeout": 30.0}
+
+
+VIEW_CHECK = '''
+def no_apology(sample):
+    """Passes only when the view is complete and read-only all the way down (it runs in a worker
+    process, so it says what it saw through its answer)."""
+    assert set(sample) == {"question", "case", "text", "filtered_text", "passages", "header", "response"}
+    if sample["case"]["id"] == "team-price":
+        assert sample["case"]["tags"] == ("pricing",) and sample["case"]["data"]["currency"] == "USD"
+    assert sample["header"]["header"] == "present" and sample["response"]["stop_reason"] == "stop"
+    import operator
+
+    for target, key in ((sample["case"]["data"], "price"), (sample, "text"), (sample["case"], "tags")):
+        try:
+            operator.setitem(target, key, 1)
+        except TypeError:
+            continue
+        return False  # it could be changed
+    return True
+
+
+def quotes_price(sample):
+    return None
+'''
 
 
 def test_the_view_a_check_gets_is_read_only_and_complete(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    module, _ = setup(tmp_path)
+    setup(tmp_path, VIEW_CHECK)
     with LocalServer(reply_for) as server:
-        assert run(tmp_path, server, "-n", "1").exit_code == 0
-    seen = sys.modules[module].SEEN
-    sample = next(s for s in seen if s["case"]["id"] == "team-price")
-    assert set(sample) == {"question", "case", "text", "filtered_text", "passages", "header", "response"}
-    assert sample["case"]["tags"] == ("pricing",) and sample["case"]["data"]["currency"] == "USD"
-    assert sample["header"]["header"] == "present" and sample["response"]["stop_reason"] == "stop"
-    with pytest.raises(TypeError):
-        sample["case"]["data"]["price"] = 1  # read-only, all the way down
-    with pytest.raises(TypeError):
-        sample["text"] = "changed"
+        result = run(tmp_path, server, "-n", "1")
+    assert result.exit_code == 0, result.output
+    samples = read_jsonl(run_dir_of(result) / "samples.jsonl")
+    assert [s["checks"]["user"]["apologised"] for s in samples] == [True] * 6
+    assert not any("user_errors" in s["checks"] for s in samples)
 
 
-def test_a_check_that_raises_is_that_samples_error_and_classify_runs_the_fix(tmp_path, monkeypatch):
+def test_a_check_that_raises_is_that_metrics_error_and_classify_runs_the_fix(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     broken = CHECKS.replace('return "sorry" not in', 'return sample["missing"] or "sorry" not in')
     module, config = setup(tmp_path, broken)
     with LocalServer(reply_for) as server:
         result = run(tmp_path, server, "-n", "1")
-    assert result.exit_code == 1  # every sample failed its check: counted, reported
+    assert result.exit_code == 1  # the check failed on every sample: counted, reported
+    assert "your check apologised failed on 6 samples" in result.stderr
     run_dir = run_dir_of(result)
     samples = read_jsonl(run_dir / "samples.jsonl")
-    assert all(s["error"]["kind"] == "check" and "KeyError" in s["error"]["message"] for s in samples)
-    assert all((run_dir / s["raw"]["path"]).read_bytes() for s in samples)  # the raw output stays
+    for sample in samples:
+        assert sample["error"] is None  # the sample itself is fine
+        message = sample["checks"]["user_errors"]["apologised"]
+        assert "raised KeyError: 'missing'" in message and f"{module}.py, line" in message
+        assert sample["outcomes"]["apologised"] is False  # its unfavourable outcome
+        assert "header_present" in sample["outcomes"]  # the other metrics are recorded
+        assert (run_dir / sample["raw"]["path"]).read_bytes()  # the raw output stays
+    report = json.loads(CliRunner().invoke(main, ["report", str(run_dir), "--json"]).stdout)
+    for arm in report["arms"]:
+        assert arm["metrics"]["apologised"]["errors"] == 3 and arm["metrics"]["apologised"]["k"] == 0
+        assert arm["metrics"]["header_present"]["errors"] == 0 and arm["errors"] == 0
+        assert arm["check_errors"] == {"apologised": 3}
     (tmp_path / f"{module}.py").write_text(CHECKS)  # the check is fixed
     fixed = subprocess.run([PROBE, "classify", str(run_dir), "--json"], cwd=tmp_path, capture_output=True,
                            text=True, timeout=120)
@@ -180,6 +211,7 @@ def test_a_check_that_raises_is_that_samples_error_and_classify_runs_the_fix(tmp
     report = json.loads(CliRunner().invoke(main, ["report", str(run_dir), "--json"]).stdout)
     assert report["classification"] == 1
     assert {arm["prompt"]: arm["metrics"]["apologised"]["k"] for arm in report["arms"]} == {"v1": 2, "v2": 3}
+    assert all(arm["metrics"]["apologised"]["errors"] == 0 for arm in report["arms"])
 
 
 def test_until_decided_on_a_user_check(tmp_path, monkeypatch):

@@ -13,6 +13,7 @@ import signal
 import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
@@ -816,11 +817,20 @@ def _execute(runner: Any, fmt: str, total: int, output: Path | None = None) -> N
             f"probe run --resume {outcome.path} --max-cost USD continues"
         )
         sys.exit(1)
+    failed_checks: Counter[str] = Counter()
+    for arm in result.report.arms:
+        failed_checks.update(arm.get("check_errors") or {})
+    for name, n in sorted(failed_checks.items()):
+        echo_error(
+            f"your check {name} failed on {n} samples (checks.user_errors in "
+            f"{outcome.path / 'samples.jsonl'}); each counts as its unfavourable outcome"
+        )
     if outcome.errors:
         echo_error(
             f"{outcome.errors} of {outcome.planned} samples failed after retries "
             f"(see {outcome.path / 'samples.jsonl'}); they stay in every denominator"
         )
+    if outcome.errors or failed_checks:
         sys.exit(1)
 
 

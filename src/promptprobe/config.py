@@ -9,7 +9,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from .checks.settings import CheckSettings, CitationConfig, FilterConfig, HeaderConfig, UserCheckConfig
+from .checks.settings import (
+    DEFAULT_CHECK_TIMEOUT,
+    CheckSettings,
+    CitationConfig,
+    FilterConfig,
+    HeaderConfig,
+    UserCheckConfig,
+)
 from .errors import InputError
 from .limits import range_problem
 from .models import ModelSpec
@@ -24,7 +31,7 @@ RETRIEVAL_KEYS = {
     "local": {"kind", "path", "k"},
 }
 TOP_KEYS = {"retrieval", "assemble", "header", "filter", "citations", "run", "prices", "vars", "check"}
-CHECK_KEYS = {"name", "function", "higher_is_better", "description"}
+CHECK_KEYS = {"name", "function", "higher_is_better", "description", "timeout"}
 ASSEMBLE_KEYS = {"function"}
 HEADER_KEYS = {"markers", "no_answer", "allow_leading_whitespace"}
 FILTER_KEYS = {"function", "no_answer_status"}
@@ -237,7 +244,16 @@ def _user_checks(value: Any, where: str) -> tuple[UserCheckConfig, ...]:
         if not isinstance(higher, bool):
             raise InputError(f"{label}: 'higher_is_better' must be true or false")
         description = _typed(table, "description", str, label) or ""
-        found.append(UserCheckConfig(name, function, higher, description))  # type: ignore[arg-type]
+        timeout = _typed(table, "timeout", (int, float), label)
+        found.append(
+            UserCheckConfig(
+                name,
+                function,  # type: ignore[arg-type]
+                higher,
+                description,
+                float(timeout) if timeout is not None else DEFAULT_CHECK_TIMEOUT,
+            )
+        )
     return tuple(found)
 
 

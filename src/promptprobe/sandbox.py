@@ -1,0 +1,339 @@
+"""User code in worker processes: your `[[check]]` functions run here, away from the run.
+
+A thread cannot be stopped, and code running in the probe's own process can end it
+(`raise KeyboardInterrupt`, `sys.exit`), hang it, or print into `probe run --json`. So each
+function is called in a worker process of its own interpreter, one call at a time, under a time
+limit: a worker that does not answer in time is killed and a new one started for the next call.
+Whatever the function does (raises anything, hangs, prints, exits, returns something else than
+True, False or None) comes back as an `Outcome` with a message: that call's error, never the run's.
+
+Workers import the functions exactly as the probe would (the current directory first on the
+import path, then the probe's own path), ignore Ctrl-C (the probe decides what an interrupt
+means, and kills them), have their output captured instead of inheriting the terminal, and exit
+when the probe is gone. The sample goes to them as plain data (pickled) and is handed to the
+function read-only. Calls from several threads use several workers, started as needed.
+"""
+
+import atexit
+import contextlib
+import io
+import json
+import os
+import pickle
+import select
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import weakref
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+from .errors import InputError
+
+HEADER = struct.Struct("!Q")  # the length of each message, before its pickled bytes
+START_SECONDS = 120.0  # importing the functions (a cold import of a large library can be slow)
+CAPTURED_LIMIT = 500  # characters of a function's printed output kept with its error
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one call gave: `value` (True, False or None), or `error` (a message) when it failed."""
+
+    value: bool | None = None
+    error: str | None = None
+
+
+def frozen(value: Any) -> Any:
+    """A read-only copy: mappings behind MappingProxyType, lists as tuples."""
+    if isinstance(value, Mapping):
+        return MappingProxyType({key: frozen(item) for key, item in value.items()})
+    if isinstance(value, list | tuple):
+        return tuple(frozen(item) for item in value)
+    return value
+
+
+# -- the worker's side --------------------------------------------------------------------------
+
+
+def _send(stream: Any, message: Any) -> None:
+    data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+    stream.write(HEADER.pack(len(data)) + data)
+    stream.flush()
+
+
+def _receive(stream: Any) -> Any:
+    head = stream.read(HEADER.size)
+    if len(head) < HEADER.size:
+        return None  # the probe closed the pipe: time to go
+    (size,) = HEADER.unpack(head)
+    data = stream.read(size)
+    return pickle.loads(data) if len(data) == size else None
+
+
+def _where_it_raised(exc: BaseException) -> str:
+    """`, at FILE line N` for the innermost frame outside this module (the user's code)."""
+    frame = None
+    trace = exc.__traceback__
+    while trace is not None:
+        if trace.tb_frame.f_code.co_filename != __file__:
+            frame = trace
+        trace = trace.tb_next
+    if frame is None:
+        return ""
+    return f" (at {os.path.basename(frame.tb_frame.f_code.co_filename)}, line {frame.tb_lineno})"
+
+
+def _call(function: Any, sample: Any) -> Outcome:
+    printed = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed):
+            result = function(sample)
+    except SystemExit as exc:
+        outcome = Outcome(error=f"called sys.exit({exc.code!r})")
+    except BaseException as exc:  # anything user code raises is this call's error, KeyboardInterrupt too
+        said = f": {exc}" if str(exc) else ""
+        outcome = Outcome(error=f"raised {type(exc).__name__}{said}{_where_it_raised(exc)}")
+    else:
+        if result is None or type(result) is bool:
+            return Outcome(value=result)
+        outcome = Outcome(error=f"returned {type(result).__name__}; a check returns True, False or None")
+    text = printed.getvalue().strip()
+    if text:
+        shown = text if len(text) <= CAPTURED_LIMIT else "..." + text[-CAPTURED_LIMIT:]
+        outcome = Outcome(error=f"{outcome.error}; it printed: {shown}")
+    return outcome
+
+
+def _watch_parent(parent: int) -> None:
+    """Exit when the probe is gone (killed outright), even while a function hangs."""
+    while True:
+        time.sleep(0.5)
+        if os.getppid() != parent:
+            os._exit(1)
+
+
+def serve(parent: int, references: Sequence[str]) -> None:
+    """The worker's loop: import the functions, then answer calls until the pipe closes."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the probe's to act on
+    threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
+    requests = os.fdopen(os.dup(0), "rb")
+    replies = os.fdopen(os.dup(1), "wb")
+    quiet = os.open(os.devnull, os.O_RDWR)
+    os.dup2(quiet, 0)
+    os.dup2(quiet, 1)  # output written below Python's sys.stdout goes nowhere, not into the protocol
+    sys.stdin = open(os.devnull)  # noqa: SIM115  # a function that reads input gets none
+    from .production import import_function
+
+    functions: list[Any] = []
+    problems: list[str | None] = []
+    printed = io.StringIO()
+    for reference in references:
+        try:
+            with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed):
+                functions.append(import_function(reference, "function"))
+            problems.append(None)
+        except InputError as exc:
+            functions.append(None)
+            problems.append(str(exc))
+        except BaseException as exc:  # importing user code may raise anything, KeyboardInterrupt too
+            functions.append(None)
+            problems.append(f"function {reference!r}: importing it raised {type(exc).__name__}: {exc}")
+    _send(replies, problems)
+    while True:
+        request = _receive(requests)
+        if request is None:
+            return
+        index, data = request
+        sample = frozen(pickle.loads(data))
+        _send(replies, _call(functions[index], sample))
+
+
+# -- the probe's side ---------------------------------------------------------------------------
+
+
+class WorkerGone(Exception):
+    """The worker died, or did not answer in time (it has been killed)."""
+
+
+class Worker:
+    """One worker process: a call at a time, answered within a time limit or killed."""
+
+    def __init__(self, references: Sequence[str]) -> None:
+        cwd = os.getcwd()
+        # Imported as production code is: the current directory first, then the probe's own path.
+        path = sys.path if sys.path[:1] == [cwd] else [cwd, *sys.path]
+        boot = (
+            "import json, sys; sys.path[:] = json.loads(sys.argv[1]); "
+            "from promptprobe.sandbox import serve; serve(int(sys.argv[2]), json.loads(sys.argv[3]))"
+        )
+        self.log = tempfile.TemporaryFile()  # the worker's stderr, read when it dies unexpectedly
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", boot, json.dumps(path), str(os.getpid()), json.dumps(list(references))],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.log,
+            start_new_session=True,  # a Ctrl-C at the terminal reaches the probe only
+            close_fds=True,
+        )
+        assert self.process.stdin is not None and self.process.stdout is not None
+        self.requests = self.process.stdin
+        self.replies = self.process.stdout.fileno()
+
+    def started(self) -> list[str | None]:
+        """Each function's import problem (None: imported), once the worker is ready."""
+        problems = self._answer(START_SECONDS, "importing the functions")
+        assert isinstance(problems, list)
+        return problems
+
+    def call(self, index: int, data: bytes, timeout: float) -> Outcome:
+        message = pickle.dumps((index, data), protocol=pickle.HIGHEST_PROTOCOL)
+        try:
+            self.requests.write(HEADER.pack(len(message)) + message)
+            self.requests.flush()
+        except OSError:
+            raise WorkerGone(self._died("before it was called")) from None
+        outcome = self._answer(timeout, "the call")
+        assert isinstance(outcome, Outcome)
+        return outcome
+
+    def _read(self, size: int, deadline: float, what: str, limit: float) -> bytes:
+        data = b""
+        while len(data) < size:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([self.replies], [], [], left)[0]:
+                self.stop()
+                raise WorkerGone(f"did not return within {limit:g} s (its timeout); stopped")
+            chunk = os.read(self.replies, size - len(data))
+            if not chunk:
+                raise WorkerGone(self._died(f"during {what}"))
+            data += chunk
+        return data
+
+    def _answer(self, limit: float, what: str) -> Any:
+        deadline = time.monotonic() + limit
+        (size,) = HEADER.unpack(self._read(HEADER.size, deadline, what, limit))
+        return pickle.loads(self._read(size, deadline, what, limit))
+
+    def _died(self, when: str) -> str:
+        self.stop()
+        code = self.process.wait()
+        how = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
+        self.log.seek(0)
+        tail = self.log.read()[-300:].decode("utf-8", "replace").strip().splitlines()
+        last = f": {tail[-1]}" if tail else ""
+        return f"its process ended {when} ({how}){last}"
+
+    def stop(self) -> None:
+        """Kill the process (safe from another thread: its pipes stay open for the caller)."""
+        if self.process.poll() is None:
+            with contextlib.suppress(OSError):
+                self.process.kill()
+
+    def kill(self) -> None:
+        """Kill the process and release its pipes (only from the thread using the worker)."""
+        self.stop()
+        self.process.wait()
+        for stream in (self.process.stdin, self.process.stdout, self.log):
+            with contextlib.suppress(OSError):
+                stream.close()  # type: ignore[union-attr]
+
+
+class Sandbox:
+    """Calls `module:function` references in worker processes, each call under its time limit.
+
+    Building it starts one worker and imports every function there: a function that cannot be
+    imported is an InputError now, before anything is run."""
+
+    def __init__(self, references: Sequence[str], labels: Sequence[str]) -> None:
+        self.references = list(references)
+        self.lock = threading.Lock()
+        self.idle: list[Worker] = []
+        self.workers: set[Worker] = set()
+        self.closed = False
+        worker = self._start()
+        try:
+            problems = worker.started()
+        except WorkerGone as exc:
+            self._discard(worker)
+            raise InputError(f"{labels[0]}: {exc}") from None
+        found = [f"{label}: {problem}" for label, problem in zip(labels, problems, strict=True) if problem]
+        if found:
+            self._discard(worker)
+            raise InputError("; ".join(found))
+        self.idle.append(worker)
+        _OPEN.add(self)
+
+    def _start(self) -> Worker:
+        worker = Worker(self.references)
+        with self.lock:
+            self.workers.add(worker)
+        return worker
+
+    def _discard(self, worker: Worker) -> None:
+        worker.kill()
+        with self.lock:
+            self.workers.discard(worker)
+
+    def _take(self) -> Worker | None:
+        with self.lock:
+            if self.closed:
+                return None
+            if self.idle:
+                return self.idle.pop()
+        worker = self._start()
+        try:
+            problems = worker.started()
+        except WorkerGone:
+            self._discard(worker)
+            raise
+        if any(problems):
+            self._discard(worker)
+            raise WorkerGone(next(p for p in problems if p))
+        return worker
+
+    def call(self, index: int, data: bytes, timeout: float) -> Outcome:
+        """Call function `index` with the pickled sample `data`; its Outcome, never an exception."""
+        try:
+            worker = self._take()
+        except WorkerGone as exc:
+            return Outcome(error=f"could not start its process: {exc}")
+        if worker is None:
+            return Outcome(error="not called: the run was closing")
+        try:
+            outcome = worker.call(index, data, timeout)
+        except WorkerGone as exc:
+            self._discard(worker)
+            return Outcome(error=str(exc))
+        with self.lock:
+            if self.closed:
+                worker.kill()
+            else:
+                self.idle.append(worker)
+        return outcome
+
+    def close(self) -> None:
+        """Stop every worker (a call in flight comes back as an error)."""
+        with self.lock:
+            self.closed = True
+            idle, busy = self.idle, [w for w in self.workers if w not in self.idle]
+            self.workers, self.idle = set(), []
+        for worker in idle:
+            worker.kill()
+        for worker in busy:
+            worker.stop()  # its caller sees the pipe close and releases it
+
+
+_OPEN: "weakref.WeakSet[Sandbox]" = weakref.WeakSet()
+
+
+@atexit.register
+def _close_all() -> None:
+    """Workers never outlive the probe (a Python API user may not close what a run opened)."""
+    for sandbox in list(_OPEN):
+        sandbox.close()
