@@ -39,6 +39,8 @@ from .errors import InputError
 HEADER = struct.Struct("!Q")  # the length of each message, before its pickled bytes
 START_SECONDS = 120.0  # importing the functions (a cold import of a large library can be slow)
 CAPTURED_LIMIT = 500  # characters of a function's printed output kept with its error
+MESSAGE_LIMIT = 1000  # characters of an exception's message kept
+STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 
 
 @dataclass(frozen=True)
@@ -89,6 +91,17 @@ def _where_it_raised(exc: BaseException) -> str:
     return f" (at {os.path.basename(frame.tb_frame.f_code.co_filename)}, line {frame.tb_lineno})"
 
 
+def _described(exc: BaseException) -> str:
+    """`KeyError: 'price'`; an exception whose message cannot be read is still named."""
+    try:
+        said = str(exc)
+    except BaseException:  # its __str__ raised too: the type is what can be said
+        said = "(its message could not be read)"
+    if len(said) > MESSAGE_LIMIT:
+        said = said[:MESSAGE_LIMIT] + "..."
+    return f"{type(exc).__name__}: {said}" if said else type(exc).__name__
+
+
 def _call(function: Any, sample: Any) -> Outcome:
     printed = io.StringIO()
     try:
@@ -97,8 +110,7 @@ def _call(function: Any, sample: Any) -> Outcome:
     except SystemExit as exc:
         outcome = Outcome(error=f"called sys.exit({exc.code!r})")
     except BaseException as exc:  # anything user code raises is this call's error, KeyboardInterrupt too
-        said = f": {exc}" if str(exc) else ""
-        outcome = Outcome(error=f"raised {type(exc).__name__}{said}{_where_it_raised(exc)}")
+        outcome = Outcome(error=f"raised {_described(exc)}{_where_it_raised(exc)}")
     else:
         if result is None or type(result) is bool:
             return Outcome(value=result)
@@ -120,7 +132,12 @@ def _watch_parent(parent: int) -> None:
 
 def serve(parent: int, references: Sequence[str]) -> None:
     """The worker's loop: import the functions, then answer calls until the pipe closes."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the probe's to act on
+    # Ctrl-C is the probe's to act on; a SIGTERM sent to the probe's group while this worker
+    # was starting (its signals blocked) is dropped, one sent to it later ends it.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
     requests = os.fdopen(os.dup(0), "rb")
     replies = os.fdopen(os.dup(1), "wb")
@@ -143,7 +160,7 @@ def serve(parent: int, references: Sequence[str]) -> None:
             problems.append(str(exc))
         except BaseException as exc:  # importing user code may raise anything, KeyboardInterrupt too
             functions.append(None)
-            problems.append(f"function {reference!r}: importing it raised {type(exc).__name__}: {exc}")
+            problems.append(f"function {reference!r}: importing it raised {_described(exc)}")
     _send(replies, problems)
     while True:
         request = _receive(requests)
@@ -164,7 +181,7 @@ class WorkerGone(Exception):
 class Worker:
     """One worker process: a call at a time, answered within a time limit or killed."""
 
-    def __init__(self, references: Sequence[str]) -> None:
+    def __init__(self, references: list[str]) -> None:
         cwd = os.getcwd()
         # Imported as production code is: the current directory first, then the probe's own path.
         path = sys.path if sys.path[:1] == [cwd] else [cwd, *sys.path]
@@ -173,21 +190,30 @@ class Worker:
             "from promptprobe.sandbox import serve; serve(int(sys.argv[2]), json.loads(sys.argv[3]))"
         )
         self.log = tempfile.TemporaryFile()  # the worker's stderr, read when it dies unexpectedly
-        self.process = subprocess.Popen(
-            [sys.executable, "-c", boot, json.dumps(path), str(os.getpid()), json.dumps(list(references))],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=self.log,
-            start_new_session=True,  # a Ctrl-C at the terminal reaches the probe only
-            close_fds=True,
-        )
+        # Until it has its own session the worker is in the probe's process group, where a Ctrl-C
+        # would kill it: it starts with the signals blocked (a child inherits the mask of the
+        # thread that starts it) and drops any that came in once it ignores them.
+        command = [sys.executable, "-c", boot, json.dumps(path), str(os.getpid()), json.dumps(references)]
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+        try:
+            self.process = subprocess.Popen(
+                command,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=self.log,
+                start_new_session=True,  # a Ctrl-C at the terminal reaches the probe only
+                close_fds=True,
+            )
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         assert self.process.stdin is not None and self.process.stdout is not None
         self.requests = self.process.stdin
         self.replies = self.process.stdout.fileno()
 
-    def started(self) -> list[str | None]:
+    def started(self, limit: float) -> list[str | None]:
         """Each function's import problem (None: imported), once the worker is ready."""
-        problems = self._answer(START_SECONDS, "importing the functions")
+        late = f"did not finish importing within {limit:g} s"
+        problems = self._answer(limit, "importing the functions", late)
         assert isinstance(problems, list)
         return problems
 
@@ -198,27 +224,29 @@ class Worker:
             self.requests.flush()
         except OSError:
             raise WorkerGone(self._died("before it was called")) from None
-        outcome = self._answer(timeout, "the call")
+        late = f"did not return within {timeout:g} s (its timeout); stopped"
+        outcome = self._answer(timeout, "the call", late)
         assert isinstance(outcome, Outcome)
         return outcome
 
-    def _read(self, size: int, deadline: float, what: str, limit: float) -> bytes:
+    def _read(self, size: int, deadline: float, what: str, late: str) -> bytes:
         data = b""
         while len(data) < size:
             left = deadline - time.monotonic()
             if left <= 0 or not select.select([self.replies], [], [], left)[0]:
                 self.stop()
-                raise WorkerGone(f"did not return within {limit:g} s (its timeout); stopped")
+                raise WorkerGone(late)
             chunk = os.read(self.replies, size - len(data))
             if not chunk:
                 raise WorkerGone(self._died(f"during {what}"))
             data += chunk
         return data
 
-    def _answer(self, limit: float, what: str) -> Any:
+    def _answer(self, limit: float, what: str, late: str) -> Any:
+        """The worker's next message, within `limit` seconds (else it is stopped: `late` says so)."""
         deadline = time.monotonic() + limit
-        (size,) = HEADER.unpack(self._read(HEADER.size, deadline, what, limit))
-        return pickle.loads(self._read(size, deadline, what, limit))
+        (size,) = HEADER.unpack(self._read(HEADER.size, deadline, what, late))
+        return pickle.loads(self._read(size, deadline, what, late))
 
     def _died(self, when: str) -> str:
         self.stop()
@@ -250,15 +278,18 @@ class Sandbox:
     Building it starts one worker and imports every function there: a function that cannot be
     imported is an InputError now, before anything is run."""
 
-    def __init__(self, references: Sequence[str], labels: Sequence[str]) -> None:
+    def __init__(
+        self, references: Sequence[str], labels: Sequence[str], start_limit: float = START_SECONDS
+    ) -> None:
         self.references = list(references)
+        self.start_limit = start_limit
         self.lock = threading.Lock()
         self.idle: list[Worker] = []
         self.workers: set[Worker] = set()
         self.closed = False
         worker = self._start()
         try:
-            problems = worker.started()
+            problems = worker.started(self.start_limit)
         except WorkerGone as exc:
             self._discard(worker)
             raise InputError(f"{labels[0]}: {exc}") from None
@@ -288,7 +319,7 @@ class Sandbox:
                 return self.idle.pop()
         worker = self._start()
         try:
-            problems = worker.started()
+            problems = worker.started(self.start_limit)
         except WorkerGone:
             self._discard(worker)
             raise

@@ -16,7 +16,7 @@ other metrics stand, so `probe classify RUN` can run the fixed function again of
 import pickle
 from typing import Any
 
-from ..sandbox import Sandbox
+from ..sandbox import START_SECONDS, Sandbox
 from .base import Check, Metric, SampleView, details
 from .settings import CheckSettings, UserCheckConfig
 
@@ -65,7 +65,10 @@ class UserCheck(Check):
         super().__init__(settings)
         self.configs = list(settings.user)
         self.sandbox = Sandbox(
-            [c.function for c in self.configs], [f"[[check]] {c.name}: function" for c in self.configs]
+            [c.function for c in self.configs],
+            [f"[[check]] {c.name}: function" for c in self.configs],
+            # Importing may take as long as a call may (a check that loads a model), and 2 minutes.
+            max(START_SECONDS, *(c.timeout for c in self.configs)),
         )
 
     @classmethod
