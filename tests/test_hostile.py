@@ -556,3 +556,166 @@ def test_the_report_of_a_run_with_a_key_in_its_bodies_shows_none_of_it(tmp_path)
     assert no_trace_of(KEY, html.read_bytes()) and no_trace_of(KEY, everything_written(outcome.path))
     assert os.stat(html).st_mode & 0o077 == 0
     assert run_dir_of  # imported for the fuzz module's use as well
+
+
+# -- secrets in every promised form (issue 25, item 5) ---------------------------------------------
+
+OPENAI_KEY = "sk-test-hostile-openai-0123456789abcdefXYZ"
+PLACES = ("raw text", "response body", "request id header", "model field", "stop reason", "error body",
+          "error message")
+
+
+def leaks(key: str, data: bytes) -> list[str]:
+    """How the key can still be read from `data` (an independent reader: JSON escapes undone
+    however deep, percent-decoding, base64 decoded at every alignment with line breaks removed)."""
+    import re
+    import urllib.parse
+
+    text = data.decode("utf-8", "replace")
+    unescaped = text
+    for _ in range(4):
+        unescaped = re.sub(r"\\+u([0-9a-fA-F]{4})", lambda m: chr(int(m.group(1), 16)), unescaped)
+        unescaped = re.sub(r"\\+/", "/", unescaped)
+    decoded = urllib.parse.unquote(unescaped)
+    found = [name for name, view in (("as written", text), ("JSON-unescaped", unescaped),
+                                     ("percent-decoded", decoded)) if not no_trace_of(key, view.encode())]
+    flat = re.sub(r"\r|\n|\\+r|\\+n", "", decoded)
+    for run in re.findall(r"[A-Za-z0-9+/_-]{16,}", flat):
+        for start in range(4):
+            chunk = run[start:][: (len(run) - start) // 4 * 4]
+            for decode in (base64.b64decode, base64.urlsafe_b64decode):
+                try:
+                    if not no_trace_of(key, decode(chunk)):
+                        found.append("base64")
+                except ValueError:
+                    continue
+    return found
+
+
+def test_the_leak_reader_finds_every_form_it_is_given():
+    """The reader below is what the secret tests trust: it must see each form before scrubbing."""
+    from servers import secret_forms
+
+    for name, form in secret_forms(OPENAI_KEY).items():
+        for wrapped in (form, json.dumps(form), json.dumps(json.dumps(form))):
+            assert leaks(OPENAI_KEY, wrapped.encode()), (name, wrapped)
+
+
+def echoing_server_reply(forms: dict[str, str], key_header: str, counts: dict[str, int]):
+    """A server that echoes the caller's key, in the form the question names, in every place a
+    reply has: the error body and message of a first attempt (500), then the answer's text,
+    request id header, model field and stop reason (streamed or not)."""
+    from servers import key_of, secret_forms
+
+    def reply(request):
+        payload = request.json
+        content = payload["messages"][-1]["content"]
+        name = forms[content if isinstance(content, str) else content[0]["text"]]
+        form = secret_forms(key_of(request))[name]
+        one_line = form.replace("\r\n", "")
+        counts[name] = counts.get(name, 0) + 1
+        if counts[name] == 1:
+            # The form goes into the JSON text as it is: a \u-escaped key is read back by json.loads.
+            quoted = json.dumps(form)[1:-1] if "\r" in form else form
+            body = ('{"error": {"message": "invalid api key ' + quoted + '", "type": "api_error"}}').encode()
+            return Reply(status=500, body=body, headers={key_header: one_line})
+        return Reply(f"[[ANSWER]]\nyour key is {form}.", headers={key_header: one_line}, model=form, stop=form)
+
+    return reply
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+def test_no_promised_form_of_a_key_reaches_a_file_an_export_or_a_printed_line(tmp_path, monkeypatch, provider,
+                                                                             stream):
+    from servers import secret_forms
+
+    key = OPENAI_KEY if provider == "openai" else KEY
+    monkeypatch.setenv("OPENAI_API_KEY", OPENAI_KEY)
+    names = list(secret_forms(key))
+    forms = {f"q{i}": name for i, name in enumerate(names)}
+    counts: dict[str, int] = {}
+    header = "x-request-id" if provider == "openai" else "request-id"
+    with LocalServer(echoing_server_reply(forms, header, counts)) as server:
+        env = "OPENAI_API_KEY" if provider == "openai" else "ANTHROPIC_API_KEY"
+        (tmp_path / "probe.toml").write_text(
+            f'[run]\nmodels = [{{ spec = "{spec(provider, server.url)}", api_key_env = "{env}" }}]\n')
+        probes_file = write_probeset(tmp_path / "p.toml", [(f"c{i}", q, None) for i, q in enumerate(forms)])
+        printed = CliRunner().invoke(main, ["run", str(probes_file), "--prompt", PROMPT, "--retrieval", "none",
+                                            "--config", str(tmp_path / "probe.toml"), "--runs-dir",
+                                            str(tmp_path / "runs"), "--max-attempts", "2", "--max-retry-wait", "0",
+                                            *(["--stream"] if stream else []), "--json"])
+    assert printed.exit_code == 0, printed.output
+    run = Path(json.loads(printed.stdout)["run"])
+    samples = read_jsonl(run / "samples.jsonl")
+    assert len(samples) == len(names) and all(s["attempts"] == 2 and s["error"] is None for s in samples)
+    assert all("removed]" in s["attempts_log"][0]["body"] for s in samples)  # the error body was kept, scrubbed
+    outputs = {"probe run --json": printed.stdout + printed.stderr}
+    for args in (["report", str(run)], ["report", str(run), "--format", "md"], ["report", str(run), "--json"],
+                 ["report", str(run), "--format", "html"], ["show", str(run)], ["show", str(run), "--json"],
+                 ["export", str(run)], ["export", str(run), "--format", "json"],
+                 ["export", str(run), "--format", "jsonl"], ["export", str(run), "--format", "csv"],
+                 ["export", str(run), "--format", "table"], ["runs", "--runs-dir", str(tmp_path / "runs")]):
+        result = CliRunner().invoke(main, args)
+        assert result.exit_code == 0, (args, result.output)
+        outputs[f"probe {' '.join(args[:1] + args[2:])}"] = result.stdout + result.stderr
+    for path in run.rglob("*"):
+        if path.is_file():
+            outputs[str(path.relative_to(run))] = path.read_bytes().decode("utf-8", "replace")
+    for sample in samples:  # json.loads of a stored error body must not give the key back either
+        outputs[f"{sample['sample_id']} attempts_log body, json.loads"] = json.dumps(
+            json.loads(sample["attempts_log"][0]["body"]))
+    leaked = {where: found for where, text in outputs.items() if (found := leaks(key, text.encode()))}
+    assert leaked == {}
+    tried = len(names) * len(PLACES)
+    print(f"secret forms leaked ({provider}, {'stream' if stream else 'json'}): 0 / {tried}")
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+def test_no_promised_form_of_a_key_reaches_a_batch_runs_files(tmp_path, monkeypatch, provider):
+    """The batch path writes through the same scrubber: the result lines (each sample's body), the
+    ledger, the attempts of a request that failed in its first batch (Anthropic: the error type
+    echoes the key), the raw text and the exports."""
+    from batch_server import BatchServer
+    from servers import secret_forms
+
+    key = OPENAI_KEY if provider == "openai" else KEY
+    monkeypatch.setenv("OPENAI_API_KEY", OPENAI_KEY)
+    forms = secret_forms(key)
+    names = list(forms)
+    seen: dict[str, int] = {}
+
+    def answer(custom_id, body):
+        content = body["messages"][-1]["content"]
+        question = content if isinstance(content, str) else content[0]["text"]
+        form = forms[names[int(question[1:])]]
+        seen[question] = seen.get(question, 0) + 1
+        if provider == "anthropic" and seen[question] == 1:
+            return ("error", form)  # a transient error whose type echoes the key: retried
+        return f"[[ANSWER]]\nyour key is {form}."
+
+    with BatchServer(polls=1, answer=answer) as server:
+        env = "OPENAI_API_KEY" if provider == "openai" else "ANTHROPIC_API_KEY"
+        (tmp_path / "probe.toml").write_text(
+            f'[run]\nmodels = [{{ spec = "{spec(provider, server.url)}", api_key_env = "{env}" }}]\n')
+        probes_file = write_probeset(tmp_path / "p.toml", [(f"c{i}", f"q{i}", None) for i in range(len(names))])
+        printed = CliRunner().invoke(main, ["run", str(probes_file), "--prompt", PROMPT, "--retrieval", "none",
+                                            "--config", str(tmp_path / "probe.toml"), "--runs-dir",
+                                            str(tmp_path / "runs"), "--batch", "--poll-interval", "0.02",
+                                            "--max-retry-wait", "0"])
+    assert printed.exit_code == 0, printed.output
+    run = run_dir_of(printed)
+    samples = read_jsonl(run / "samples.jsonl")
+    assert len(samples) == len(names) and all(s["via"] == "batch" and s["error"] is None for s in samples)
+    if provider == "anthropic":
+        assert all(s["attempts"] == 2 and "removed]" in s["attempts_log"][0]["message"] for s in samples)
+    outputs = {"probe run": printed.stdout + printed.stderr}
+    for args in (["export", str(run)], ["export", str(run), "--format", "json"], ["show", str(run)]):
+        outputs[" ".join(args)] = CliRunner().invoke(main, args).stdout
+    for path in run.rglob("*"):
+        if path.is_file():
+            outputs[str(path.relative_to(run))] = path.read_bytes().decode("utf-8", "replace")
+    leaked = {where: found for where, text in outputs.items() if (found := leaks(key, text.encode()))}
+    assert leaked == {}
+    places = 3 if provider == "anthropic" else 2  # result line and raw text (and the batch error)
+    print(f"secret forms leaked (batch, {provider}): 0 / {len(names) * places}")
