@@ -719,3 +719,112 @@ def test_no_promised_form_of_a_key_reaches_a_batch_runs_files(tmp_path, monkeypa
     assert leaked == {}
     places = 3 if provider == "anthropic" else 2  # result line and raw text (and the batch error)
     print(f"secret forms leaked (batch, {provider}): 0 / {len(names) * places}")
+
+
+def test_every_promised_form_is_scrubbed_however_deep_it_is_quoted():
+    from servers import secret_forms
+
+    SCRUBBER.add("OPENAI_API_KEY", OPENAI_KEY)
+    tried = 0
+    for name, form in secret_forms(OPENAI_KEY).items():
+        for quoted in (form, json.dumps(form), json.dumps(json.dumps(form)), json.dumps({"a": [form]})):
+            for text in (quoted, f"before {quoted} after", f"x{quoted}y"):
+                scrubbed = SCRUBBER.text(text)
+                assert not leaks(OPENAI_KEY, scrubbed.encode()), (name, text, scrubbed)
+                assert not leaks(OPENAI_KEY, SCRUBBER.bytes(text.encode())), (name, text)
+                tried += 1
+    assert tried == len(secret_forms(OPENAI_KEY)) * 12
+
+
+# -- terminals are safe (issue 25, item 6) ---------------------------------------------------------
+
+HOSTILE_TEXT = ("[[ANSWER]]\nclipboard \x1b]52;c;cm0gLXJmIH4K\x07 title \x1b]0;owned\x07 csi \x9b31m red "
+                "\x1b[2J clear \x1bP tmux \x1b\\ bell \x07 cr \r over \x7f del \x85 nel \x00 nul")
+CONTROL_BYTES = {chr(c) for c in [*range(0, 9), *range(11, 32), *range(0x7F, 0xA0)]}
+
+
+def controls_in(text: str) -> list[str]:
+    return sorted({f"U+{ord(c):04X}" for c in text if c in CONTROL_BYTES})
+
+
+def test_nothing_printed_carries_a_control_sequence_and_json_keeps_the_text(tmp_path):
+    """A model's output (and the model field, the stop reason) holding OSC 52, OSC 0, C1 CSI,
+    DCS, BEL, CR, DEL, NUL reaches no terminal through any command; JSON output keeps the very
+    same strings (spelled as JSON escapes)."""
+    reply = Reply(HOSTILE_TEXT, model="m\x1b]0;model\x07", stop="stop\x9b2J")
+    with LocalServer(lambda request: reply) as server:
+        result = CliRunner().invoke(main, ["run", str(write_probeset(tmp_path / "p.toml", [("c0", "q", "answer")])),
+                                           "--prompt", PROMPT, "--prompt", f"b={PROMPT}", "-m",
+                                           f"openai:m@{server.url}/v1", "--retrieval", "none",
+                                           "--runs-dir", str(tmp_path / "runs")])
+        assert result.exit_code == 0, result.output
+        run = str(run_dir_of(result))
+        printed = {"probe run": result.stdout + result.stderr}
+        commands = [["run", str(tmp_path / "p.toml"), "--prompt", PROMPT, "-m", f"openai:m@{server.url}/v1",
+                     "--retrieval", "none", "--runs-dir", str(tmp_path / "runs"), "--json"],
+                    ["report", run], ["report", run, "--format", "md"], ["report", run, "--json"],
+                    ["show", run], ["show", run, "--format", "md"], ["show", run, "--json"],
+                    ["export", run], ["export", run, "--format", "json"], ["export", run, "--format", "jsonl"],
+                    ["export", run, "--format", "csv"], ["export", run, "--format", "table"],
+                    ["why", run + "#prompt=always-header", "--metric", "header_absent"],
+                    ["compare", run + "#prompt=always-header", run + "#prompt=b"],
+                    ["runs", "--runs-dir", str(tmp_path / "runs")]]
+        for args in commands:
+            done = CliRunner().invoke(main, args)
+            assert done.exit_code == 0, (args, done.output)
+            printed[" ".join(args[:1] + args[2:4])] = done.stdout + done.stderr
+    assert {name: controls_in(text) for name, text in printed.items() if controls_in(text)} == {}
+    exported = json.loads(CliRunner().invoke(main, ["export", run, "--format", "json"]).stdout)
+    sample = exported["samples"][0]
+    assert sample["raw_text"] == HOSTILE_TEXT  # JSON output: the same text, its controls escaped
+    assert sample["sample"]["response"]["model"] == "m\x1b]0;model\x07"
+    assert "]52;c;cm0g" in CliRunner().invoke(main, ["export", run]).stdout  # shown, its ESC spelled out
+
+
+def test_a_file_written_with_o_keeps_the_exact_bytes(tmp_path):
+    with LocalServer(lambda request: Reply(HOSTILE_TEXT)) as server:
+        outcome, samples = probe(tmp_path, spec("openai", server.url), cases=1)
+    target = tmp_path / "export.json"
+    assert CliRunner().invoke(main, ["export", str(outcome.path), "--format", "json", "-o", str(target)]).exit_code == 0
+    assert json.loads(target.read_text())["samples"][0]["raw_text"] == HOSTILE_TEXT
+
+
+SPEC_WITH_ESCAPE = "openai:a\x1b]0;t\x07@http://127.0.0.1:9/v1"
+
+
+@pytest.mark.parametrize("where", ["flag", "probe.toml", "python"])
+def test_a_model_spec_with_a_control_character_is_bad_input_wherever_it_enters(tmp_path, where):
+    import promptprobe
+
+    probes_file = str(write_probeset(tmp_path / "p.toml", [("c0", "q", None)]))
+    if where == "python":
+        with pytest.raises(promptprobe.InputError, match=r"holds a control character \(ESC, U\+001B\)"):
+            promptprobe.run(probes_file, [PROMPT], [SPEC_WITH_ESCAPE], retrieval="none", runs_dir=tmp_path / "runs")
+        assert not (tmp_path / "runs").exists()
+        return
+    if where == "flag":
+        args = ["-m", SPEC_WITH_ESCAPE]
+    else:
+        (tmp_path / "c.toml").write_text(f"[run]\nmodels = [{json.dumps(SPEC_WITH_ESCAPE)}]\n")
+        args = ["--config", str(tmp_path / "c.toml")]
+    result = subprocess.run([PROBE, "run", probes_file, "--prompt", PROMPT, "--retrieval", "none", "--runs-dir",
+                             str(tmp_path / "runs"), *args], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2, result.stderr
+    assert not controls_in(result.stderr) and "Traceback" not in result.stderr
+    assert result.stderr.count("\n") == 1 and "holds a control character (ESC, U+001B)" in result.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+def test_every_printing_path_goes_through_one_function():
+    """cli.say prints (jsonio.warn for readers' warnings): no other print or click.echo in the package."""
+    import re
+
+    offenders = []
+    for path in (ROOT / "src" / "promptprobe").rglob("*.py"):
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            code = line.split("#")[0]
+            if re.search(r"\bclick\.echo\(|(?<![\w.])print\(|sys\.std(out|err)\.write\(", code):
+                offenders.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
+    allowed = {"src/promptprobe/cli.py", "src/promptprobe/jsonio.py", "src/promptprobe/api.py"}
+    assert [o for o in offenders if o.split(":")[0] not in allowed] == []
+    assert len([o for o in offenders if o.startswith("src/promptprobe/cli.py")]) == 1  # say() itself
