@@ -828,3 +828,97 @@ def test_every_printing_path_goes_through_one_function():
     allowed = {"src/promptprobe/cli.py", "src/promptprobe/jsonio.py", "src/promptprobe/api.py"}
     assert [o for o in offenders if o.split(":")[0] not in allowed] == []
     assert len([o for o in offenders if o.startswith("src/promptprobe/cli.py")]) == 1  # say() itself
+
+
+# -- what is recorded is what docs/runs.md says (issue 25, item 7) ---------------------------------
+
+BAD_USAGE = {
+    "openai": {"prompt_tokens": -5, "completion_tokens": {"n": 3}, "total_tokens": 1.5, "cached": "12",
+               "flag": True, "prompt_tokens_details": {"cached_tokens": 7, "audio_tokens": -1, "deep": {"x": 1}},
+               "completion_tokens_details": {"reasoning_tokens": 4}, "extra": {"tokens": 9}},
+    "anthropic": {"input_tokens": -5, "output_tokens": {"n": 3}, "cache_read_input_tokens": 11,
+                  "cache_creation_input_tokens": 2.0, "service_tier": "standard",
+                  "cache_creation": {"ephemeral_5m_input_tokens": 6, "ephemeral_1h_input_tokens": -2},
+                  "server_tool_use": {"web_search_requests": 1}, "input_tokens_extra": None},
+}
+KEPT_USAGE = {
+    "openai": {"prompt_tokens_details": {"cached_tokens": 7}, "completion_tokens_details": {"reasoning_tokens": 4}},
+    "anthropic": {"cache_read_input_tokens": 11, "cache_creation_input_tokens": 2, "cache_creation": {"ephemeral_5m_input_tokens": 6},
+                  "server_tool_use": {"web_search_requests": 1}},
+}
+
+
+def with_usage(provider: str, stream: bool, usage: dict) -> bytes:
+    from servers import anthropic_stream, openai_stream
+
+    text = "[[ANSWER]]\nok"
+    if not stream:
+        document = json.loads((openai_body if provider == "openai" else anthropic_body_)(text, "m", None))
+        document["usage"] = usage
+        return json.dumps(document).encode()
+    body = (openai_stream if provider == "openai" else anthropic_stream)(text, "m", None).decode()
+    events = []
+    for block in body.strip().split("\n\n"):
+        lines = dict(line.split(": ", 1) for line in block.splitlines())
+        data = lines["data"] if lines["data"] == "[DONE]" else json.loads(lines["data"])
+        if isinstance(data, dict) and provider == "openai" and data.get("usage"):
+            data["usage"] = usage
+        if isinstance(data, dict) and provider == "anthropic":
+            if data["type"] == "message_start":
+                data["message"]["usage"] = {k: v for k, v in usage.items() if k != "output_tokens"}
+            if data["type"] == "message_delta":
+                data["usage"] = {"output_tokens": usage["output_tokens"]}
+        events.append((lines.get("event"), data))
+    return sse(events)
+
+
+def anthropic_body_(text, model, stop):
+    from servers import anthropic_body
+
+    return anthropic_body(text, model, stop)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+def test_usage_values_that_are_not_counts_are_dropped(tmp_path, provider, stream):
+    body = with_usage(provider, stream, BAD_USAGE[provider])
+    content_type = "text/event-stream" if stream else "application/json"
+    with LocalServer(lambda r: Reply(body=body, content_type=content_type)) as server:
+        outcome, samples = probe(tmp_path, spec(provider, server.url), cases=1,
+                                 params=GenerationParams(stream=stream, timeout=10))
+    assert samples[0]["error"] is None, samples[0]["error"]
+    assert samples[0]["response"]["usage"] == KEPT_USAGE[provider]
+    report = json.loads(CliRunner().invoke(main, ["report", str(outcome.path), "--json"]).stdout)
+    assert report["arms"][0]["usage"]["input_tokens"] >= 0
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+def test_a_stream_cut_off_by_the_deadline_is_a_timeout_on_every_attempt(tmp_path, provider):
+    with LocalServer(lambda r: Reply("[[ANSWER]]\n" + "x" * 400, trickle=0.05)) as server:
+        outcome, samples = probe(tmp_path, spec(provider, server.url), cases=1, max_attempts=2,
+                                 params=GenerationParams(stream=True, timeout=1.5))
+    sample = samples[0]
+    assert sample["error"]["kind"] == "timeout" and "within 1.5 s" in sample["error"]["message"]
+    assert [a["kind"] for a in sample["attempts_log"]] == ["timeout", "timeout"]
+
+
+@pytest.mark.parametrize("content_type", ["text/html", "text/event-stream"])
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+def test_an_html_page_answering_a_streamed_request_is_a_bad_body(tmp_path, provider, content_type):
+    page = b"<!DOCTYPE html>\n<html><body><h1>502 Bad Gateway</h1>\n<p>nginx</p></body></html>\n"
+    with LocalServer(lambda r: Reply(body=page, content_type=content_type)) as server:
+        outcome, samples = probe(tmp_path, spec(provider, server.url), cases=1,
+                                 params=GenerationParams(stream=True, timeout=10))
+    sample = samples[0]
+    assert sample["error"]["kind"] == "bad_body", sample["error"]
+    assert all(a["kind"] == "bad_body" and "502 Bad Gateway" in a["body"] for a in sample["attempts_log"])
+
+
+def test_a_stream_cut_before_its_final_event_is_still_truncated(tmp_path):
+    from servers import openai_stream
+
+    cut = openai_stream("[[ANSWER]]\nok", "m", None).split(b"\n\n")[:2]
+    with LocalServer(lambda r: Reply(body=b"\n\n".join(cut) + b"\n\n", content_type="text/event-stream")) as server:
+        outcome, samples = probe(tmp_path, spec("openai", server.url), cases=1,
+                                 params=GenerationParams(stream=True, timeout=10))
+    assert samples[0]["error"]["kind"] == "truncated"
