@@ -29,6 +29,7 @@ from .counts import classifications, merged_samples, settings_of
 from .engine.store import RunStore, load_manifest, utc_now
 from .errors import InputError
 from .jsonio import iter_jsonl
+from .paths import is_file
 from .probeset import parse_probeset
 from .tomlfile import read_input
 from .version import __version__
@@ -45,7 +46,7 @@ def classify_file(path: Path, config: HeaderConfig | None = None) -> dict[str, A
 
 
 def is_run(path: Path) -> bool:
-    return (path / "manifest.json").is_file()
+    return is_file(path / "manifest.json")
 
 
 def code_fingerprint(settings: CheckSettings) -> str:

@@ -26,6 +26,7 @@ from .checks import metric_names
 from .errors import InputError, ProbeError, StartError
 from .jsonio import dumps_line, dumps_pretty
 from .limits import LIMITS
+from .paths import is_dir, is_file
 from .redaction import SCRUBBER
 from .terminal import neutralised
 from .version import __version__
@@ -300,7 +301,7 @@ def classify(
     printed: list[str] = []
     for path in paths:
         try:
-            if not path.is_file() and not is_run(path):
+            if not is_file(path) and not is_run(path):
                 path = resolve_run(path, runs_dir)  # a run id, a prefix of one, latest, latest~N
             if is_run(path):
                 settings = settings_of(path, load_manifest(path), None)
@@ -312,7 +313,7 @@ def classify(
                     settings = replace(settings, header=override)
                 result = reclassify_run(path, settings.with_top_k(top_k))
                 printed.append(dumps_pretty(result) if fmt == "json" else describe_reclassification(result))
-            elif path.is_dir():
+            elif is_dir(path):
                 raise InputError(f"{path}: a directory that is not a run (no manifest.json)")
             else:
                 line = classify_file(path, override)

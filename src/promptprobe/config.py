@@ -20,6 +20,7 @@ from .checks.settings import (
 from .errors import InputError
 from .limits import range_problem
 from .models import ModelSpec
+from .paths import is_file, shown
 from .providers import parse_spec
 from .tomlfile import check_keys, parse_toml, read_input
 
@@ -334,12 +335,12 @@ def load_config(path: str | Path | None) -> TargetConfig:
     """Load `path`, or `./probe.toml` when it exists, or the defaults (no retrieval)."""
     if path is None:
         default = Path("probe.toml")
-        if not default.is_file():
+        if not is_file(default):
             return TargetConfig()
         path = default
     path = Path(path)
-    if not path.is_file():
-        raise InputError(f"{path}: no such config file")
+    if not is_file(path):
+        raise InputError(f"{shown(path)}: no such config file")
     source = read_input(path, "config file")
     config = parse_config(parse_toml(source, path), path, hashlib.sha256(source).hexdigest())
     # Messages name the file as given; the run records where it is, for --resume.
