@@ -12,6 +12,7 @@ without its chrome). Errors are the domain exceptions (`InputError`: bad input, 
 `StartError`: could not start, exit 3). Nothing else of the package is public.
 """
 
+import math
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -295,12 +296,14 @@ def plan(
     from .views.plan import check_flags, plan_gate, plan_mdd, plan_sample_size
 
     _counts(n=n, cases=cases, gate_any_of=gate_any_of)
+    # Numbers first (their ranges are check_flags' own, in the words `probe plan` uses).
     for name, value in (("p1", p1), ("p2", p2), ("p", p), ("icc", icc)):
-        arguments.number(name, value, 0, 1, optional=True)
-    arguments.number("alpha", alpha, 0, 0.5, low_open=True)
-    arguments.number("power", power, 0.5, 1, high_open=True)
-    arguments.number("detect", detect, 0, 100, low_open=True, unit="points")
+        arguments.number(name, value, -math.inf, optional=True)
+    for name, value in (("alpha", alpha), ("power", power), ("detect", detect)):
+        arguments.number(name, value, -math.inf)
     sequential = bool(arguments.flag("sequential", sequential))
+    if not 0 < detect <= 100:
+        raise InputError(f"--detect must lie in (0, 100] points, got {detect!r}")
     if gate_any_of is not None and gate_any_of > 1000:
         raise InputError(f"gate_any_of={gate_any_of!r}: must be between 1 and 1000")
     check_flags(p1, p2, alpha, power, icc, p)
@@ -311,8 +314,6 @@ def plan(
     if sequential:
         if p1 is None or p2 is None or cases is None:
             raise InputError("--sequential needs --p1, --p2 and --cases")
-        if not 0 < detect <= 100:
-            raise InputError(f"--detect must lie in (0, 100] points, got {detect!r}")
         from .views.sequential_plan import plan_sequential
 
         return Plan(
