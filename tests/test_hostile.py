@@ -561,6 +561,8 @@ def test_the_report_of_a_run_with_a_key_in_its_bodies_shows_none_of_it(tmp_path)
 # -- secrets in every promised form (issue 25, item 5) ---------------------------------------------
 
 OPENAI_KEY = "sk-test-hostile-openai-0123456789abcdefXYZ"
+# No long run of one character: twelve zeros of a key would be found in any float of a report.
+ANTHROPIC_KEY = "sk-ant-hostile-9f3Kq2Lm8Xv4Tz7Rw1Bn6Hd5"
 PLACES = ("raw text", "response body", "request id header", "model field", "stop reason", "error body",
           "error message")
 
@@ -590,6 +592,15 @@ def leaks(key: str, data: bytes) -> list[str]:
                 except ValueError:
                     continue
     return found
+
+
+def around(key: str, text: str) -> str:
+    """The text around the first piece of the key found as written (for a failure's message)."""
+    for i in range(len(key) - 11):
+        at = text.find(key[i : i + 12])
+        if at >= 0:
+            return text[max(0, at - 150) : at + 150]
+    return text[:300]
 
 
 def test_the_leak_reader_finds_every_form_it_is_given():
@@ -630,8 +641,9 @@ def test_no_promised_form_of_a_key_reaches_a_file_an_export_or_a_printed_line(tm
                                                                              stream):
     from servers import secret_forms
 
-    key = OPENAI_KEY if provider == "openai" else KEY
+    key = OPENAI_KEY if provider == "openai" else ANTHROPIC_KEY
     monkeypatch.setenv("OPENAI_API_KEY", OPENAI_KEY)
+    monkeypatch.setenv("ANTHROPIC_API_KEY", ANTHROPIC_KEY)
     names = list(secret_forms(key))
     forms = {f"q{i}": name for i, name in enumerate(names)}
     counts: dict[str, int] = {}
@@ -666,7 +678,7 @@ def test_no_promised_form_of_a_key_reaches_a_file_an_export_or_a_printed_line(tm
         outputs[f"{sample['sample_id']} attempts_log body, json.loads"] = json.dumps(
             json.loads(sample["attempts_log"][0]["body"]))
     leaked = {where: found for where, text in outputs.items() if (found := leaks(key, text.encode()))}
-    assert leaked == {}
+    assert leaked == {}, {where: around(key, outputs[where]) for where in leaked}
     tried = len(names) * len(PLACES)
     print(f"secret forms leaked ({provider}, {'stream' if stream else 'json'}): 0 / {tried}")
 
@@ -679,8 +691,9 @@ def test_no_promised_form_of_a_key_reaches_a_batch_runs_files(tmp_path, monkeypa
     from batch_server import BatchServer
     from servers import secret_forms
 
-    key = OPENAI_KEY if provider == "openai" else KEY
+    key = OPENAI_KEY if provider == "openai" else ANTHROPIC_KEY
     monkeypatch.setenv("OPENAI_API_KEY", OPENAI_KEY)
+    monkeypatch.setenv("ANTHROPIC_API_KEY", ANTHROPIC_KEY)
     forms = secret_forms(key)
     names = list(forms)
     seen: dict[str, int] = {}
