@@ -356,7 +356,7 @@ def run(
     two arms in rounds until the sequential test decides). `prompts` are files, or `NAME=FILE`;
     `models` are specs (default: the config's); `retrieval="none"` probes without retrieval;
     `poll_interval`: seconds between looks at a batch in progress (`batch`; default 30)."""
-    from .config import load_config, with_retrieval
+    from .config import Precedence, load_config, models_setting, with_retrieval
     from .engine.run import ProbeRun, options_from
     from .probeset import load_probeset
     from .prompts import load_prompt
@@ -390,9 +390,12 @@ def run(
     arguments.number("alpha", alpha, 0, 0.5, low_open=True)
     arguments.number("detect", detect, 0, 100, low_open=True, unit="points")
     target = with_retrieval(load_config(config_path), retrieval)
+    loaded = load_probeset(probeset_path)
+    precedence = Precedence.of(target, loaded, given_as="argument")
     options = options_from(
         target.run,
         folder_of(folder),
+        precedence=precedence,
         repeats=repeats,
         max_tokens=max_tokens,
         temperature=temperature,
@@ -404,7 +407,7 @@ def run(
         max_cost=max_cost,
     )
     specs = target.models_for(specs_given)
-    loaded = load_probeset(probeset_path)
+    options.settings["models"] = models_setting(specs_given, specs, precedence)
     versions = [load_prompt(p) for p in prompt_files]
     if until_decided:
         from .engine.sequential import SequentialRule, SequentialRun
