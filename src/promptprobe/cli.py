@@ -802,7 +802,7 @@ def _resume(ctx: click.Context, resume_path: Path, fmt: str, output: Path | None
             detect=sequential.get("detect", DEFAULT_DETECT),
         )
         runner = SequentialRun(runner, rule)
-        click.echo(runner.describe(), err=True)
+        say(runner.describe(), err=True)
     _execute(runner, fmt, runner.plan.samples, output)
 
 
