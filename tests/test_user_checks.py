@@ -281,6 +281,7 @@ def test_the_example_in_the_docs_runs(tmp_path, monkeypatch):
 
     cases = {c.id: c for c in load_probeset(tmp_path / "p.toml").cases}
     checks = build_checks(config.checks)
+    from promptprobe.checks import close_checks
 
     def user(case_id, text):
         return run_checks(checks, SampleView(cases[case_id], text, [], {}, config.checks, {}))[1]["user"]
@@ -288,6 +289,7 @@ def test_the_example_in_the_docs_runs(tmp_path, monkeypatch):
     assert user("team-price", "[[ANSWER]]\nTeam is $20 a month.") == {"quotes_price": True, "answers_in_chinese": None}
     assert user("team-price", "[[ANSWER]]\nIt depends.")["quotes_price"] is False
     assert user("zh", "[[ANSWER]]\n请在设置页面重置密码。") == {"quotes_price": None, "answers_in_chinese": True}
+    close_checks(checks)
 
 
 # -- your own checks cannot end, hang or corrupt a run (issue 25, item 1) ----------------------------
