@@ -41,6 +41,7 @@ START_SECONDS = 120.0  # importing the functions (a cold import of a large libra
 CAPTURED_LIMIT = 500  # characters of a function's printed output kept with its error
 MESSAGE_LIMIT = 1000  # characters of an exception's message kept
 STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
+SPARE_WAIT = 0.05  # seconds a call waits for a busy worker before another is started
 
 
 @dataclass(frozen=True)
@@ -283,7 +284,7 @@ class Sandbox:
     ) -> None:
         self.references = list(references)
         self.start_limit = start_limit
-        self.lock = threading.Lock()
+        self.lock = threading.Condition()  # a worker given back wakes a caller waiting for one
         self.idle: list[Worker] = []
         self.workers: set[Worker] = set()
         self.closed = False
@@ -313,6 +314,9 @@ class Sandbox:
 
     def _take(self) -> Worker | None:
         with self.lock:
+            # A worker busy with a quick call is free again in a moment: wait that long before
+            # starting another (a start costs a new interpreter), not longer (a check may hang).
+            self.lock.wait_for(lambda: self.idle or self.closed, timeout=SPARE_WAIT)
             if self.closed:
                 return None
             if self.idle:
@@ -346,12 +350,14 @@ class Sandbox:
                 worker.kill()
             else:
                 self.idle.append(worker)
+                self.lock.notify()
         return outcome
 
     def close(self) -> None:
         """Stop every worker (a call in flight comes back as an error)."""
         with self.lock:
             self.closed = True
+            self.lock.notify_all()
             idle, busy = self.idle, [w for w in self.workers if w not in self.idle]
             self.workers, self.idle = set(), []
         for worker in idle:
