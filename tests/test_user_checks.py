@@ -439,17 +439,21 @@ def test_ctrl_c_while_your_check_hangs_is_interrupted_130_and_resume_finishes(tm
     ("def f(:\n", "syntax error"),
     ("x = 1\n", "has no 'f'"),
 ])
-def test_a_check_module_that_fails_to_import_stops_the_run_before_it_starts(tmp_path, module_text, message):
+def test_a_check_module_that_fails_to_import_stops_the_run_before_it_starts(tmp_path, monkeypatch, module_text,
+                                                                            message):
+    """Imported in the worker process (as every call is): the probe's own process never runs it."""
+    monkeypatch.chdir(tmp_path)
     module = f"broken_{uuid.uuid4().hex[:8]}"
     (tmp_path / f"{module}.py").write_text(module_text)
     (tmp_path / "prices.toml").write_text(PROBESET)
     (tmp_path / "v1.md").write_text("v1\n")
     (tmp_path / "probe.toml").write_text(f'[retrieval]\nkind = "none"\n[[check]]\nname = "x"\nfunction = "{module}:f"\n')
     with LocalServer(reply_for) as server:
-        done = subprocess.run([PROBE, "run", "prices.toml", "--prompt", "v1.md", "-m", f"openai:m@{server.url}/v1",
-                               "--runs-dir", "runs"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 2, done.stderr
-    assert message in done.stderr and "Traceback" not in done.stderr
+        done = CliRunner().invoke(main, ["run", "prices.toml", "--prompt", "v1.md", "-m", f"openai:m@{server.url}/v1",
+                                         "--runs-dir", "runs"])
+    assert done.exit_code == 2, done.output
+    assert done.exception is None or isinstance(done.exception, SystemExit)
+    assert message in done.stderr and module not in sys.modules
     assert len([line for line in done.stderr.splitlines() if line.startswith("error:")]) == 1
     assert not (tmp_path / "runs").exists()
 
