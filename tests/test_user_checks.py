@@ -464,7 +464,7 @@ def test_a_check_module_that_hangs_while_importing_is_stopped(tmp_path, monkeypa
     monkeypatch.chdir(tmp_path)
     module = f"slow_{uuid.uuid4().hex[:8]}"
     (tmp_path / f"{module}.py").write_text("import time\ntime.sleep(10**6)\n")
-    with pytest.raises(InputError, match=r"\[\[check\]\] x: function: did not finish importing within 0.5 s"):
+    with pytest.raises(InputError, match=rf"\[\[check\]\] x: function '{module}:f': did not finish importing within 0.5 s"):
         Sandbox([f"{module}:f"], ["[[check]] x: function"], start_limit=0.5)
 
 

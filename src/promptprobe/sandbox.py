@@ -131,8 +131,9 @@ def _watch_parent(parent: int) -> None:
             os._exit(1)
 
 
-def serve(parent: int, references: Sequence[str]) -> None:
-    """The worker's loop: import the functions, then answer calls until the pipe closes."""
+def serve(parent: int, functions_named: Sequence[tuple[str, str]]) -> None:
+    """The worker's loop: import the functions (`module:function`, and what to call it in a
+    message), then answer calls until the pipe closes."""
     # Ctrl-C is the probe's to act on; a SIGTERM sent to the probe's group while this worker
     # was starting (its signals blocked) is dropped, one sent to it later ends it.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -151,17 +152,17 @@ def serve(parent: int, references: Sequence[str]) -> None:
     functions: list[Any] = []
     problems: list[str | None] = []
     printed = io.StringIO()
-    for reference in references:
+    for reference, label in functions_named:
         try:
             with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed):
-                functions.append(import_function(reference, "function"))
+                functions.append(import_function(reference, label))
             problems.append(None)
         except InputError as exc:
             functions.append(None)
             problems.append(str(exc))
         except BaseException as exc:  # importing user code may raise anything, KeyboardInterrupt too
             functions.append(None)
-            problems.append(f"function {reference!r}: importing it raised {_described(exc)}")
+            problems.append(f"{label} {reference!r}: importing it raised {_described(exc)}")
     _send(replies, problems)
     while True:
         request = _receive(requests)
@@ -182,7 +183,7 @@ class WorkerGone(Exception):
 class Worker:
     """One worker process: a call at a time, answered within a time limit or killed."""
 
-    def __init__(self, references: list[str]) -> None:
+    def __init__(self, functions_named: list[tuple[str, str]]) -> None:
         cwd = os.getcwd()
         # Imported as production code is: the current directory first, then the probe's own path.
         path = sys.path if sys.path[:1] == [cwd] else [cwd, *sys.path]
@@ -194,7 +195,8 @@ class Worker:
         # Until it has its own session the worker is in the probe's process group, where a Ctrl-C
         # would kill it: it starts with the signals blocked (a child inherits the mask of the
         # thread that starts it) and drops any that came in once it ignores them.
-        command = [sys.executable, "-c", boot, json.dumps(path), str(os.getpid()), json.dumps(references)]
+        named = json.dumps(functions_named)
+        command = [sys.executable, "-c", boot, json.dumps(path), str(os.getpid()), named]
         blocked = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
         try:
             self.process = subprocess.Popen(
@@ -277,12 +279,13 @@ class Sandbox:
     """Calls `module:function` references in worker processes, each call under its time limit.
 
     Building it starts one worker and imports every function there: a function that cannot be
-    imported is an InputError now, before anything is run."""
+    imported is an InputError now, before anything is run. `labels` say what each function is
+    in a message (`[[check]] quotes_price: function`)."""
 
     def __init__(
         self, references: Sequence[str], labels: Sequence[str], start_limit: float = START_SECONDS
     ) -> None:
-        self.references = list(references)
+        self.functions_named = list(zip(references, labels, strict=True))
         self.start_limit = start_limit
         self.lock = threading.Condition()  # a worker given back wakes a caller waiting for one
         self.idle: list[Worker] = []
@@ -293,8 +296,9 @@ class Sandbox:
             problems = worker.started(self.start_limit)
         except WorkerGone as exc:
             self._discard(worker)
-            raise InputError(f"{labels[0]}: {exc}") from None
-        found = [f"{label}: {problem}" for label, problem in zip(labels, problems, strict=True) if problem]
+            named = ", ".join(f"{label} {reference!r}" for reference, label in self.functions_named)
+            raise InputError(f"{named}: {exc}") from None
+        found = [problem for problem in problems if problem]
         if found:
             self._discard(worker)
             raise InputError("; ".join(found))
@@ -302,7 +306,7 @@ class Sandbox:
         _OPEN.add(self)
 
     def _start(self) -> Worker:
-        worker = Worker(self.references)
+        worker = Worker(self.functions_named)
         with self.lock:
             self.workers.add(worker)
         return worker
