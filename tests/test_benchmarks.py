@@ -16,6 +16,7 @@ SMALL = {
     "plan_power.py": ["--trials", "20"],
     "run_speed.py": ["--runs", "1"],
     "scale.py": ["--quick"],
+    "scrub_speed.py": ["--repeats", "2"],
     "sequential.py": ["--trials", "20"],
     "verdict_rules.py": ["--trials", "20", "--power-trials", "20"],
 }

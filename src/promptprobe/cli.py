@@ -13,6 +13,7 @@ import signal
 import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
@@ -25,7 +26,9 @@ from .checks import metric_names
 from .errors import InputError, ProbeError, StartError
 from .jsonio import dumps_line, dumps_pretty
 from .limits import LIMITS
+from .paths import is_dir, is_file
 from .redaction import SCRUBBER
+from .terminal import neutralised
 from .version import __version__
 
 
@@ -47,9 +50,18 @@ METRIC = MetricName()
 METRICS_HELP = f"Metrics: {', '.join(metric_names())}, or the name of one of your [[check]]s."
 
 
+def say(
+    text: str, err: bool = False, nl: bool = True, colour: bool = False, before: str = "", after: str = ""
+) -> None:
+    """Print: every line probe prints goes through here, scrubbed of secrets and with control
+    characters spelled out (a model's output cannot write the clipboard or clear the screen);
+    `before`/`after` carry probe's own cursor controls, `colour` keeps its own colours."""
+    click.echo(before + neutralised(SCRUBBER.text(text), keep_colour=colour) + after, err=err, nl=nl)
+
+
 def echo_error(message: str) -> None:
     for line in SCRUBBER.text(str(message)).splitlines() or [""]:
-        click.echo(f"error: {line}", err=True)
+        say(f"error: {line}", err=True)
 
 
 def handle_errors(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -117,15 +129,16 @@ def output_options(
     return decorate
 
 
-def emit(text: str, output: Path | None = None, newline: bool = True) -> None:
-    """Print, or write -o FILE (0600, scrubbed of secrets like everything probe writes)."""
+def emit(text: str, output: Path | None = None, newline: bool = True, colour: bool = False) -> None:
+    """Print (see `say`), or write -o FILE (0600, scrubbed of secrets like everything probe
+    writes, its bytes otherwise as they are)."""
     if output is None:
-        click.echo(text, nl=newline)
+        say(text, nl=newline, colour=colour)
         return
     if newline and not text.endswith("\n"):
         text += "\n"
     write_private(output, SCRUBBER.text(text).encode("utf-8"))
-    click.echo(f"wrote {output}", err=True)
+    say(f"wrote {output}", err=True)
 
 
 def runs_dir_option(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -285,7 +298,7 @@ def classify(
     printed: list[str] = []
     for path in paths:
         try:
-            if not path.is_file() and not is_run(path):
+            if not is_file(path) and not is_run(path):
                 path = resolve_run(path, runs_dir)  # a run id, a prefix of one, latest, latest~N
             if is_run(path):
                 settings = settings_of(path, load_manifest(path), None)
@@ -297,7 +310,7 @@ def classify(
                     settings = replace(settings, header=override)
                 result = reclassify_run(path, settings.with_top_k(top_k))
                 printed.append(dumps_pretty(result) if fmt == "json" else describe_reclassification(result))
-            elif path.is_dir():
+            elif is_dir(path):
                 raise InputError(f"{path}: a directory that is not a run (no manifest.json)")
             else:
                 line = classify_file(path, override)
@@ -356,19 +369,19 @@ class Progress:
     def __exit__(self, *exc: object) -> None:
         self.stop.set()
         if self.terminal:
-            click.echo("\r" + self.line() + "\x1b[K", err=True)
+            say(self.line(), err=True, before="\r", after="\x1b[K")
 
     def batches(self, text: str) -> None:
         """How the batches of a batch run are doing: shown with (and instead of the rate in) the line."""
         with self.lock:
             self.batch_line = text
             if self.terminal:
-                click.echo("\r" + self.line() + "\x1b[K", err=True, nl=False)
+                say(self.line(), err=True, nl=False, before="\r", after="\x1b[K")
 
     def say(self, message: str) -> None:
         """A line of its own (the progress line is redrawn after it on a terminal)."""
         with self.lock:
-            click.echo(("\r\x1b[K" if self.terminal else "") + message, err=True)
+            say(message, err=True, before="\r\x1b[K" if self.terminal else "")
 
     def update(self, record: dict[str, Any]) -> None:
         with self.lock:
@@ -377,7 +390,7 @@ class Progress:
             now = time.monotonic()
             if self.terminal and now - self.shown > 0.1:
                 self.shown = now
-                click.echo("\r" + self.line() + "\x1b[K", err=True, nl=False)
+                say(self.line(), err=True, nl=False, before="\r", after="\x1b[K")
 
     def line(self) -> str:
         elapsed = max(1e-9, time.monotonic() - self.started)
@@ -405,7 +418,7 @@ class Progress:
             # A log gets a line when something moved, and a sign of life now and then: a batch
             # run can wait hours without anything to say.
             if line != last or now - last_at >= QUIET_REPEAT:
-                click.echo(line, err=True)
+                say(line, err=True)
                 last, last_at = line, now
 
 
@@ -419,7 +432,7 @@ def interruptible(cancel: Callable[[], None]) -> Iterator[list[int]]:
         if received:
             os._exit(128 + signum)
         received.append(signum)
-        click.echo("interrupted: finishing the samples in flight (Ctrl-C again to quit at once)", err=True)
+        say("interrupted: finishing the samples in flight (Ctrl-C again to quit at once)", err=True)
         cancel()
 
     if threading.current_thread() is not threading.main_thread():
@@ -705,7 +718,7 @@ def run(
             metric=metric, alpha=alpha, min_rounds=min_rounds, max_rounds=max_rounds, detect=detect / 100
         )
         runner = SequentialRun.new(probeset, prompts, models, config, options, rule)
-        click.echo(runner.describe(), err=True)
+        say(runner.describe(), err=True)
         _execute(runner, fmt, runner.plan.samples, output)
         return
     from .engine.run import ProbeRun
@@ -773,7 +786,7 @@ def _resume(ctx: click.Context, resume_path: Path, fmt: str, output: Path | None
     if base.cancel_batches and not runner.options.batch:
         raise InputError(f"{resume_path}: --cancel is for batch runs; this run called live")
     for name, change in runner.changes.items():
-        click.echo(
+        say(
             f"resume: {RESUME_FLAGS[name]} {change['to']:g} from now on (the run had {change['from']})",
             err=True,
         )
@@ -789,7 +802,7 @@ def _resume(ctx: click.Context, resume_path: Path, fmt: str, output: Path | None
             detect=sequential.get("detect", DEFAULT_DETECT),
         )
         runner = SequentialRun(runner, rule)
-        click.echo(runner.describe(), err=True)
+        say(runner.describe(), err=True)
     _execute(runner, fmt, runner.plan.samples, output)
 
 
@@ -797,7 +810,7 @@ def _execute(runner: Any, fmt: str, total: int, output: Path | None = None) -> N
     from .views.report import render_report
 
     for warning in SCRUBBER.take_warnings():
-        click.echo(f"warning: {warning}", err=True)
+        say(f"warning: {warning}", err=True)
 
     outcome = None
     sequential = hasattr(runner, "rule")
@@ -816,14 +829,14 @@ def _execute(runner: Any, fmt: str, total: int, output: Path | None = None) -> N
         recorded = outcome.recorded if outcome else runner.tally.recorded
         detached = outcome.detached if outcome else []
         if detached:
-            click.echo(
+            say(
                 f"detached: {recorded} samples recorded in {where}; {len(detached)} batch(es) keep "
                 f"running at the provider ({', '.join(detached[:3])}{', ...' if len(detached) > 3 else ''}): "
                 f"probe run --resume {where} collects them (add --cancel to cancel them)",
                 err=True,
             )
         else:
-            click.echo(
+            say(
                 f"interrupted: {recorded} samples recorded in {where}; "
                 f"probe run --resume {where} finishes it",
                 err=True,
@@ -843,11 +856,20 @@ def _execute(runner: Any, fmt: str, total: int, output: Path | None = None) -> N
             f"probe run --resume {outcome.path} --max-cost USD continues"
         )
         sys.exit(1)
+    failed_checks: Counter[str] = Counter()
+    for arm in result.report.arms:
+        failed_checks.update(arm.get("check_errors") or {})
+    for name, n in sorted(failed_checks.items()):
+        echo_error(
+            f"your check {name} failed on {n} samples (checks.user_errors in "
+            f"{outcome.path / 'samples.jsonl'}); each counts as its unfavourable outcome"
+        )
     if outcome.errors:
         echo_error(
             f"{outcome.errors} of {outcome.recorded} samples failed after retries "
             f"(see {outcome.path / 'samples.jsonl'}); they stay in every denominator"
         )
+    if outcome.errors or failed_checks:
         sys.exit(1)
 
 
@@ -971,17 +993,18 @@ def compare(
     else:
         from .views.tables import color_enabled
 
-        emit(render_comparison(comparison, fmt, color=output is None and color_enabled(sys.stdout)), output)
+        color = output is None and color_enabled(sys.stdout)
+        emit(render_comparison(comparison, fmt, color=color), output, colour=color)
         for metric in comparison["results"]:
             if metric["a"]["errors"] or metric["b"]["errors"]:
-                click.echo(
+                say(
                     f"warning: {metric['metric']}: failed samples count against their arm "
                     f"(A {metric['a']['errors']}, B {metric['b']['errors']})",
                     err=True,
                 )
     if fail_if_worse and result.worse:
         for line in result.failures():
-            click.echo(line, err=True)
+            say(line, err=True)
         sys.exit(4)
 
 
@@ -1092,14 +1115,14 @@ def demo_server(host: str, port: int, behaviour: Path | None) -> None:
         server = DemoServer(host, port, load_behaviour(behaviour))
     except OSError as exc:
         raise StartError(f"cannot listen on {host}:{port} ({exc.strerror})") from None
-    click.echo(
+    say(
         f"SIMULATED model (not a real LLM) serving Chat Completions at {server.url}; Ctrl-C stops it",
         err=True,
     )
     try:
         server.serve_forever()
     except KeyboardInterrupt:
-        click.echo("stopped", err=True)
+        say("stopped", err=True)
     finally:
         server.httpd.server_close()
 
@@ -1122,7 +1145,7 @@ def demo(runs_dir: Path | None, port: int, stream: bool, batch: bool) -> None:
     if stream and batch:
         raise InputError("--stream and --batch: a batch answers whole replies, never streams; choose one")
     result = run_demo(runs_dir_of(runs_dir), port, stream, progress=Progress, batch=batch)
-    click.echo(result.text)
+    say(result.text)
     if result.errors:
         sys.exit(1)
 

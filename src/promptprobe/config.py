@@ -9,10 +9,18 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from .checks.settings import CheckSettings, CitationConfig, FilterConfig, HeaderConfig, UserCheckConfig
+from .checks.settings import (
+    DEFAULT_CHECK_TIMEOUT,
+    CheckSettings,
+    CitationConfig,
+    FilterConfig,
+    HeaderConfig,
+    UserCheckConfig,
+)
 from .errors import InputError
 from .limits import range_problem
 from .models import ModelSpec
+from .paths import is_file, shown
 from .providers import parse_spec
 from .tomlfile import check_keys, did_you_mean, parse_toml, read_input, unknown_keys
 
@@ -24,7 +32,7 @@ RETRIEVAL_KEYS = {
     "local": {"kind", "path", "k"},
 }
 TOP_KEYS = {"retrieval", "assemble", "header", "filter", "citations", "run", "prices", "vars", "check"}
-CHECK_KEYS = {"name", "function", "higher_is_better", "description"}
+CHECK_KEYS = {"name", "function", "higher_is_better", "description", "timeout"}
 ASSEMBLE_KEYS = {"function"}
 HEADER_KEYS = {"markers", "no_answer", "allow_leading_whitespace"}
 FILTER_KEYS = {"function", "no_answer_status"}
@@ -345,9 +353,16 @@ def _user_check(
     if not isinstance(higher, bool):
         problems.items.append(f"{label}: 'higher_is_better' must be true or false")
     description = problems.attempt(lambda: _typed(table, "description", str, label)) or ""
+    timeout = problems.attempt(lambda: _typed(table, "timeout", (int, float), label))
     if problems.items:
         raise ConfigInvalid(problems.items)
-    return UserCheckConfig(name, function, higher, description)  # type: ignore[arg-type]
+    return UserCheckConfig(
+        name,  # type: ignore[arg-type]
+        function,  # type: ignore[arg-type]
+        higher,
+        description,
+        float(timeout) if timeout is not None else DEFAULT_CHECK_TIMEOUT,
+    )
 
 
 def _umask(value: Any, where: str) -> int | None:
@@ -446,12 +461,12 @@ def load_config(path: str | Path | None) -> TargetConfig:
     """Load `path`, or `./probe.toml` when it exists, or the defaults (no retrieval)."""
     if path is None:
         default = Path("probe.toml")
-        if not default.is_file():
+        if not is_file(default):
             return TargetConfig()
         path = default
     path = Path(path)
-    if not path.is_file():
-        raise InputError(f"{path}: no such config file")
+    if not is_file(path):
+        raise InputError(f"{shown(path)}: no such config file")
     source = read_input(path, "config file")
     config = parse_config(parse_toml(source, path), path, hashlib.sha256(source).hexdigest())
     # Messages name the file as given; the run records where it is, for --resume.

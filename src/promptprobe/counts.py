@@ -37,6 +37,7 @@ class ArmCounts:
     samples: int = 0
     errors: int = 0
     error_kinds: Counter = field(default_factory=Counter)
+    check_errors: Counter = field(default_factory=Counter)  # [[check]] name -> samples it failed on
     # metric -> case_id -> [successes, trials, failed samples among the trials]
     metrics: dict[str, dict[str, list[int]]] = field(default_factory=dict)
     headers: dict[str, Counter] = field(default_factory=dict)
@@ -274,6 +275,7 @@ class _Counter:
                     arm.latencies,
                     arm.cache_saved,
                     arm.batched,
+                    arm.check_errors,
                 )
                 for arm in table.arms
             ],
@@ -299,6 +301,7 @@ class _Counter:
             latencies,
             saved,
             batched,
+            check_errors,
         ) in zip(table.arms, part["arms"], strict=True):
             arm.samples += samples
             arm.errors += errors
@@ -317,6 +320,7 @@ class _Counter:
             arm.latencies.extend(latencies)
             arm.cache_saved += saved
             arm.batched += batched
+            arm.check_errors.update(check_errors)
 
 
 def _line_ranges(path: Path, size: int, parts: int) -> list[tuple[int, int]]:
@@ -466,6 +470,13 @@ class _Slot:
                 cell[1] += 1
                 if hit:
                     cell[0] += 1
+            failed_checks = (sample.get("checks") or {}).get("user_errors")
+            if failed_checks:
+                # A check of yours that failed on this sample: an error of that metric only.
+                for cell, _, name, *_ in self.cells:
+                    if name in failed_checks:
+                        cell[2] += 1
+                        arm.check_errors[name] += 1
             latency = sample.get("latency_ms")
             if latency is not None:
                 arm.latencies.append(latency)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import InputError
+from .terminal import control_problem
 
 DEFAULT_KEY_ENV = {
     "anthropic": "ANTHROPIC_API_KEY",
@@ -60,6 +61,13 @@ class ModelSpec:
 
 def parse_model_spec(spec: str, api_key_env: str | None = None, **cloud: str | None) -> ModelSpec:
     """Parse `PROVIDER:MODEL[@BASE_URL]` (the form only: providers.parse_spec checks the provider)."""
+    if not isinstance(spec, str):
+        raise InputError(
+            f"model {spec!r}: a model spec is text such as openai:gpt-4.1-mini, not {type(spec).__name__}"
+        )
+    problem = control_problem(spec, "model")
+    if problem:
+        raise InputError(problem)
     provider, sep, rest = spec.partition(":")
     if not sep or not rest:
         raise InputError(
@@ -75,7 +83,34 @@ def parse_model_spec(spec: str, api_key_env: str | None = None, **cloud: str | N
         raise InputError(
             f"model {spec!r}: an Azure model is azure:DEPLOYMENT@https://RESOURCE.openai.azure.com"
         )
+    if base_url:
+        problem = url_problem(base_url)
+        if problem:
+            raise InputError(f"model {spec!r}: {base_url!r} is not a usable URL ({problem})")
     return ModelSpec(spec, provider, model, base_url or None, api_key_env, **cloud)
+
+
+def url_problem(url: str) -> str | None:
+    """Why an endpoint URL cannot be called (None when it can): checked when the spec is read,
+    so that a typo is bad input (exit 2), never a traceback from inside the SDK."""
+    from urllib.parse import urlsplit
+
+    if any(char.isspace() for char in url):
+        return "it holds a space"
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018  # raises on a port that is not a number from 0 to 65535
+    except ValueError as exc:
+        return str(exc)
+    if not parts.hostname:
+        return "it names no host"
+    import httpx  # the SDKs' own parser (httpx2) is httpx's: what it refuses, this refuses
+
+    try:
+        httpx.URL(url)
+    except (httpx.InvalidURL, ValueError) as exc:
+        return str(exc)
+    return None
 
 
 def model_of(recorded: dict[str, Any]) -> ModelSpec:

@@ -8,7 +8,7 @@ import threading
 from typing import Any
 
 from ..assemble import Assembler, default_messages, production_assembler
-from ..checks import CheckSettings, build_checks
+from ..checks import CheckSettings, build_checks, close_checks
 from ..config import TargetConfig
 from ..models import ModelSpec
 from ..providers import make_provider
@@ -37,6 +37,7 @@ class RunParts:
         options: Any,  # RunOptions
     ) -> None:
         self.retriever: Retriever | None = None
+        self.checks: list[Any] = []
         self.providers: dict[str, Provider] = {m.spec: make_provider(m, options.params) for m in models}
         try:
             # A model without a batch API is refused now, before anything is created.
@@ -77,6 +78,7 @@ class RunParts:
         return unreachable_endpoints(self.providers)
 
     def close(self) -> None:
+        close_checks(self.checks)  # your own checks' worker processes
         if self.retriever is not None:
             self.retriever.close()
         for provider in self.providers.values():

@@ -21,6 +21,7 @@ from typing import Any
 
 from ..errors import InputError, StartError
 from ..jsonio import dumps_line, dumps_pretty, iter_jsonl, loads, warn
+from ..paths import is_file, shown
 from ..redaction import SCRUBBER
 
 SCHEMA_VERSION = 2
@@ -292,8 +293,8 @@ PROBESET_NEEDS = ("source", "path", "sha256", "copy")
 
 def load_manifest(run_dir: Path) -> dict[str, Any]:
     manifest_path = run_dir / "manifest.json"
-    if not manifest_path.is_file():
-        raise InputError(f"{run_dir}: not a run directory (no manifest.json)")
+    if not is_file(manifest_path):
+        raise InputError(f"{shown(run_dir)}: not a run directory (no manifest.json)")
     try:
         manifest = loads(manifest_path.read_bytes())
     except ValueError as exc:

@@ -22,7 +22,7 @@ from .base import (
     bad_body,
     field_of,
     text_of,
-    truncated,
+    unfinished_stream,
     usage_dict,
 )
 from .batching import (
@@ -123,7 +123,7 @@ class AnthropicProvider(Provider):
         except Exception as exc:  # an event that is not JSON, or JSON of another shape
             raise bad_body(self.spec, self.monitor, exc) from None
         if not reader.finished:
-            raise truncated(self.spec, self.monitor, "no message_stop event")
+            raise unfinished_stream(self.spec, self.monitor, reader.events, "no message_stop event")
         return Completion(
             "".join(reader.texts) if reader.texts else None,
             self.monitor.take(),
@@ -171,8 +171,10 @@ class StreamReader:
         self.model: str | None = None
         self.usage: dict[str, Any] = {}
         self.finished = False
+        self.events = 0
 
     def add(self, event: Any) -> None:
+        self.events += 1
         kind = field_of(event, "type")
         if kind == "message_start":
             message = field_of(event, "message")

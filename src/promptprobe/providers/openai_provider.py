@@ -23,7 +23,7 @@ from .base import (
     bad_body,
     field_of,
     text_of,
-    truncated,
+    unfinished_stream,
     usage_dict,
 )
 from .batching import (
@@ -124,7 +124,7 @@ class OpenAIProvider(Provider):
         except Exception as exc:  # an event that is not JSON, or JSON of another shape
             raise bad_body(self.spec, self.monitor, exc) from None
         if reader.stop is None:
-            raise truncated(self.spec, self.monitor, "no finish_reason")
+            raise unfinished_stream(self.spec, self.monitor, reader.events, "no finish_reason")
         return Completion(
             "".join(reader.texts) if reader.texts else None,
             self.monitor.take(),
@@ -172,8 +172,10 @@ class StreamReader:
         self.stop: str | None = None
         self.model: str | None = None
         self.usage: dict[str, Any] = {}
+        self.events = 0
 
     def add(self, chunk: Any) -> None:
+        self.events += 1
         self.model = text_of(field_of(chunk, "model"), "model") or self.model
         usage = field_of(chunk, "usage")
         if usage:

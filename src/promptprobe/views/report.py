@@ -97,6 +97,7 @@ def _arm(arm: ArmCounts, counts: CountsTable, by_tag: bool) -> dict[str, Any]:
         "samples": arm.samples,
         "errors": arm.errors,
         "error_kinds": dict(arm.error_kinds),
+        "check_errors": dict(arm.check_errors),
         "metrics": metrics,
         "cases": cases,
         "usage": _usage(arm),
@@ -407,6 +408,11 @@ def render_report(report: dict[str, Any], fmt: str = "table", width: int | None 
                 f"{arm['errors']} of {arm['samples']} samples failed after retries ({kinds}); "
                 "they stay in every denominator as that metric's unfavourable outcome. "
                 "See samples.jsonl for each message."
+            )
+        for name, n in sorted((arm.get("check_errors") or {}).items()):
+            out.append(
+                f"your check {name} failed on {n} of {arm['samples']} samples; each counts as its "
+                "unfavourable outcome (checks.user_errors in samples.jsonl holds each message)."
             )
         if arm.get("by_tag"):
             out.append("")
