@@ -59,7 +59,8 @@ class Report:
         arms = [
             a
             for a in self.arms
-            if (prompt is None or a["prompt"] == prompt) and (model is None or a["model"] == model)
+            if (prompt is None or a["prompt"] == prompt)
+            and (model is None or model in (a["model"], a.get("model_spec")))
         ]
         if len(arms) != 1:
             raise InputError(f"{len(arms)} arms match prompt={prompt!r} model={model!r}; name one")
@@ -121,7 +122,10 @@ class Comparison:
     def html(self) -> str:
         from .views.html import compare_html
 
-        return compare_html(self.a, self.b, self.data)
+        a, b = self.a, self.b
+        if self.results and self.results[0].get("pair"):  # two runs arm by arm: the first pair's outputs
+            a, b = self.results[0]["a"]["label"], self.results[0]["b"]["label"]
+        return compare_html(a, b, self.data)
 
     def _repr_html_(self) -> str:
         return _html_fragment(self.html())
@@ -260,10 +264,18 @@ def compare(
     if not 0 < alpha <= 0.5:
         raise InputError(f"alpha must lie in (0, 0.5], got {alpha!r}")
     _counts(top_k=top_k, classification=classification)
+    typed = (str(a), str(b))
     a, b = resolve_selector(a, runs_dir), resolve_selector(b, runs_dir)
     metrics = [metric] if isinstance(metric, str) else list(metric)
     data = compare_runs(
-        a, b, metrics, all_metrics=all_metrics, alpha=alpha, classification=classification, top_k=top_k
+        a,
+        b,
+        metrics,
+        all_metrics=all_metrics,
+        alpha=alpha,
+        classification=classification,
+        top_k=top_k,
+        typed=typed,
     )
     return Comparison(dict(data, all=all_metrics), a, b)
 

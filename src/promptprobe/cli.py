@@ -1180,26 +1180,10 @@ def runs(limit: int | None, runs_dir: Path | None, fmt: str, output: Path | None
     one, latest or latest~N."""
     from .runref import list_runs
     from .runref import runs_dir as folder_of
-    from .views.tables import table
+    from .views.runs import render_runs
 
     found = list_runs(runs_dir, limit)
-    if fmt == "json":
-        emit(dumps_pretty({"runs": [info.to_dict() for info in found]}), output)
-        return
-    if not found:
+    if not found and fmt != "json":
         emit(f"no runs in {folder_of(runs_dir)}", output)
         return
-    rows = [
-        [
-            info.id,
-            info.probeset,
-            "; ".join(info.arms),
-            info.status,
-            f"{info.samples}/{info.planned}" if info.planned is not None else info.samples,
-            info.errors,
-            info.created.replace("T", " ")[:19],
-        ]
-        for info in found
-    ]
-    headers = ["id", "probe set", "arms", "status", "samples", "errors", "created"]
-    emit(table(rows, headers, fmt, optional=("arms", "created"), wrap_first=("arms", "id")), output)
+    emit(render_runs(found, fmt), output)

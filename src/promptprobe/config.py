@@ -9,10 +9,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from . import names
 from .checks.settings import CheckSettings, CitationConfig, FilterConfig, HeaderConfig, UserCheckConfig
 from .errors import InputError
 from .limits import range_problem
-from .models import ModelSpec
+from .models import ModelSpec, check_names, split_name
 from .providers import parse_spec
 from .tomlfile import check_keys, parse_toml, read_input
 
@@ -45,7 +46,7 @@ RUN_KEYS = {
     "batch",
     "cache",
 }
-MODEL_KEYS = {"spec", "api_key_env", "api_version", "region", "project"}
+MODEL_KEYS = {"name", "spec", "api_key_env", "api_version", "region", "project"}
 
 
 @dataclass(frozen=True)
@@ -80,11 +81,21 @@ class TargetConfig:
 
     def models_for(self, specs: Sequence[str]) -> list[ModelSpec]:
         """The models to run: `specs` (one also listed in [run] keeps its api_key_env and the
-        rest of its table from there), or [run]'s models when none is given."""
+        rest of its table from there), or [run]'s models when none is given. `NAME=SPEC` names a
+        model's arm; a bare NAME picks the [run] model of that name."""
         if not specs:
             return list(self.run.models)
         configured = {m.spec: m for m in self.run.models}
-        return [configured.get(spec) or parse_spec(spec) for spec in specs]
+        by_name = {m.name: m for m in self.run.models if m.name}
+        chosen = []
+        for text in specs:
+            if isinstance(text, str) and text in by_name:
+                chosen.append(by_name[text])
+                continue
+            name, spec = split_name(text) if isinstance(text, str) else (None, text)
+            model = configured.get(spec) or parse_spec(spec)
+            chosen.append(replace(model, name=name) if name else model)
+        return chosen
 
     @property
     def header(self) -> HeaderConfig:
@@ -163,17 +174,27 @@ def _models(value: Any, where: str) -> tuple[ModelSpec, ...]:
     for item in value:
         try:
             if isinstance(item, str):
-                specs.append(parse_spec(item))
+                name, spec = split_name(item)
+                specs.append(replace(parse_spec(spec), name=name))
             elif isinstance(item, dict):
                 check_keys(item, MODEL_KEYS, f"model {item.get('spec', '?')!r}")
                 if not isinstance(item.get("spec"), str):
                     raise InputError("a model table needs 'spec'")
                 cloud = {key: _typed(item, key, str, "model") for key in ("api_version", "region", "project")}
-                specs.append(parse_spec(item["spec"], _typed(item, "api_key_env", str, "model"), **cloud))
+                model = parse_spec(item["spec"], _typed(item, "api_key_env", str, "model"), **cloud)
+                name = _typed(item, "name", str, "model")
+                problem = name is not None and names.problem(name, "model name")
+                if problem:
+                    raise InputError(problem)
+                specs.append(replace(model, name=name))
             else:
-                raise InputError("each model is a spec string or { spec, api_key_env, ... }")
+                raise InputError("each model is a spec string or { name, spec, api_key_env, ... }")
         except InputError as exc:
             raise InputError(f"{where}: {exc}") from None
+    try:
+        check_names(specs)
+    except InputError as exc:
+        raise InputError(f"{where}: {exc}") from None
     return tuple(specs)
 
 

@@ -68,7 +68,7 @@ def round_pairs(
         case = cases[sample["case_id"]]
         if not rule.applies(case, settings):
             continue
-        index = 0 if sample["prompt"] == arms[0].prompt.name and sample["model"] == arms[0].model.spec else 1
+        index = 0 if sample["prompt"] == arms[0].prompt.name and sample["model"] == arms[0].model.label else 1
         if sample.get("error"):
             hit = not rule.higher_is_better  # a failure is the unfavourable outcome for its own arm
         else:
@@ -110,8 +110,8 @@ class SequentialRun:
             "min_rounds": rule.min_rounds,
             "max_rounds": runner.plan.repeats,
             "mixture": f"Beta({rule.mixture:g}, {rule.mixture:g})",
-            "a": f"prompt={arms[0].prompt.name},model={arms[0].model.spec}",
-            "b": f"prompt={arms[1].prompt.name},model={arms[1].model.spec}",
+            "a": f"prompt={arms[0].prompt.name},model={arms[0].model.label}",
+            "b": f"prompt={arms[1].prompt.name},model={arms[1].model.label}",
             "detect": rule.detect,
             # A resumed run keeps the cap's figure from when it started.
             "cap_power": cap.power
