@@ -79,6 +79,29 @@ SUFFIX_FORMATS = {
 }
 
 
+def format_of(output: Path, formats: tuple[str, ...]) -> str | None:
+    """The format -o FILE's suffix names (None: no suffix, the command's default); a suffix
+    naming a form the command does not have is refused (exit 2) with the forms it has."""
+    suffix = output.suffix.lower()
+    if not suffix:
+        return None
+    named = SUFFIX_FORMATS.get(suffix)
+    if named in formats:
+        return named
+    command = click.get_current_context().command_path
+    forms = [
+        f"{form} ({', '.join(s for s, f in SUFFIX_FORMATS.items() if f == form)})"
+        for form in formats
+        if form in SUFFIX_FORMATS.values()
+    ]
+    listing = ", ".join(forms[:-1]) + f" or {forms[-1]}" if len(forms) > 1 else forms[0]
+    what = named or f"{suffix} files"
+    raise InputError(
+        f"-o {output}: {command} cannot write {what}; it writes {listing}, so name the file for one of "
+        "those (or choose with --format)"
+    )
+
+
 def output_options(
     formats: tuple[str, ...] = ("table", "md", "json"), default: str = "table"
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -90,10 +113,13 @@ def output_options(
         @functools.wraps(func)
         def wrapper(*args: Any, fmt: str | None, as_json: bool, output: Path | None, **kwargs: Any) -> Any:
             chosen = "json" if as_json else fmt
-            if chosen is None:
-                by_suffix = SUFFIX_FORMATS.get(output.suffix.lower()) if output is not None else None
-                chosen = by_suffix if by_suffix in formats else default
-            return func(*args, fmt=chosen, output=output, **kwargs)
+            if chosen is None and output is not None:
+                try:
+                    chosen = format_of(output, formats)
+                except InputError as exc:
+                    echo_error(str(exc))
+                    sys.exit(exc.exit_code)
+            return func(*args, fmt=chosen or default, output=output, **kwargs)
 
         wrapper = click.option(
             "-o",
@@ -126,6 +152,38 @@ def emit(text: str, output: Path | None = None, newline: bool = True) -> None:
         text += "\n"
     write_private(output, SCRUBBER.text(text).encode("utf-8"))
     click.echo(f"wrote {output}", err=True)
+
+
+def emit_stream(pieces: Iterator[str], output: Path | None = None) -> None:
+    """`emit` for output made a piece at a time (a large export): each piece is scrubbed and
+    written as it comes, so memory does not grow with the output. The file is created only when
+    the first piece arrives, so an error before it leaves none behind."""
+    if output is None:
+        for piece in pieces:
+            click.echo(SCRUBBER.text(piece), nl=False)
+        return
+    fd = None
+    try:
+        for piece in pieces:
+            if fd is None:
+                fd = _open_private(output)
+            view = memoryview(SCRUBBER.text(piece).encode("utf-8"))
+            while view:
+                view = view[os.write(fd, view) :]
+        if fd is None:
+            fd = _open_private(output)
+    except OSError as exc:
+        raise InputError(f"-o {output}: cannot write ({exc.strerror})") from None
+    finally:
+        if fd is not None:
+            os.close(fd)
+    click.echo(f"wrote {output}", err=True)
+
+
+def _open_private(output: Path) -> int:
+    fd = os.open(output, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)  # an existing file keeps its mode otherwise
+    return fd
 
 
 def runs_dir_option(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -1157,9 +1215,9 @@ def export(
     output; or one row per sample (jsonl, csv, table) for pandas, DuckDB or Datasette."""
     run_dir = resolve_run(run_ref, runs_dir)
     if fmt in ("jsonl", "csv", "table"):
-        from .views.rows import render_rows
+        from .views.rows import iter_rows
 
-        emit(render_rows(run_dir, fmt, sample, case, header), output, newline=False)
+        emit_stream(iter_rows(run_dir, fmt, sample, case, header), output)
         return
     from .views.show import export as export_samples
 

@@ -73,8 +73,11 @@ def pair_arms(
     if len(arms_a) == 1 and len(arms_b) == 1:
         return [Pair(arms_a[0], arms_b[0])], []
     if counts_a.run.resolve() == counts_b.run.resolve():
+        many, run, filters = (arms_a, run_a, filters_a) if len(arms_a) > 1 else (arms_b, run_b, filters_b)
+        given = "#" + ",".join(f"{k}={v}" for k, v in filters.items()) if filters else ""
         raise InputError(
-            f"{run_a}: both sides are the same run; choose one arm for each, from {forms(run_a, counts_a)}"
+            f"{run}{given}: matches {len(many)} arms, and both sides are this run: choose one arm for "
+            f"each side, from {forms(run_a, counts_a)}"
         )
     best: tuple[tuple[str, ...], list[Pair]] = (KEYS[0], [])
     for key in KEYS:
