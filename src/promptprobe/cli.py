@@ -239,7 +239,27 @@ def main() -> None:
     """
 
 
-# -- check / classify ---------------------------------------------------------------------
+# -- init / check / classify --------------------------------------------------------------
+
+
+@main.command(epilog="Example: probe init   |   probe init probe-work --force")
+@click.argument("directory", metavar="[DIR]", required=False, default=".", type=click.Path(path_type=Path))
+@click.option("--force", is_flag=True, help="Overwrite files that already exist.")
+@handle_errors
+def init(directory: Path, force: bool) -> None:
+    """Start probing in a repository: a commented probe.toml, a probe set (probes/example.toml)
+    and a prompt (prompts/assistant.md) in DIR (default: here), which `probe check` accepts and
+    `probe run --dry-run` plans. Refuses to overwrite a file unless --force."""
+    from .scaffold import init_project
+
+    written = init_project(directory, force)
+    click.echo("\n".join(f"wrote {path}" for path in written))
+    where = "" if directory == Path(".") else f"cd {directory} && "
+    click.echo(
+        f"next: {where}probe check probes/example.toml prompts/assistant.md\n"
+        "      probe run probes/example.toml --prompt prompts/assistant.md --dry-run\n"
+        "then point [retrieval] in probe.toml at your system's search and [run] models at your model"
+    )
 
 
 @main.command(epilog="Example: probe check probes/*.toml prompts/*.md")
