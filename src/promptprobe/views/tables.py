@@ -129,16 +129,16 @@ def fit_table(
     return text, [headers[i] for i in keep]
 
 
-BREAK_AFTER = "@/,:"
+BREAK_AFTER = "@,/:"  # in this order: before an endpoint's URL first
 
 
 def _pieces(word: str, width: int) -> list[str]:
-    """A word longer than `width` in pieces that fit, each ending after `@`, `/`, `,` or `:` where
-    one falls in the second half of the line, else cut at the width."""
+    """A word longer than `width` in pieces that fit, each ending after `@`, `,`, `/` or `:` (the
+    first of these found in the second half of the line), else cut at the width."""
     pieces = []
     while len(word) > width:
-        cut = max((word.rfind(c, width // 2, width) for c in BREAK_AFTER), default=-1)
-        cut = cut + 1 if cut >= 0 else width
+        found = (word.rfind(c, width // 2, width) for c in BREAK_AFTER)
+        cut = next((i + 1 for i in found if i >= 0), width)
         pieces.append(word[:cut])
         word = word[cut:]
     return [*pieces, word] if word else pieces
