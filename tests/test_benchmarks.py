@@ -12,6 +12,7 @@ SMALL = {
     "batch_scale.py": ["--samples", "200"],
     "compare_speed.py": ["--pairs", "3"],
     "effect_coverage.py": ["--trials", "20"],
+    "export_scale.py": ["--samples", "200"],
     "gate_family.py": ["--trials", "20"],
     "plan_power.py": ["--trials", "20"],
     "run_speed.py": ["--runs", "1"],

@@ -88,7 +88,7 @@ def format_of(output: Path, formats: tuple[str, ...]) -> str | None:
     named = SUFFIX_FORMATS.get(suffix)
     if named in formats:
         return named
-    command = click.get_current_context().command_path
+    command = f"probe {click.get_current_context().info_name}"
     forms = [
         f"{form} ({', '.join(s for s, f in SUFFIX_FORMATS.items() if f == form)})"
         for form in formats

@@ -9,13 +9,14 @@ not apply to the case, and for a failed sample the metric's unfavourable outcome
 report counts it), so that a column's mean is the rate the report shows.
 
 Rows are streamed in the order the samples were recorded: memory does not grow with the run.
-In CSV, a text cell that a spreadsheet would run as a formula (one starting with `=`, `+`, `-`,
-`@`, a tab or a carriage return) gets a leading `'`, as OWASP recommends for CSV injection; the
-JSON lines keep every value as it is.
+In CSV (RFC 4180: rows end in CRLF), every text cell is quoted and one that a spreadsheet would
+run as a formula (starting with `=`, `+`, `-`, `@`, a tab or a carriage return) gets a leading
+`'`, as OWASP recommends against CSV injection; the JSON lines keep every value as it is.
 """
 
 import csv
 import io
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -125,9 +126,11 @@ class SampleRows:
         raw = record.get("raw")
         if not raw:
             return None, None
-        path = self.run_dir / raw["path"]
+        # A plain string path: pathlib interns every part, and a million unique names would stay.
+        path = os.path.join(self.run_dir, raw["path"])
         try:
-            data = path.read_bytes()
+            with open(path, "rb") as handle:
+                data = handle.read()
         except OSError as exc:
             raise InputError(f"{path}: cannot read the raw output ({exc.strerror})") from None
         return data.decode("utf-8", "replace"), raw.get("sha256")
@@ -185,11 +188,12 @@ class SampleRows:
 
 
 class _CsvLines:
-    """One CSV line at a time, through one writer (quoting as the csv module does)."""
+    """One CSV line at a time (RFC 4180: CRLF between rows), every text cell quoted, as OWASP
+    recommends beside the leading `'`; a CR or LF inside an output stays inside its cell."""
 
     def __init__(self) -> None:
         self.buffer = io.StringIO()
-        self.writer = csv.writer(self.buffer, lineterminator="\n")
+        self.writer = csv.writer(self.buffer, lineterminator="\r\n", quoting=csv.QUOTE_NONNUMERIC)
 
     def __call__(self, values: list[Any]) -> str:
         self.buffer.seek(0)
