@@ -191,9 +191,9 @@ class _CsvLines:
     """One CSV line at a time (RFC 4180: CRLF between rows), every text cell quoted, as OWASP
     recommends beside the leading `'`; a CR or LF inside an output stays inside its cell."""
 
-    def __init__(self) -> None:
+    def __init__(self, quoting: int = csv.QUOTE_NONNUMERIC) -> None:
         self.buffer = io.StringIO()
-        self.writer = csv.writer(self.buffer, lineterminator="\r\n", quoting=csv.QUOTE_NONNUMERIC)
+        self.writer = csv.writer(self.buffer, lineterminator="\r\n", quoting=quoting)
 
     def __call__(self, values: list[Any]) -> str:
         self.buffer.seek(0)
@@ -223,7 +223,7 @@ def iter_rows(
         yield table(body, shown, "table") + "\n"
         return
     line = _CsvLines()
-    head = line(rows.columns) if fmt == "csv" else ""
+    head = _CsvLines(csv.QUOTE_MINIMAL)(rows.columns) if fmt == "csv" else ""  # names: nothing to quote
     for row in rows:
         if fmt == "jsonl":
             yield dumps_line(row).decode("utf-8")
