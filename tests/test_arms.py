@@ -231,3 +231,37 @@ def test_runs_of_the_same_prompts_on_different_models_pair_by_prompt(workspace):
     data = json.loads(invoke("compare", first, second, "--json").stdout)
     assert [r["pair"] for r in data["results"]] == ["old", "new"]
     assert (data["results"][0]["a"]["name"], data["results"][0]["b"]["name"]) == (first, second)
+
+
+def test_names_survive_a_resume_and_decide_a_sequential_run(workspace):
+    calls = {"failed": False}
+
+    def reply(request):
+        # The first call for question 3 fails for good (one attempt): the run ends with exit 1.
+        if request.json["messages"][-1]["content"] == "question 3" and not calls["failed"]:
+            calls["failed"] = True
+            return Reply(status=400, body=b'{"error": {"message": "bad request"}}')
+        return Reply("[[ANSWER]]\nok" if request.json["model"] == "m" else "no header")
+
+    with LocalServer(reply) as server:
+        url = f"{server.url}/v1"
+        first = invoke("run", str(workspace / "p.toml"), "--prompt", str(workspace / "old.md"), "--retrieval", "none",
+                       "-m", f"good=openai:m@{url}", "-m", f"bad=openai:n@{url}", "--max-attempts", "1",
+                       "--runs-dir", str(workspace / "resume"), "--json")
+        assert first.exit_code == 1, first.output
+        run = json.loads(first.stdout)["run"]
+        resumed = invoke("run", "--resume", run, "--json")
+        assert resumed.exit_code == 0, resumed.output
+        samples = [json.loads(line) for line in open(f"{run}/samples.jsonl")]
+        assert {s["model"] for s in samples} == {"good", "bad"} and not any(s["error"] for s in samples[-1:])
+        report = json.loads(resumed.stdout)["report"]
+        assert [(a["model"], a["samples"], a["errors"]) for a in report["arms"]] == [("good", 20, 0), ("bad", 20, 0)]
+        decided = invoke("run", str(workspace / "p.toml"), "--prompt", str(workspace / "old.md"), "--retrieval", "none",
+                         "-m", f"good=openai:m@{url}", "-m", f"bad=openai:n@{url}", "--until-decided",
+                         "--runs-dir", str(workspace / "sequential"), "--json")
+    assert decided.exit_code == 0, decided.output
+    run = json.loads(decided.stdout)["run"]
+    manifest = json.loads(open(f"{run}/manifest.json").read())
+    assert manifest["sequential"]["a"].endswith(",model=good")
+    data = json.loads(invoke("compare", f"{run}#model=good", f"{run}#model=bad", "--json").stdout)
+    assert data["design"] == "sequential" and data["verdict"] == "A>B" and data["worse"]

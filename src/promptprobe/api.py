@@ -257,7 +257,8 @@ def compare(
     runs_dir: str | Path | None = None,
 ) -> Comparison:
     """`probe compare A B`: A the baseline, B the candidate, each `RUN` or `RUN#prompt=NAME` /
-    `RUN#model=SPEC`. Several metrics (or `all_metrics`) are one Holm-adjusted family."""
+    `RUN#model=NAME` (or its spec). Several metrics (or `all_metrics`) are one Holm-adjusted
+    family; two runs of several arms compare arm by arm (each result names its `pair`)."""
     from .runref import resolve_selector
     from .views.compare import compare_runs
 
@@ -351,8 +352,9 @@ def run(
 ) -> RunResult:
     """`probe run`: every case x repeat x prompt x model through the target (`until_decided`:
     two arms in rounds until the sequential test decides). `prompts` are files, or `NAME=FILE`;
-    `models` are specs (default: the config's); `retrieval="none"` probes without retrieval;
-    `poll_interval`: seconds between looks at a batch in progress (`batch`; default 30)."""
+    `models` are specs, or `NAME=SPEC` to name a model's arm (default: the config's);
+    `retrieval="none"` probes without retrieval; `poll_interval`: seconds between looks at a
+    batch in progress (`batch`; default 30)."""
     from .config import load_config, with_retrieval
     from .engine.run import ProbeRun, options_from
     from .limits import argument_problem

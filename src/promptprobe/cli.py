@@ -534,7 +534,7 @@ def interruptible(cancel: Callable[[], None]) -> Iterator[list[int]]:
     "model_specs",
     multiple=True,
     help="anthropic:MODEL, openai:MODEL[@BASE_URL], azure:DEPLOYMENT@ENDPOINT, bedrock:MODEL or "
-    "vertex:MODEL; repeat for several.",
+    "vertex:MODEL; NAME=SPEC names its arm (RUN#model=NAME); repeat for several.",
 )
 @click.option(
     "-n",
@@ -999,8 +999,9 @@ def compare(
     output: Path | None,
 ) -> None:
     """Are two arms different? A (baseline) and B (candidate) are RUN, RUN#prompt=NAME,
-    RUN#model=SPEC or both (RUN: a directory, an id or its prefix, latest, latest~N);
-    differences are B - A."""
+    RUN#model=NAME (or its spec) or both (RUN: a directory, an id or its prefix, latest,
+    latest~N); differences are B - A. Two runs of several arms compare arm by arm: each arm of A
+    with the arm of the same name in B, every pair and metric one family."""
     from .api import compare as compare_of
     from .views.compare import render_comparison
 
