@@ -97,7 +97,7 @@ def split_name(text: str) -> tuple[str | None, str]:
     if eq and ":" not in head:
         problem = names.problem(head, "model name")
         if problem:
-            raise InputError(f"--model {text!r}: {problem}")
+            raise InputError(f"model {text!r}: {problem}")
         return head, rest
     return None, text
 
