@@ -7,7 +7,6 @@ on synthetic runs (benchmarks/synthetic.py) whose raw outputs exist.
 
 import argparse
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -17,29 +16,51 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from synthetic import make_run  # noqa: E402
 
-PROBE = str(Path(sys.executable).parent / "probe")
 OUTPUT = "[[ANSWER]]\nThe Team plan is $20 per user per month [1]. =SUM(A1) stays text in a spreadsheet.\n"
 
 
+LINKS_PER_FILE = 50_000  # below a file system's limit of hard links to one file (ext4: 65,000)
+
+
 def make_run_with_outputs(path: Path, samples: int) -> Path:
-    """A synthetic run whose every raw output exists (one file, hard-linked per sample)."""
+    """A synthetic run whose every raw output exists (a few files, hard-linked per sample)."""
     run = make_run(path, samples)
-    source = path / "raw" / "_output.txt"
-    source.write_text(OUTPUT, encoding="utf-8")
-    for line in (run / "samples.jsonl").read_bytes().splitlines():
+    for index, line in enumerate((run / "samples.jsonl").read_bytes().splitlines()):
+        source = path / "raw" / f"_output-{index // LINKS_PER_FILE}.txt"
+        if index % LINKS_PER_FILE == 0:
+            source.write_text(OUTPUT, encoding="utf-8")
         sample_id = line.split(b'"sample_id":"', 1)[1].split(b'"', 1)[0].decode()
         os.link(source, run / "raw" / f"{sample_id}.txt")
     return run
 
 
+# The command in a fresh interpreter that reports its own peak memory (VmHWM) as it exits: the
+# children's ru_maxrss would count this process's pages too, copied at the fork before the exec.
+MEASURED = """
+import resource, sys
+from promptprobe.cli import main
+try:
+    main(sys.argv[1:], prog_name="probe")
+except SystemExit as exc:
+    code = exc.code
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+try:
+    peak = next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmHWM:"))
+except (OSError, StopIteration):
+    pass
+print(peak, file=sys.stderr)
+sys.exit(code)
+"""
+
+
 def timed(*args: str) -> tuple[float, float]:
-    """(seconds, peak MB of the command)."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    """(seconds, peak MB of the command's own process)."""
     started = time.perf_counter()
-    subprocess.run([PROBE, *args], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    done = subprocess.run(
+        [sys.executable, "-c", MEASURED, *args], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
     seconds = time.perf_counter() - started
-    after = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    return seconds, max(after, before) / 1024
+    return seconds, int(done.stderr.split()[-1]) / 1024
 
 
 def main() -> None:
@@ -56,7 +77,7 @@ def main() -> None:
                 seconds, peak = timed("export", str(run), "-o", str(out))
                 size = out.stat().st_size / 1e6
                 rows.append((samples, suffix, seconds, samples / seconds, peak, size))
-    print("probe export RUN -o FILE, fresh process each (peak memory of the whole command):")
+    print("probe export RUN -o FILE, fresh process each (its own peak resident memory):")
     print("| samples | format | seconds | rows/s | peak MB | file MB |")
     print("|---:|---|---:|---:|---:|---:|")
     for samples, suffix, seconds, rate, peak, size in rows:
