@@ -14,6 +14,7 @@ SMALL = {
     "effect_coverage.py": ["--trials", "20"],
     "export_scale.py": ["--samples", "200"],
     "gate_family.py": ["--trials", "20"],
+    "pair_gate.py": ["--trials", "20"],
     "plan_power.py": ["--trials", "20"],
     "run_speed.py": ["--runs", "1"],
     "scale.py": ["--quick"],
