@@ -265,3 +265,8 @@ def test_names_survive_a_resume_and_decide_a_sequential_run(workspace):
     assert manifest["sequential"]["a"].endswith(",model=good")
     data = json.loads(invoke("compare", f"{run}#model=good", f"{run}#model=bad", "--json").stdout)
     assert data["design"] == "sequential" and data["verdict"] == "A>B" and data["worse"]
+
+
+def test_an_incident_attachment_names_the_model_and_its_spec(named_run):
+    text = invoke("export", named_run, "--case", "c1", "--format", "md").stdout
+    assert "| model | helpdesk (openai:m@http://127.0.0.1:" in text and "| model | other (openai:n@" in text

@@ -142,6 +142,12 @@ def show(
     return "\n\n".join(blocks) if blocks else "no sample matches"
 
 
+def _model(name: str, specs: dict[str, str]) -> str:
+    """A model by its arm name, with its spec beside it when they differ."""
+    spec = specs.get(name, name)
+    return name if spec == name else f"{name} ({spec})"
+
+
 def _cell(value: Any) -> str:
     if value is None:
         return "-"  # an attachment never says "None"
@@ -177,6 +183,7 @@ def export(
         if key in wanted and (r.get("error") is None or key not in retrievals):
             retrievals[key] = r
     prompts = {p["name"]: p["sha256"] for p in manifest["prompts"]}
+    specs = {m.get("name") or m["spec"]: m["spec"] for m in manifest.get("models", [])}
     items = []
     for record in chosen:
         raw = _raw(run_dir, record)
@@ -213,7 +220,7 @@ def export(
             ("case", record["case_id"]),
             ("question", item["question"]),
             ("prompt", f"{record['prompt']} (sha256 {item['prompt_sha256']})"),
-            ("model", record["model"]),
+            ("model", _model(record["model"], specs)),
             ("provider-reported model", response.get("model")),
             ("request id", response.get("request_id")),
             ("stop reason", response.get("stop_reason")),
