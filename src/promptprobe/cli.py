@@ -1233,7 +1233,9 @@ def export(
     output: Path | None,
 ) -> None:
     """An incident attachment (md, json): question, retrieval, classification and the exact raw
-    output; or one row per sample (jsonl, csv, table) for pandas, DuckDB or Datasette."""
+    output; or one row per sample (jsonl, csv, table) for pandas, DuckDB, Datasette or a
+    spreadsheet: arm names, question, tags, output text and its sha256, header, error and every
+    metric. CSV cells a spreadsheet would run as a formula get a leading ' (OWASP)."""
     run_dir = resolve_run(run_ref, runs_dir)
     if fmt in ("jsonl", "csv", "table"):
         from .views.rows import iter_rows
