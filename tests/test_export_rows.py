@@ -79,11 +79,12 @@ def test_the_csv_export_has_readable_columns_and_neutralised_formulas(run_dir, t
         rows = {row["case_id"]: row for row in csv.DictReader(handle)}
     assert set(rows) == {*OUTPUTS, "broken"}
     first = rows["plain"]
-    assert list(first)[:18] == ["sample_id", "arm", "prompt", "model", "model_spec", "endpoint", "case_id",
-                                "question", "tags", "repeat", "header", "output", "raw_sha256", "error_kind",
-                                "error", "latency_ms", "input_tokens", "output_tokens"]
+    assert list(first)[:19] == ["sample_id", "arm", "prompt", "model", "model_spec", "endpoint", "endpoint_from",
+                                "case_id", "question", "tags", "repeat", "header", "output", "raw_sha256",
+                                "error_kind", "error", "latency_ms", "input_tokens", "output_tokens"]
     assert (first["prompt"], first["model"], first["arm"], first["repeat"]) == ("v1", "desk", "1", "1")
     assert first["model_spec"].startswith("openai:m@http://127.0.0.1:") and first["endpoint"].endswith("/v1")
+    assert first["endpoint_from"] == "spec"
     assert first["output"] == OUTPUTS["plain"] and first["header"] == "present"
     raw = (run_dir / "raw" / f"{first['sample_id']}.txt").read_bytes()
     assert first["raw_sha256"] == hashlib.sha256(raw).hexdigest()
@@ -209,14 +210,17 @@ def test_probe_init_writes_files_that_check_and_dry_run_accept(tmp_path, monkeyp
     assert written == ["probe.toml", "probes/example.toml", "prompts/assistant.md"]
     assert "# " in (folder / "probe.toml").read_text()  # commented
     monkeypatch.chdir(folder)  # as a user would: the config is ./probe.toml
-    checked = CliRunner().invoke(main, ["check", "probes/example.toml", "prompts/assistant.md", "--json"])
+    checked = CliRunner().invoke(main, ["check", "probe.toml", "probes/example.toml", "prompts/assistant.md",
+                                        "--json"])
     assert checked.exit_code == 0, checked.output
-    assert all(r["ok"] for r in json.loads(checked.stdout)["probesets"])
+    results = json.loads(checked.stdout)["probesets"]
+    assert len(results) == 3 and all(r["ok"] for r in results)
     planned = CliRunner().invoke(main, ["run", "probes/example.toml", "--prompt", "prompts/assistant.md",
                                         "--dry-run", "--json"])
     assert planned.exit_code == 0, planned.output
     plan = json.loads(planned.stdout)
-    assert plan["calls"] == 12 and [a["model"] for a in plan["arms"]] == ["mini"]
+    assert plan["calls"] == 12 and [a["model"] for a in plan["arms"]] == ["sonnet"]
+    assert plan["cost_usd"] is not None  # a model with a built-in price
 
 
 def test_probe_init_never_overwrites_unless_forced(tmp_path):

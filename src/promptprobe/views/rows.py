@@ -1,12 +1,13 @@
 """One row per sample, for the tools data people already use (pandas, DuckDB, Datasette,
 a spreadsheet): `probe export RUN --format jsonl|csv|table`.
 
-Each row says which arm (prompt name, model name and spec, the endpoint when the run recorded
-it), which question (case id, question, tags, repeat), what came back (the output decoded as
-UTF-8, undecodable bytes as U+FFFD, beside the sha256 of the exact bytes; the header class; the
-error's kind and message) and the outcome of every metric: 1 or 0, empty where the metric does
-not apply to the case, and for a failed sample the metric's unfavourable outcome (as every
-report counts it), so that a column's mean is the rate the report shows.
+Each row says which arm (prompt name, model name and spec, where its calls went and what set
+that, as the manifest recorded it), which question (case id, question, tags, repeat), what came
+back (the output decoded as UTF-8, undecodable bytes as U+FFFD, beside the sha256 of the exact
+bytes; the header class; the error's kind and message) and the outcome of every metric: 1 or 0,
+empty where the metric does not apply to the case, and for a failed sample the metric's
+unfavourable outcome (as every report counts it), so that a column's mean is the rate the
+report shows.
 
 Rows are streamed in the order the samples were recorded: memory does not grow with the run.
 In CSV (RFC 4180: rows end in CRLF), every text cell is quoted and one that a spreadsheet would
@@ -21,6 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from .. import endpoints
 from ..checks import metrics_for
 from ..counts import classifications, merged_samples, settings_of
 from ..engine.cost import usage_tokens
@@ -38,6 +40,7 @@ FIXED = [
     "model",
     "model_spec",
     "endpoint",
+    "endpoint_from",
     "case_id",
     "question",
     "tags",
@@ -56,6 +59,7 @@ NOT_IN_TABLE = {
     "arm",
     "model_spec",
     "endpoint",
+    "endpoint_from",
     "question",
     "tags",
     "output",
@@ -74,14 +78,6 @@ def neutralise(value: Any) -> Any:
     if isinstance(value, str) and value.startswith(FORMULA_START):
         return "'" + value
     return value
-
-
-def _endpoint(model: dict[str, Any]) -> str | None:
-    """Where the model's calls went, as the manifest recorded it (older runs: the spec's URL)."""
-    recorded = model.get("endpoint")
-    if isinstance(recorded, dict):
-        recorded = recorded.get("url") or recorded.get("base_url")
-    return recorded or model.get("base_url")
 
 
 class SampleRows:
@@ -112,7 +108,8 @@ class SampleRows:
         ]
         self.columns = FIXED + self.applicable
         self.arms = {(a["prompt"], a["model"]): a.get("arm") for a in manifest["arms"]}
-        self.models = {m.get("name") or m["spec"]: m for m in manifest.get("models", [])}
+        self.specs = {m.get("name") or m["spec"]: m["spec"] for m in manifest.get("models", [])}
+        self.went = endpoints.of_run(manifest)  # by spec: where each model's calls went, as recorded
 
     def _wanted(self, record: dict[str, Any]) -> bool:
         if self.sample and record["sample_id"] != self.sample:
@@ -150,15 +147,17 @@ class SampleRows:
         error = record.get("error")
         usage = (record.get("response") or {}).get("usage") or {}
         tokens_in, tokens_out = usage_tokens(usage) if usage else (None, None)
-        model = self.models.get(record["model"], {})
+        spec = self.specs.get(record["model"], record["model"])
+        went = self.went.get(spec)
         output, sha256 = self._output(record)
         row: dict[str, Any] = {
             "sample_id": record["sample_id"],
             "arm": self.arms.get((record["prompt"], record["model"])),
             "prompt": record["prompt"],
             "model": record["model"],
-            "model_spec": model.get("spec", record["model"]),
-            "endpoint": _endpoint(model),
+            "model_spec": spec,
+            "endpoint": went.url if went else None,
+            "endpoint_from": went.source if went else None,
             "case_id": record["case_id"],
             "question": case.question if case else None,
             "tags": list(case.tags) if case else [],

@@ -5,6 +5,7 @@ import unicodedata
 from pathlib import Path
 from typing import Any
 
+from .. import endpoints
 from ..engine.store import load_run
 from ..errors import InputError
 from ..jsonio import dumps_pretty, iter_jsonl
@@ -148,6 +149,16 @@ def _model(name: str, specs: dict[str, str]) -> str:
     return name if spec == name else f"{name} ({spec})"
 
 
+def _went(name: str, specs: dict[str, str], went: dict[str, Any]) -> dict[str, Any] | None:
+    """Where the calls of the model an arm names went (endpoints are recorded by spec)."""
+    spec = specs.get(name, name)
+    return went[spec].to_dict() if spec in went else None
+
+
+def _described(endpoint: dict[str, Any] | None) -> str | None:
+    return endpoints.Endpoint.from_dict(endpoint).describe() if endpoint else None
+
+
 def _cell(value: Any) -> str:
     if value is None:
         return "-"  # an attachment never says "None"
@@ -184,6 +195,7 @@ def export(
             retrievals[key] = r
     prompts = {p["name"]: p["sha256"] for p in manifest["prompts"]}
     specs = {m.get("name") or m["spec"]: m["spec"] for m in manifest.get("models", [])}
+    went = endpoints.of_run(manifest)  # where each model's calls went, as recorded (by spec)
     items = []
     for record in chosen:
         raw = _raw(run_dir, record)
@@ -192,6 +204,7 @@ def export(
                 "sample": record,
                 "question": questions.get(record["case_id"]),
                 "prompt_sha256": prompts.get(record["prompt"]),
+                "endpoint": _went(record["model"], specs, went),
                 "retrieval": retrievals.get((record["case_id"], record["repeat"])),
                 "raw_text": raw.decode("utf-8", "surrogateescape") if raw is not None else None,
                 "raw_base64": base64.b64encode(raw).decode("ascii") if raw is not None else None,
@@ -221,6 +234,7 @@ def export(
             ("question", item["question"]),
             ("prompt", f"{record['prompt']} (sha256 {item['prompt_sha256']})"),
             ("model", _model(record["model"], specs)),
+            ("endpoint", _described(item["endpoint"])),
             ("provider-reported model", response.get("model")),
             ("request id", response.get("request_id")),
             ("stop reason", response.get("stop_reason")),
