@@ -112,7 +112,7 @@ def check_names(models: Sequence[ModelSpec]) -> None:
         if label in seen:
             raise InputError(
                 f"two models are both called {label!r} ({seen[label]} and {model.spec}): "
-                "give each its own name with --model NAME=SPEC"
+                "give each its own name (NAME=SPEC)"
             )
         seen[label] = model.spec
 
