@@ -265,6 +265,9 @@ def test_names_survive_a_resume_and_decide_a_sequential_run(workspace):
     assert manifest["sequential"]["a"].endswith(",model=good")
     data = json.loads(invoke("compare", f"{run}#model=good", f"{run}#model=bad", "--json").stdout)
     assert data["design"] == "sequential" and data["verdict"] == "A>B" and data["worse"]
+    listed = invoke("runs", "--runs-dir", str(workspace / "sequential")).stdout
+    recorded = manifest["counts"]["recorded"]
+    assert f"{recorded} (cap {manifest['counts']['planned']})" in listed  # a cap, not a run cut short
 
 
 def test_an_incident_attachment_names_the_model_and_its_spec(named_run):

@@ -37,6 +37,7 @@ class RunInfo:
     errors: int
     created: str
     pairs: tuple[tuple[str, str], ...] = ()  # each arm's (prompt, model name), in arm order
+    sequential: bool = False  # rounds until decided: `planned` is a cap, not a target
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -76,6 +77,7 @@ def _info(path: Path) -> RunInfo | None:
         errors=int(counts.get("errors") or 0),
         created=str(manifest.get("created") or ""),
         pairs=pairs,
+        sequential=bool(manifest.get("sequential")),
     )
 
 

@@ -29,13 +29,22 @@ def arms_cell(pairs: Sequence[tuple[str, str]], width: int | None = None) -> str
     return "\n".join(wrap_cell(part, width) for part in parts)
 
 
+def _samples(info: RunInfo) -> str:
+    """`72/72`; a sequential run's plan is its cap, which it usually stops well before."""
+    if info.planned is None:
+        return str(info.samples)
+    if info.sequential:
+        return f"{info.samples} (cap {info.planned})"
+    return f"{info.samples}/{info.planned}"
+
+
 def _row(info: RunInfo) -> list[Any]:
     return [
         info.id,
         info.probeset,
         arms_cell(info.pairs),
         info.status,
-        f"{info.samples}/{info.planned}" if info.planned is not None else info.samples,
+        _samples(info),
         info.errors,
         info.created.replace("T", " ")[:19],
     ]
