@@ -197,7 +197,7 @@ def test_ambiguous_and_unknown_selectors_are_exit_2(tmp_path):
     run = record_run(tmp_path, {"old": [3] * 5, "new": [3] * 5})
     result = compare_cli(str(run), f"{run}#prompt=new")
     assert result.exit_code == 2
-    assert "matches 2 arms; the run has: prompt=old,model=openai:m@" in result.stderr
+    assert f"matches 2 arms, and both sides are this run: choose one arm for each side, from '{run}#prompt=old', '{run}#prompt=new'" in result.stderr
     result = compare_cli(f"{run}#prompt=nope", f"{run}#prompt=new")
     assert result.exit_code == 2 and "matches no arm" in result.stderr
     vibes = compare_cli(f"{run}#prompt=old", f"{run}#prompt=new", "--metric", "vibes")

@@ -64,7 +64,8 @@ class Report:
         arms = [
             a
             for a in self.arms
-            if (prompt is None or a["prompt"] == prompt) and (model is None or a["model"] == model)
+            if (prompt is None or a["prompt"] == prompt)
+            and (model is None or model in (a["model"], a.get("model_spec")))
         ]
         if len(arms) != 1:
             raise InputError(f"{len(arms)} arms match prompt={prompt!r} model={model!r}; name one")
@@ -129,7 +130,10 @@ class Comparison:
     def html(self) -> str:
         from .views.html import compare_html
 
-        return compare_html(self.a, self.b, self.data)
+        a, b = self.a, self.b
+        if self.results and self.results[0].get("pair"):  # two runs arm by arm: the first pair's outputs
+            a, b = self.results[0]["a"]["label"], self.results[0]["b"]["label"]
+        return compare_html(a, b, self.data)
 
     def _repr_html_(self) -> str:
         return _html_fragment(self.html())
@@ -260,7 +264,8 @@ def compare(
     runs_dir: str | Path | None = None,
 ) -> Comparison:
     """`probe compare A B`: A the baseline, B the candidate, each `RUN` or `RUN#prompt=NAME` /
-    `RUN#model=SPEC`. Several metrics (or `all_metrics`) are one Holm-adjusted family."""
+    `RUN#model=NAME` (or its spec). Several metrics (or `all_metrics`) are one Holm-adjusted
+    family; two runs of several arms compare arm by arm (each result names its `pair`)."""
     from .runref import resolve_selector
     from .views.compare import compare_runs
 
@@ -269,10 +274,19 @@ def compare(
     all_metrics = bool(arguments.flag("all_metrics", all_metrics))
     metrics = arguments.metric_names("metric", metric)
     folder = arguments.path("runs_dir", runs_dir, optional=True)
-    a = resolve_selector(arguments.reference("a", a), folder)
-    b = resolve_selector(arguments.reference("b", b), folder)
+    a, b = arguments.reference("a", a), arguments.reference("b", b)
+    typed = (str(a), str(b))
+    a = resolve_selector(a, folder)
+    b = resolve_selector(b, folder)
     data = compare_runs(
-        a, b, metrics, all_metrics=all_metrics, alpha=alpha, classification=classification, top_k=top_k
+        a,
+        b,
+        metrics,
+        all_metrics=all_metrics,
+        alpha=alpha,
+        classification=classification,
+        top_k=top_k,
+        typed=typed,
     )
     return Comparison(dict(data, all=all_metrics), a, b)
 
@@ -354,8 +368,9 @@ def run(
 ) -> RunResult:
     """`probe run`: every case x repeat x prompt x model through the target (`until_decided`:
     two arms in rounds until the sequential test decides). `prompts` are files, or `NAME=FILE`;
-    `models` are specs (default: the config's); `retrieval="none"` probes without retrieval;
-    `poll_interval`: seconds between looks at a batch in progress (`batch`; default 30)."""
+    `models` are specs, or `NAME=SPEC` to name a model's arm (default: the config's);
+    `retrieval="none"` probes without retrieval; `poll_interval`: seconds between looks at a
+    batch in progress (`batch`; default 30)."""
     from .config import Precedence, load_config, models_setting, with_retrieval
     from .engine.run import ProbeRun, options_from
     from .probeset import load_probeset

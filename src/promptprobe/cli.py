@@ -91,6 +91,29 @@ SUFFIX_FORMATS = {
 }
 
 
+def format_of(output: Path, formats: tuple[str, ...]) -> str | None:
+    """The format -o FILE's suffix names (None: no suffix, the command's default); a suffix
+    naming a form the command does not have is refused (exit 2) with the forms it has."""
+    suffix = output.suffix.lower()
+    if not suffix:
+        return None
+    named = SUFFIX_FORMATS.get(suffix)
+    if named in formats:
+        return named
+    command = f"probe {click.get_current_context().info_name}"
+    forms = [
+        f"{form} ({', '.join(s for s, f in SUFFIX_FORMATS.items() if f == form)})"
+        for form in formats
+        if form in SUFFIX_FORMATS.values()
+    ]
+    listing = ", ".join(forms[:-1]) + f" or {forms[-1]}" if len(forms) > 1 else forms[0]
+    what = named or f"{suffix} files"
+    raise InputError(
+        f"-o {output}: {command} cannot write {what}; it writes {listing}, so name the file for one of "
+        "those (or choose with --format)"
+    )
+
+
 def output_options(
     formats: tuple[str, ...] = ("table", "md", "json"), default: str = "table"
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -102,10 +125,13 @@ def output_options(
         @functools.wraps(func)
         def wrapper(*args: Any, fmt: str | None, as_json: bool, output: Path | None, **kwargs: Any) -> Any:
             chosen = "json" if as_json else fmt
-            if chosen is None:
-                by_suffix = SUFFIX_FORMATS.get(output.suffix.lower()) if output is not None else None
-                chosen = by_suffix if by_suffix in formats else default
-            return func(*args, fmt=chosen, output=output, **kwargs)
+            if chosen is None and output is not None:
+                try:
+                    chosen = format_of(output, formats)
+                except InputError as exc:
+                    echo_error(str(exc))
+                    sys.exit(exc.exit_code)
+            return func(*args, fmt=chosen or default, output=output, **kwargs)
 
         wrapper = click.option(
             "-o",
@@ -139,6 +165,38 @@ def emit(text: str, output: Path | None = None, newline: bool = True, colour: bo
         text += "\n"
     write_private(output, SCRUBBER.text(text).encode("utf-8"))
     say(f"wrote {output}", err=True)
+
+
+def emit_stream(pieces: Iterator[str], output: Path | None = None) -> None:
+    """`emit` for output made a piece at a time (a large export): each piece is scrubbed and
+    written as it comes, so memory does not grow with the output. The file is created only when
+    the first piece arrives, so an error before it leaves none behind."""
+    if output is None:
+        for piece in pieces:
+            click.echo(SCRUBBER.text(piece), nl=False)
+        return
+    fd = None
+    try:
+        for piece in pieces:
+            if fd is None:
+                fd = _open_private(output)
+            view = memoryview(SCRUBBER.text(piece).encode("utf-8"))
+            while view:
+                view = view[os.write(fd, view) :]
+        if fd is None:
+            fd = _open_private(output)
+    except OSError as exc:
+        raise InputError(f"-o {output}: cannot write ({exc.strerror})") from None
+    finally:
+        if fd is not None:
+            os.close(fd)
+    click.echo(f"wrote {output}", err=True)
+
+
+def _open_private(output: Path) -> int:
+    fd = os.open(output, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)  # an existing file keeps its mode otherwise
+    return fd
 
 
 def runs_dir_option(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -194,7 +252,27 @@ def main() -> None:
     """
 
 
-# -- check / classify ---------------------------------------------------------------------
+# -- init / check / classify --------------------------------------------------------------
+
+
+@main.command(epilog="Example: probe init   |   probe init probe-work --force")
+@click.argument("directory", metavar="[DIR]", required=False, default=".", type=click.Path(path_type=Path))
+@click.option("--force", is_flag=True, help="Overwrite files that already exist.")
+@handle_errors
+def init(directory: Path, force: bool) -> None:
+    """Start probing in a repository: a commented probe.toml, a probe set (probes/example.toml)
+    and a prompt (prompts/assistant.md) in DIR (default: here), which `probe check` accepts and
+    `probe run --dry-run` plans. Refuses to overwrite a file unless --force."""
+    from .scaffold import init_project
+
+    written = init_project(directory, force)
+    click.echo("\n".join(f"wrote {path}" for path in written))
+    where = "" if directory == Path(".") else f"cd {directory} && "
+    click.echo(
+        f"next: {where}probe check probe.toml probes/example.toml prompts/assistant.md\n"
+        "      probe run probes/example.toml --prompt prompts/assistant.md --dry-run\n"
+        "then point [retrieval] in probe.toml at your system's search and [run] models at your model"
+    )
 
 
 @main.command(epilog="Example: probe check probe.toml probes/*.toml prompts/*.md")
@@ -466,7 +544,7 @@ def interruptible(cancel: Callable[[], None]) -> Iterator[list[int]]:
     "model_specs",
     multiple=True,
     help="anthropic:MODEL, openai:MODEL[@BASE_URL], azure:DEPLOYMENT@ENDPOINT, bedrock:MODEL or "
-    "vertex:MODEL; repeat for several.",
+    "vertex:MODEL; NAME=SPEC names its arm (RUN#model=NAME); repeat for several.",
 )
 @click.option(
     "-n",
@@ -970,8 +1048,9 @@ def compare(
     output: Path | None,
 ) -> None:
     """Are two arms different? A (baseline) and B (candidate) are RUN, RUN#prompt=NAME,
-    RUN#model=SPEC or both (RUN: a directory, an id or its prefix, latest, latest~N);
-    differences are B - A."""
+    RUN#model=NAME (or its spec) or both (RUN: a directory, an id or its prefix, latest,
+    latest~N); differences are B - A. Two runs of several arms compare arm by arm: each arm of A
+    with the arm of the same name in B, every pair and metric one family."""
     from .api import compare as compare_of
     from .views.compare import render_comparison
 
@@ -1204,12 +1283,14 @@ def export(
     output: Path | None,
 ) -> None:
     """An incident attachment (md, json): question, retrieval, classification and the exact raw
-    output; or one row per sample (jsonl, csv, table) for pandas, DuckDB or Datasette."""
+    output; or one row per sample (jsonl, csv, table) for pandas, DuckDB, Datasette or a
+    spreadsheet: arm names, question, tags, output text and its sha256, header, error and every
+    metric. CSV cells a spreadsheet would run as a formula get a leading ' (OWASP)."""
     run_dir = resolve_run(run_ref, runs_dir)
     if fmt in ("jsonl", "csv", "table"):
-        from .views.rows import render_rows
+        from .views.rows import iter_rows
 
-        emit(render_rows(run_dir, fmt, sample, case, header), output, newline=False)
+        emit_stream(iter_rows(run_dir, fmt, sample, case, header), output)
         return
     from .views.show import export as export_samples
 
@@ -1230,26 +1311,10 @@ def runs(limit: int | None, runs_dir: Path | None, fmt: str, output: Path | None
     one, latest or latest~N."""
     from .runref import list_runs
     from .runref import runs_dir as folder_of
-    from .views.tables import table
+    from .views.runs import render_runs
 
     found = list_runs(runs_dir, limit)
-    if fmt == "json":
-        emit(dumps_pretty({"runs": [info.to_dict() for info in found]}), output)
-        return
-    if not found:
+    if not found and fmt != "json":
         emit(f"no runs in {folder_of(runs_dir)}", output)
         return
-    rows = [
-        [
-            info.id,
-            info.probeset,
-            "; ".join(info.arms),
-            info.status,
-            f"{info.samples}/{info.planned}" if info.planned is not None else info.samples,
-            info.errors,
-            info.created.replace("T", " ")[:19],
-        ]
-        for info in found
-    ]
-    headers = ["id", "probe set", "arms", "status", "samples", "errors", "created"]
-    emit(table(rows, headers, fmt, optional=("arms", "created"), wrap_first=("arms", "id")), output)
+    emit(render_runs(found, fmt), output)

@@ -48,6 +48,7 @@ class ArmCounts:
     cache_saved: float = 0.0  # what cache hits saved against the same tokens uncached
     batched: int = 0  # samples sent through a batch API
     latencies: array = field(default_factory=lambda: array("d"))
+    spec: str = ""  # the model's spec; `model` is its arm name (the spec unless named NAME=SPEC)
 
     @property
     def label(self) -> str:
@@ -204,7 +205,11 @@ class _Counter:
         self.table = table
         manifest, settings = table.manifest, table.settings
         cases = {c.id: c for c in table.probeset.cases}
-        table.arms = [ArmCounts(a["prompt"], a["model"]) for a in manifest["arms"]]
+        spec_of = {m.get("name") or m["spec"]: m["spec"] for m in manifest.get("models", [])}
+        table.arms = [
+            ArmCounts(a["prompt"], a["model"], spec=spec_of.get(a["model"], a["model"]))
+            for a in manifest["arms"]
+        ]
         # Which metrics apply depends on the case and the settings only: work it out once per case.
         applicable: dict[str, list[tuple[str, Metric]]] = {
             case_id: [(name, m) for name, m in table.metrics.items() if m.applies(case, settings)]
@@ -404,9 +409,11 @@ def _child(send: Any, counter: _Counter, path: Path, start: int, end: int, last:
 
 def _pricer(prices: PriceTable, manifest: dict[str, Any]) -> Callable[[str], Any]:
     matches = pricing(manifest, prices)
+    spec_of = {m.get("name") or m["spec"]: m["spec"] for m in manifest.get("models", [])}  # arm name -> spec
 
     def price_of(model: str) -> Any:
-        return matches[model][1].price if model in matches else None
+        spec = spec_of.get(model, model)
+        return matches[spec][1].price if spec in matches else None
 
     return price_of
 

@@ -1,11 +1,16 @@
 """Model specs: `anthropic:MODEL`, `openai:MODEL`, `openai:MODEL@BASE_URL`, and the clouds through
 the same SDKs: `azure:DEPLOYMENT@https://RESOURCE.openai.azure.com`, `bedrock:MODEL`,
-`vertex:MODEL` (each may name another endpoint after `@`, e.g. a proxy)."""
+`vertex:MODEL` (each may name another endpoint after `@`, e.g. a proxy).
+
+`NAME=SPEC` names a model's arm (as `--prompt NAME=PATH` names a prompt's): selectors, tables
+and sentences then say NAME. A model without a name is called by its spec."""
 
 import re
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
+from . import names
 from .errors import InputError
 from .terminal import control_problem
 
@@ -28,6 +33,12 @@ class ModelSpec:
     api_version: str | None = None  # azure
     region: str | None = None  # bedrock, vertex
     project: str | None = None  # vertex
+    name: str | None = None  # the arm's name, given as NAME=SPEC
+
+    @property
+    def label(self) -> str:
+        """What the model's arm is called in samples, selectors and tables: its name, else its spec."""
+        return self.name or self.spec
 
     @property
     def key_env(self) -> str | None:
@@ -42,6 +53,7 @@ class ModelSpec:
 
     def to_dict(self) -> dict[str, Any]:
         return {
+            **({"name": self.name} if self.name else {}),
             "spec": self.spec,
             "provider": self.provider,
             "model": self.model,
@@ -113,7 +125,35 @@ def url_problem(url: str) -> str | None:
     return None
 
 
+def split_name(text: str) -> tuple[str | None, str]:
+    """`NAME=SPEC` as (NAME, SPEC); a plain spec as (None, SPEC). A spec always has a `:` before
+    any `=` (a URL's query string), so text before the first `=` without one is a name."""
+    head, eq, rest = text.partition("=")
+    if eq and ":" not in head:
+        problem = names.problem(head, "model name")
+        if problem:
+            raise InputError(f"model {text!r}: {problem}")
+        return head, rest
+    return None, text
+
+
+def check_names(models: Sequence[ModelSpec]) -> None:
+    """Each model's arm name is unique among the models of a run (a name is never a spec: it has no `:`)."""
+    seen: dict[str, str] = {}
+    for model in models:
+        if model.name is not None and names.problem(model.name, "model name"):
+            raise InputError(str(names.problem(model.name, "model name")))
+        label = model.label
+        if label in seen:
+            raise InputError(
+                f"two models are both called {label!r} ({seen[label]} and {model.spec}): "
+                "give each its own name (NAME=SPEC)"
+            )
+        seen[label] = model.spec
+
+
 def model_of(recorded: dict[str, Any]) -> ModelSpec:
-    """A model as a manifest records it (`to_dict`)."""
+    """A model as a manifest records it (`to_dict`); runs recorded before names have none."""
     cloud = {key: recorded.get(key) for key in ("api_version", "region", "project")}
-    return parse_model_spec(recorded["spec"], recorded.get("api_key_env"), **cloud)
+    parsed = parse_model_spec(recorded["spec"], recorded.get("api_key_env"), **cloud)
+    return replace(parsed, name=recorded["name"]) if recorded.get("name") else parsed

@@ -37,6 +37,8 @@ class RunInfo:
     planned: int | None
     errors: int
     created: str
+    pairs: tuple[tuple[str, str], ...] = ()  # each arm's (prompt, model name), in arm order
+    sequential: bool = False  # rounds until decided: `planned` is a cap, not a target
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -61,9 +63,10 @@ def _info(path: Path) -> RunInfo | None:
     except InputError:
         return None
     counts = manifest.get("counts") or {}
-    arms = [
-        f"{a.get('prompt')} x {a.get('model')}" for a in manifest.get("arms") or [] if isinstance(a, dict)
-    ]
+    pairs = tuple(
+        (str(a.get("prompt")), str(a.get("model"))) for a in manifest.get("arms") or [] if isinstance(a, dict)
+    )
+    arms = [f"{prompt} x {model}" for prompt, model in pairs]
     return RunInfo(
         path=path,
         id=path.name,
@@ -74,6 +77,8 @@ def _info(path: Path) -> RunInfo | None:
         planned=counts.get("planned"),
         errors=int(counts.get("errors") or 0),
         created=str(manifest.get("created") or ""),
+        pairs=pairs,
+        sequential=bool(manifest.get("sequential")),
     )
 
 

@@ -39,7 +39,7 @@ class SampleRecords:
             "case_id": unit.case.id,
             "repeat": unit.repeat,
             "prompt": arm.prompt.name,
-            "model": arm.model.spec,
+            "model": arm.model.label,  # the arm's model name (its spec unless named)
             "started_at": utc_now(),
             "latency_ms": None,
             "attempts": 0,

@@ -25,6 +25,7 @@ from ..stats.intervals import icc_anova, newcombe
 from ..stats.planning import MAX_REPEATS, paired_repeats, size_plan, unpaired_repeats
 from ..stats.tests import boschloo_affordable, boschloo_p, holm
 from ..stats.verdict import generalisation, paired_verdict, unpaired_verdict, word
+from .pairs import chosen, pair_arms
 from .report import metric_object
 from .tables import table, wrap
 
@@ -277,7 +278,7 @@ def parse_selector(text: str) -> tuple[Path, dict[str, str]]:
 
 def select_arm(text: str, counts: CountsTable) -> ArmCounts:
     _, filters = parse_selector(text)
-    arms = [a for a in counts.arms if all(getattr(a, k) == v for k, v in filters.items())]
+    arms = chosen(filters, counts)
     if len(arms) != 1:
         problem = "matches no arm" if not arms else f"matches {len(arms)} arms"
         listing = "; ".join(a.label for a in counts.arms)
@@ -419,11 +420,15 @@ def compare_runs(
     classification: int | None = None,
     top_k: int | None = None,
     hints: bool = True,
+    typed: tuple[str, str] | None = None,
 ) -> dict[str, Any]:
     """Compare two selected arms on each metric; each run directory is read once. Several
-    metrics are one family: Holm-adjusted p-values decide their verdicts."""
-    run_a, _ = parse_selector(a)
-    run_b, _ = parse_selector(b)
+    metrics are one family: Holm-adjusted p-values decide their verdicts. Two runs of several
+    arms compare arm by arm (each arm of A with the arm of the same name in B): every pair and
+    metric is then one row of one family, and its sides are named by the runs as `typed`
+    (e.g. `latest~1`, `latest`)."""
+    run_a, filters_a = parse_selector(a)
+    run_b, filters_b = parse_selector(b)
     tables: dict[Path, CountsTable] = {}
     for run in (run_a, run_b):
         key = run.resolve()
@@ -435,19 +440,29 @@ def compare_runs(
     for metric in names:
         if metric not in known:
             raise InputError(f"unknown metric {metric!r} (known: {', '.join(known)})")
-    arm_a, arm_b = select_arm(a, counts_a), select_arm(b, counts_b)
-    name_a, name_b = arm_names(counts_a, arm_a, counts_b, arm_b)
+    pairs, unpaired = pair_arms(run_a, filters_a, counts_a, run_b, filters_b, counts_b)
     results, sides = [], []
-    for metric in names:
-        side_a = side_of(a, counts_a, arm_a, metric, name_a)
-        side_b = side_of(b, counts_b, arm_b, metric, name_b)
-        if all_metrics and (not side_a.per_case or not side_b.per_case):
-            continue  # --all: e.g. no case has `expect`, so declared_correct has no samples
-        result = compare_sides(side_a, side_b, metric, alpha, hints=False, rule=known[metric])
-        if counts_a is counts_b:
-            _apply_sequential(counts_a, arm_a, arm_b, result)
-        results.append(result)
-        sides.append((side_a, side_b))
+    for pair in pairs:
+        arm_a, arm_b = pair.a, pair.b
+        name_a, name_b = arm_names(counts_a, arm_a, counts_b, arm_b)
+        if pair.name is not None:  # the same arm in two runs: the runs tell them apart
+            name_a, name_b = (str(parse_selector(t)[0]) for t in typed) if typed else (run_a.name, run_b.name)
+        # A pair found by name is labelled with the selector that picks each of its arms.
+        label_a = a if pair.name is None else f"{run_a}#prompt={arm_a.prompt},model={arm_a.model}"
+        label_b = b if pair.name is None else f"{run_b}#prompt={arm_b.prompt},model={arm_b.model}"
+        for metric in names:
+            side_a = side_of(label_a, counts_a, arm_a, metric, name_a)
+            side_b = side_of(label_b, counts_b, arm_b, metric, name_b)
+            if all_metrics and (not side_a.per_case or not side_b.per_case):
+                continue  # --all: e.g. no case has `expect`, so declared_correct has no samples
+            result = compare_sides(side_a, side_b, metric, alpha, hints=False, rule=known[metric])
+            if counts_a is counts_b:
+                _apply_sequential(counts_a, arm_a, arm_b, result)
+            if pair.name is not None:
+                result["pair"] = pair.name
+                result["notes"].extend(unpaired)
+            results.append(result)
+            sides.append((side_a, side_b))
     adjust(results, alpha)
     if hints:
         for result, (side_a, side_b) in zip(results, sides, strict=True):
@@ -590,11 +605,21 @@ def render_comparison(
     if not results:
         return "no metric has samples on both sides"
     first = results[0]
-    out = [
-        f"A = {first['a']['name']} ({first['a']['label']})",
-        f"B = {first['b']['name']} ({first['b']['label']})",
-        "",
-    ]
+    by_pair = "pair" in first  # two runs compared arm by arm
+    if by_pair:
+        out = [
+            f"A = {first['a']['name']} ({parse_selector(first['a']['label'])[0]})",
+            f"B = {first['b']['name']} ({parse_selector(first['b']['label'])[0]})",
+            f"arm by arm: {', '.join(dict.fromkeys(r['pair'] for r in results))} (each arm of A against the "
+            "arm of the same name in B)",
+            "",
+        ]
+    else:
+        out = [
+            f"A = {first['a']['name']} ({first['a']['label']})",
+            f"B = {first['b']['name']} ({first['b']['label']})",
+            "",
+        ]
     family = len(results) > 1
     rows = []
     for r in results:
@@ -602,6 +627,7 @@ def render_comparison(
         effect = r["effect"]
         rows.append(
             [
+                *([r["pair"]] if by_pair else []),
                 r["metric"],
                 f"{a['k']}/{a['n']}",
                 _pct(a["rate"]),
@@ -619,6 +645,7 @@ def render_comparison(
             ]
         )
     headers = [
+        *(["arm"] if by_pair else []),
         "metric",
         "A k/n",
         "A",
@@ -650,13 +677,16 @@ def render_comparison(
     out.append("")
     for r in results:
         prefix = f"{r['metric']}: " if family else ""
+        if by_pair:
+            prefix = f"{r['pair']}, {prefix}"
         out.append(prefix + sentence(r))
         generalise = generalise_sentence(r)
         if generalise:
             out.append(prefix + generalise)
     if family:
         out.append(
-            f"p Holm: p-values adjusted for comparing {len(results)} metrics at once (Holm); the verdicts "
+            f"p Holm: p-values adjusted for comparing {len(results)} {'rows' if by_pair else 'metrics'} at "
+            "once (Holm); the verdicts "
             "and --fail-if-worse use them, so the chance of any false alarm stays at alpha"
         )
     if not family and first.get("paired"):
@@ -708,8 +738,9 @@ def failure_line(result: dict[str, Any]) -> str:
     p_text = f"{result['test']} p = {_p(result['p_value'])}"
     if result.get("p_adjusted") is not None and result["p_adjusted"] != result["p_value"]:
         p_text += f", Holm-adjusted {_p(result['p_adjusted'])}"
+    where = f" ({result['pair']})" if result.get("pair") else ""
     return (
-        f"FAIL: {result['metric']} got worse: {result['a']['name']} {_pct(result['a']['rate'])} -> "
+        f"FAIL: {result['metric']}{where} got worse: {result['a']['name']} {_pct(result['a']['rate'])} -> "
         f"{result['b']['name']} {_pct(result['b']['rate'])} ({_points(effect['estimate'])} points, 95% CI "
         f"{_points(lo)} to {_points(hi)}; {direction}; {p_text})"
     )

@@ -94,6 +94,7 @@ def _arm(arm: ArmCounts, counts: CountsTable, by_tag: bool) -> dict[str, Any]:
     result: dict[str, Any] = {
         "prompt": arm.prompt,
         "model": arm.model,
+        "model_spec": arm.spec,
         "samples": arm.samples,
         "errors": arm.errors,
         "error_kinds": dict(arm.error_kinds),
