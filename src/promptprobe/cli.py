@@ -173,7 +173,7 @@ def emit_stream(pieces: Iterator[str], output: Path | None = None) -> None:
     the first piece arrives, so an error before it leaves none behind."""
     if output is None:
         for piece in pieces:
-            click.echo(SCRUBBER.text(piece), nl=False)
+            say(piece, nl=False)
         return
     fd = None
     try:
@@ -190,7 +190,7 @@ def emit_stream(pieces: Iterator[str], output: Path | None = None) -> None:
     finally:
         if fd is not None:
             os.close(fd)
-    click.echo(f"wrote {output}", err=True)
+    say(f"wrote {output}", err=True)
 
 
 def _open_private(output: Path) -> int:
@@ -266,9 +266,9 @@ def init(directory: Path, force: bool) -> None:
     from .scaffold import init_project
 
     written = init_project(directory, force)
-    click.echo("\n".join(f"wrote {path}" for path in written))
+    say("\n".join(f"wrote {path}" for path in written))
     where = "" if directory == Path(".") else f"cd {directory} && "
-    click.echo(
+    say(
         f"next: {where}probe check probe.toml probes/example.toml prompts/assistant.md\n"
         "      probe run probes/example.toml --prompt prompts/assistant.md --dry-run\n"
         "then point [retrieval] in probe.toml at your system's search and [run] models at your model"

@@ -71,8 +71,11 @@ class ModelSpec:
         }
 
 
-def parse_model_spec(spec: str, api_key_env: str | None = None, **cloud: str | None) -> ModelSpec:
-    """Parse `PROVIDER:MODEL[@BASE_URL]` (the form only: providers.parse_spec checks the provider)."""
+def parse_model_spec(
+    spec: str, api_key_env: str | None = None, check_url: bool = True, **cloud: str | None
+) -> ModelSpec:
+    """Parse `PROVIDER:MODEL[@BASE_URL]` (the form only: providers.parse_spec checks the provider).
+    `check_url=False` reads a recorded spec, whose URL credentials were scrubbed when recorded."""
     if not isinstance(spec, str):
         raise InputError(
             f"model {spec!r}: a model spec is text such as openai:gpt-4.1-mini, not {type(spec).__name__}"
@@ -95,7 +98,7 @@ def parse_model_spec(spec: str, api_key_env: str | None = None, **cloud: str | N
         raise InputError(
             f"model {spec!r}: an Azure model is azure:DEPLOYMENT@https://RESOURCE.openai.azure.com"
         )
-    if base_url:
+    if base_url and check_url:
         problem = url_problem(base_url)
         if problem:
             raise InputError(f"model {spec!r}: {base_url!r} is not a usable URL ({problem})")
@@ -155,5 +158,5 @@ def check_names(models: Sequence[ModelSpec]) -> None:
 def model_of(recorded: dict[str, Any]) -> ModelSpec:
     """A model as a manifest records it (`to_dict`); runs recorded before names have none."""
     cloud = {key: recorded.get(key) for key in ("api_version", "region", "project")}
-    parsed = parse_model_spec(recorded["spec"], recorded.get("api_key_env"), **cloud)
+    parsed = parse_model_spec(recorded["spec"], recorded.get("api_key_env"), check_url=False, **cloud)
     return replace(parsed, name=recorded["name"]) if recorded.get("name") else parsed
