@@ -20,7 +20,7 @@ Intervals are clipped to [-1, 1].
 """
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from .intervals import t_critical, z_critical
@@ -30,15 +30,32 @@ MANTEL_HAENSZEL = "Mantel-Haenszel risk difference over cases (Sato variance)"
 MEAN_OF_CASES = "difference of mean per-case rates (Welch t over cases)"
 
 
-@dataclass(frozen=True)
+Bounds = tuple[float, float]
+
+
+@dataclass
 class Effect:
+    """B - A and an interval; `bounds` may be a function computing the interval when first read
+    (the paired verdict's interval inverts the exact test, which a verdict alone need not pay for)."""
+
     estimate: float
-    interval: tuple[float, float]
+    bounds: "Bounds | None | Callable[[], Bounds | None]"
     method: str
     sign: int  # the exact sign of the estimate: +1 B ahead, -1 A ahead, 0 neither
 
+    @property
+    def interval(self) -> Bounds | None:
+        if callable(self.bounds):
+            self.bounds = self.bounds()
+        return self.bounds
+
     def to_dict(self) -> dict[str, object]:
-        return {"estimate": self.estimate, "interval": list(self.interval), "method": self.method}
+        interval = self.interval
+        return {
+            "estimate": self.estimate,
+            "interval": None if interval is None else list(interval),
+            "method": self.method,
+        }
 
 
 def _clip(low: float, high: float) -> tuple[float, float]:
