@@ -128,3 +128,62 @@ def mean_of_cases(
         crit = z_critical(confidence)
     half = crit * se
     return Effect(estimate, _clip(estimate - half, estimate + half), MEAN_OF_CASES, sign)
+
+
+DISCORDANT = "difference of discordant pairs over the rounds (anytime-valid confidence sequence)"
+
+
+def discordant_interval(
+    totals: Sequence[tuple[int, int]], pairs: int, alpha: float, mixture: float
+) -> tuple[float, tuple[float, float]] | None:
+    """The sequential rule's own interval, as (estimate, interval) for B - A.
+
+    `totals` are (B-higher discordant pairs, discordant pairs) after each round at which the rule
+    could stop; `pairs` the pairs asked in all. q, the chance that a discordant pair has B's
+    outcome the success, is in the confidence sequence while the Beta mixture's likelihood ratio
+    against q stays below 1/alpha at every one of those rounds (the test is q = 1/2, so 1/2 is
+    excluded exactly when the rule's p = 1 / max e decides). Each round's set is an interval
+    (the log ratio is convex in q); their intersection is reported on the points scale as
+    D·(2q - 1), D the share of pairs that were discordant, with the estimate the point of it
+    nearest the last round's s/d. None when the rounds' sets do not meet (the data contradict
+    every q, which happens with probability at most alpha)."""
+    from .sequential import log_beta
+    from .tests import decision_limit
+
+    threshold = -math.log(decision_limit(alpha))
+    low, high = 0.0, 1.0
+    for s, d in totals:
+        if d == 0:
+            continue
+        base = log_beta(s + mixture, d - s + mixture) - log_beta(mixture, mixture)
+
+        def log_ratio(q: float, s: int = s, d: int = d, base: float = base) -> float:
+            with_s = s * math.log(q) if s else 0.0
+            with_f = (d - s) * math.log1p(-q) if d - s else 0.0
+            return base - with_s - with_f
+
+        centre = s / d
+        ends = []
+        for end in (0.0, 1.0):
+            inside, outside = centre, end
+            if (end == 0.0 and s == 0) or (end == 1.0 and s == d):
+                ends.append(end)  # the ratio stays below its bound all the way to this end
+                continue
+            for _ in range(100):
+                middle = (inside + outside) / 2
+                if middle in (inside, outside):
+                    break
+                if log_ratio(middle) < threshold:
+                    inside = middle
+                else:
+                    outside = middle
+            ends.append(inside)
+        low, high = max(low, ends[0]), min(high, ends[1])
+    if low > high:
+        return None
+    s_last, d_last = totals[-1] if totals else (0, 0)
+    if not d_last or not pairs:
+        return 0.0, (-1.0, 1.0)
+    share = d_last / pairs
+    q = min(max(s_last / d_last, low), high)
+    return share * (2 * q - 1), (share * (2 * low - 1), share * (2 * high - 1))
