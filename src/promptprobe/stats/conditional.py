@@ -21,10 +21,11 @@ The risk-difference scale: RD(theta) = (E_0[S] - E_theta[S]) / Σ w_i, w_i = nA_
 is Σ w_i·(E_theta[b_i]/nB_i - E_theta[a_i]/nA_i) / Σ w_i, the weighted difference of the rates the
 conditional model expects in each case. It is 0 at theta = 0, strictly increasing in theta, and at
 theta_hat (where E[S] = S) it is the Mantel-Haenszel risk difference: the estimate shown is the
-point of the interval the test likes best. An endpoint at infinite theta (the observed total at
-the end of its range, or no case that can move) is clipped to ±100 points on the open side; the
-estimate's own infinite theta maps to the limit of RD, the largest difference the cases' margins
-allow.
+point of the interval the test likes best. An infinite theta (the observed total at the end of
+its range) maps to the limit of RD, the largest difference the cases' margins allow; with no case
+that can move the interval is [-1, 1]. The paired verdict (promptprobe.stats.verdict) widens the
+far end to Sato's interval where that is wider: conditioned on each case's margins, this mapping
+cannot see how uncertain the per-question rates themselves are.
 
 The search: p(theta) from one distribution of S computed at a centre (a convolution of the cases'
 noncentral hypergeometrics) and tilted by exp(-(theta - centre)·s) for every other theta, which is
@@ -475,8 +476,7 @@ def conditional_interval(
             estimate if estimate == math.inf else _outermost(model, high_start, 1, limit),
         )
     rd_estimate = model.risk_difference(estimate) if estimate_rd is None else estimate_rd
-    low = -1.0 if theta[0] == -math.inf else model.risk_difference(theta[0])
-    high = 1.0 if theta[1] == math.inf else model.risk_difference(theta[1])
+    low, high = model.risk_difference(theta[0]), model.risk_difference(theta[1])
     low, high = min(low, rd_estimate), max(high, rd_estimate)
     if decided:  # rounding must not carry an endpoint across 0
         if direction > 0:
