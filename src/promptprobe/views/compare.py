@@ -19,7 +19,7 @@ several metrics alpha·p/p_adjusted, so that it excludes 0 exactly when p_adjust
 
 import re
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -396,6 +396,28 @@ def side_of(text: str, counts: CountsTable, arm: ArmCounts, metric: str, name: s
     return Side(text, per_case, questions, str(counts.run), counts.probeset.sha256, name)
 
 
+def _applies_across(
+    a: Side, b: Side, counts_a: CountsTable, counts_b: CountsTable, metric: str
+) -> tuple[Side, Side]:
+    """Two runs: a case where every sample of one run failed (so that run cannot tell whether a
+    user's check applies to it) is left out of the check when the other run's outputs say it
+    does not apply, as that run left it out: the design stays paired."""
+    seen_a = counts_a.check_applies.get(metric)
+    seen_b = counts_b.check_applies.get(metric)
+    if seen_a is None and seen_b is None:
+        return a, b
+
+    def without(side: Side, own: dict[str, bool] | None, other: dict[str, bool] | None) -> Side:
+        own, other = own or {}, other or {}
+        dropped = [c for c in side.per_case if c not in own and other.get(c) is False]
+        if not dropped:
+            return side
+        kept = {c: cell for c, cell in side.per_case.items() if c not in dropped}
+        return replace(side, per_case=kept)
+
+    return without(a, seen_a, seen_b), without(b, seen_b, seen_a)
+
+
 def arm_names(
     counts_a: CountsTable, arm_a: ArmCounts, counts_b: CountsTable, arm_b: ArmCounts
 ) -> tuple[str, str]:
@@ -559,6 +581,8 @@ def compare_runs(
     for metric in names:
         side_a = side_of(a, counts_a, arm_a, metric, name_a)
         side_b = side_of(b, counts_b, arm_b, metric, name_b)
+        if counts_a is not counts_b:
+            side_a, side_b = _applies_across(side_a, side_b, counts_a, counts_b, metric)
         if all_metrics and (not side_a.per_case or not side_b.per_case):
             continue  # --all: e.g. no case has `expect`, so declared_correct has no samples
         result = compare_sides(side_a, side_b, metric, alpha, hints=False, rule=known[metric])

@@ -40,7 +40,7 @@ def sample_rows(
     run_dir: Path, sample: str | None = None, case: str | None = None, header: str | None = None
 ) -> tuple[list[str], list[dict[str, Any]]]:
     """(columns, rows) of the selected samples, with the latest reclassification applied."""
-    from ..counts import classifications
+    from ..counts import build_counts, classifications
 
     manifest = load_manifest(run_dir)
     probeset = parse_probeset(
@@ -52,6 +52,8 @@ def sample_rows(
     settings = settings_of(run_dir, manifest, number)
     metrics = metrics_for(settings)
     applicable = [name for name, m in metrics.items() if any(m.applies(c, settings) for c in cases.values())]
+    # Where a user's check applies is told by its outputs (the counts' rule for failed samples).
+    check_applies = build_counts(run_dir).check_applies if settings.user else {}
     _, chosen = select_samples(run_dir, sample, case, header)
     wanted = {record["sample_id"] for record in chosen}
     arms = {(a["prompt"], a["model"]): a.get("arm") for a in manifest["arms"]}
@@ -81,6 +83,8 @@ def sample_rows(
             metric = metrics[name]
             if case_obj is None or not metric.applies(case_obj, settings):
                 row[name] = None
+            elif error and check_applies.get(name, {}).get(record["case_id"]) is False:
+                row[name] = None  # a check that returned None for every output of this case
             elif error:
                 row[name] = 0 if metric.higher_is_better else 1
             elif name in outcomes:
