@@ -13,6 +13,7 @@ SMALL = {
     "compare_speed.py": ["--pairs", "3"],
     "effect_coverage.py": ["--trials", "20"],
     "gate_family.py": ["--trials", "20"],
+    "interval_agreement.py": ["--designs", "10", "--coverage-trials", "5"],
     "plan_power.py": ["--trials", "20"],
     "run_speed.py": ["--runs", "1"],
     "scale.py": ["--quick"],
