@@ -49,7 +49,7 @@ GRID = 64
 RECENTRES = 4  # new centres one p_values call may add before taking the nearest one's answer
 MAX_BREAKPOINTS = 4096
 BISECTIONS = 60
-THETA_TOLERANCE = 1e-8
+THETA_TOLERANCE = 1e-7
 # A centre's tilt is trusted while the mass beyond its cut-off support is below this (relative).
 TRUSTED_TAIL = 1e-8
 # Values this far below a distribution's largest are dropped (exp underflows near -745).
