@@ -48,10 +48,13 @@ THETA_LIMIT = 30.0
 GRID = 64
 RECENTRES = 4  # new centres one p_values call may add before taking the nearest one's answer
 MAX_BREAKPOINTS = 4096
-BISECTIONS = 60
+BISECTIONS = 20  # rounds of cutting the last gap into SECTIONS (to THETA_TOLERANCE)
+SECTIONS = 16
+SCAN_BATCH = 4  # doubling steps looked at together (out to 2 standard errors, then 32)
 THETA_TOLERANCE = 1e-7
-# A centre's tilt is trusted while the mass beyond its cut-off support is below this (relative).
-TRUSTED_TAIL = 1e-8
+# A centre's tilt is trusted while the mass beyond its cut-off support is below this (relative):
+# p to 1e-6 is far finer than any comparison with alpha needs.
+TRUSTED_TAIL = 1e-6
 # Values this far below a distribution's largest are dropped (exp underflows near -745).
 _LOG_FLOOR = -700.0
 # A case's values this far below its largest change no p-value that matters (at most G·e^-60 of
@@ -186,13 +189,19 @@ class ConditionalModel:
                 if not len(mine):
                     continue
                 p, trusted = _tilted_p(centre, thetas[mine], *self._ends())
-                last = attempt == RECENTRES
-                out[mine[trusted | last]] = p[trusted | last]  # the last round takes the best it has
+                out[mine[trusted]] = p[trusted]
                 still.extend(mine[~trusted])
             pending = np.array(sorted(still), dtype=int)
             if not len(pending):
                 break
-            self._centre_at(float(np.median(thetas[pending])))
+            if attempt < RECENTRES:
+                # A new centre where it is needed most: the pending theta farthest from every centre.
+                where = np.array([c.theta for c in self.centres])
+                gaps = np.abs(where[:, None] - thetas[pending]).min(axis=0)
+                self._centre_at(float(thetas[pending][int(np.argmax(gaps))]))
+        for index in pending:  # each on a centre of its own: as exact as double precision allows
+            centre = self._centre_at(float(thetas[index]))
+            out[index] = _tilted_p(centre, thetas[index : index + 1], *self._ends())[0][0]
         return out
 
     def _ends(self) -> tuple[int, int, int]:
@@ -370,40 +379,49 @@ def _outermost(
         return start
     if stop is None and model.p_at(direction * math.inf) > limit:
         return direction * math.inf
-    # Out by doubling steps until p stays far below the limit, `stop`, or effectively infinity;
-    # the segment searched finely runs from the last accepted point to the next one looked at
-    # (for a small design, where every value's probability is known, to the last one looked at).
-    step, quiet, far, inside, after = _scale(model, start), 0, start, start, None
+    # Out by doubling steps until p stays far below the limit, `stop`, or effectively infinity
+    # (all looked at in one go); the segment searched finely runs from the last accepted point to
+    # the next one looked at (a small design, where every value's probability is known and p can
+    # jump back up, to the last one looked at).
+    first = _scale(model, start)
+    steps = first * 2.0 ** np.arange(64)
+    points = start + direction * steps[: int(np.searchsorted(steps, 2 * THETA_LIMIT)) + 1]
+    ends = [stop] if stop is not None else []
+    ends.append(direction * THETA_LIMIT)
+    for end in ends:
+        beyond = np.nonzero((points - end) * direction >= 0)[0]
+        if len(beyond):
+            points = np.append(points[: beyond[0]], end)
     small = len(model.first_centre().logs) == model.s_max - model.s_min + 1
-    while quiet < 2:
-        far = start + direction * step
-        if stop is not None and (far - stop) * direction >= 0:
-            far = stop
-            after = after if after is not None else far
+    inside, after, quiet, far = start, None, 0, start
+    batch_size = SCAN_BATCH if small else 1  # a large design pays a convolution for a far theta
+    for batch in range(0, len(points), batch_size):
+        chunk = points[batch : batch + batch_size]
+        p = model.p_values(chunk)
+        if stop is not None and chunk[-1] == stop:
+            p[-1] = 0.0  # the verdict's own p rejected it
+        elif chunk[-1] == direction * THETA_LIMIT and p[-1] > limit:
+            return direction * math.inf
+        for theta, value in zip(chunk, p, strict=True):
+            far = float(theta)
+            if value > limit:
+                inside, after = far, None
+            elif after is None:
+                after = far
+            quiet = quiet + 1 if value < limit / 100 else 0
+            if quiet >= 2 or (quiet == 1 and not small):
+                break  # p does not come back up once it is this far below
+        if quiet >= 2 or (quiet == 1 and not small):
             break
-        if abs(far) >= THETA_LIMIT:
-            far = direction * THETA_LIMIT
-            if model.p_at(far) > limit:
-                return direction * math.inf
-            after = after if after is not None else far
-            break
-        p = model.p_at(far)
-        if p > limit:
-            inside, after = far, None
-        elif after is None:
-            after = far
-        quiet = quiet + 1 if p < limit / 100 else 0
-        step *= 2
-        if quiet == 1 and not small:
-            break  # a large design: p does not come back up once it is this far below
-    return _crossing(model, inside, far if small else after, limit)
+    return _crossing(model, inside, far if small else (after if after is not None else far), limit)
 
 
 def _crossing(model: ConditionalModel, accepted: float, end: float, limit: float) -> float:
     """The accepted point farthest from `accepted` on the segment to `end` (rejected): every
     accepted candidate (grid and the points where p can jump) counts, then bisection."""
     low, high = sorted((accepted, end))
-    grid = np.linspace(low, high, GRID)
+    small = len(model.first_centre().logs) == model.s_max - model.s_min + 1
+    grid = np.linspace(low, high, GRID if small else SECTIONS)
     candidates = np.unique(np.concatenate([grid, _limits(model.breakpoints(low, high))]))
     candidates = candidates[(candidates >= low) & (candidates <= high)]
     p = model.p_values(candidates)
@@ -417,14 +435,19 @@ def _crossing(model: ConditionalModel, accepted: float, end: float, limit: float
     if last + 1 >= len(order):
         return inside
     outside = float(candidates[order[last + 1]])
+    # Between two neighbouring candidates p does not jump: cut the gap into SECTIONS at a time.
     for _ in range(BISECTIONS):
         if abs(outside - inside) <= THETA_TOLERANCE * max(1.0, abs(inside)):
             break
-        middle = (inside + outside) / 2
-        if middle != 0.0 and model.p_at(middle) > limit:
-            inside = middle
+        points = inside + (outside - inside) * np.arange(1, SECTIONS) / SECTIONS
+        values = model.p_values(points)
+        values[points == 0.0] = 0.0
+        accepted = np.nonzero(values > limit)[0]
+        if len(accepted):
+            inside = float(points[accepted[-1]])
+            outside = float(points[accepted[-1] + 1]) if accepted[-1] + 1 < len(points) else outside
         else:
-            outside = middle
+            outside = float(points[0])
     return inside
 
 
