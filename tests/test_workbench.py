@@ -414,9 +414,9 @@ def test_sequential_runs_read_as_decided_not_unfinished(tmp_path):
     assert result.exit_code == 0, result.output
     assert re.search(r"24 samples \(at most \d+ if it ran to its cap\)", result.stdout)
     assert re.search(
-        r"sequential on header_present: B>A \(b's rate is higher\), decided at round 2 "
+        r"sequential on header_present: b better: B>A \(b's rate is higher\), decided at round 2 "
         r"\(cap \d+ rounds\)",
-        result.stdout,
+        result.stdout.replace("\n  ", " "),  # one wrapped line
     )
     assert "run: " in result.stderr.splitlines()[1]  # the run directory, said as the run starts
 
