@@ -88,12 +88,14 @@ def compare_sides(
     exact: bool = True,
     hints: bool = True,
     rule: Metric | None = None,
+    settled: bool = True,
 ) -> dict[str, Any]:
     """The compare object for B - A on one metric (`exact=False` skips Boschloo; `hints=False`
     leaves the sample-size hints out, for `add_hints` to add once a family is adjusted; `rule`:
     the metric itself when it is a run's own [[check]]).
 
-    Its verdict uses this metric's own p; `adjust` re-decides a family of them with Holm."""
+    Its verdict uses this metric's own p; `adjust` re-decides a family of them with Holm
+    (`settled=False` leaves the settling to it, so that no interval is computed twice)."""
     rule = rule or METRICS[metric]
     higher = rule.higher_is_better
     sa, sb = _summary(a, rule), _summary(b, rule)
@@ -175,7 +177,8 @@ def compare_sides(
         "_interval_at": decision.interval_at,
         "_failed": failed,
     }
-    settle(result, decision.p_value, alpha)
+    if settled:
+        settle(result, decision.p_value, alpha)
     if hints:
         add_hints(result, a, b, alpha)
     return result
@@ -585,12 +588,16 @@ def compare_runs(
             side_a, side_b = _applies_across(side_a, side_b, counts_a, counts_b, metric)
         if all_metrics and (not side_a.per_case or not side_b.per_case):
             continue  # --all: e.g. no case has `expect`, so declared_correct has no samples
-        result = compare_sides(side_a, side_b, metric, alpha, hints=False, rule=known[metric])
+        result = compare_sides(side_a, side_b, metric, alpha, hints=False, rule=known[metric], settled=False)
         if counts_a is counts_b:
             _apply_sequential(counts_a, arm_a, arm_b, result, alpha)
         results.append(result)
         sides.append((side_a, side_b))
-    adjust(results, alpha)
+    if len(results) > 1:
+        adjust(results, alpha)
+    for result in results:
+        if "words" not in result:  # one metric: its own p decides
+            settle(result, result["p_value"], alpha)
     if hints:
         for result, (side_a, side_b) in zip(results, sides, strict=True):
             add_hints(result, side_a, side_b, alpha)
