@@ -37,7 +37,7 @@ are few enough, then bisection to 1e-9 between the outermost accepted candidate 
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -87,7 +87,7 @@ class ConditionalModel:
     base: np.ndarray  # log C(nA, a)·C(nB, t - a), relative within each case
     starts: np.ndarray  # where each moving case starts in `values`
     fixed: int  # A's successes in the cases that cannot move
-    centres: list[_Centre] = field(default_factory=list)
+    pvalues: "PFunction | None" = None
 
     @property
     def moving(self) -> bool:
@@ -95,7 +95,8 @@ class ConditionalModel:
 
     # -- per-case moments (exact at any theta, no convolution) ------------------------------
 
-    def _weights(self, theta: float) -> tuple[np.ndarray, np.ndarray]:
+    def weights(self, theta: float) -> tuple[np.ndarray, np.ndarray]:
+        """Each moving case's noncentral hypergeometric weights at theta, and their sums."""
         logs = self.base - theta * self.values
         tops = np.maximum.reduceat(logs, self.starts)
         counts = np.diff(np.append(self.starts, len(self.values)))
@@ -110,13 +111,13 @@ class ConditionalModel:
             return float(self.s_max)
         if not self.moving:
             return float(self.s_min)
-        weights, totals = self._weights(theta)
+        weights, totals = self.weights(theta)
         return self.fixed + float((np.add.reduceat(weights * self.values, self.starts) / totals).sum())
 
     def variance(self, theta: float) -> float:
         if not self.moving or math.isinf(theta):
             return 0.0
-        weights, totals = self._weights(theta)
+        weights, totals = self.weights(theta)
         first = np.add.reduceat(weights * self.values, self.starts) / totals
         second = np.add.reduceat(weights * self.values**2, self.starts) / totals
         return float(np.maximum(second - first**2, 0.0).sum())
@@ -154,23 +155,37 @@ class ConditionalModel:
             return -math.inf
         return self.solve(self.observed)
 
-    # -- the distribution of S and the p-value at any theta --------------------------------
+    def p_function(self) -> "PFunction":
+        """The p-value at any theta (one per model: its distributions of S serve every level)."""
+        if self.pvalues is None:
+            self.pvalues = PFunction(self)
+        return self.pvalues
+
+
+class PFunction:
+    """The two-sided conditional p at any theta: distributions of S computed at a few centres
+    (convolutions), tilted to every other theta while their cut-off tails cannot matter."""
+
+    def __init__(self, model: ConditionalModel) -> None:
+        self.model = model
+        self.centres: list[_Centre] = []
 
     def _centre_at(self, theta: float) -> _Centre:
-        weights, totals = self._weights(theta)
-        bounds = np.append(self.starts, len(self.values))
+        model = self.model
+        weights, totals = model.weights(theta)
+        bounds = np.append(model.starts, len(model.values))
         pieces = []
-        for i, start in enumerate(self.starts):
+        for i, start in enumerate(model.starts):
             pmf = weights[start : bounds[i + 1]] / totals[i]
             kept = np.nonzero(pmf > math.exp(_CASE_FLOOR))[0]
-            pieces.append((int(self.values[start + kept[0]]), pmf[kept[0] : kept[-1] + 1]))
+            pieces.append((int(model.values[start + kept[0]]), pmf[kept[0] : kept[-1] + 1]))
         low, dist = _tree(pieces)
         # The run of values around the largest that carry probability (FFT noise is 0 already).
         top = int(np.argmax(dist))
         zeros = np.nonzero(dist <= dist[top] * math.exp(_LOG_FLOOR))[0]
         first = int(zeros[zeros < top].max()) + 1 if (zeros < top).any() else 0
         last = int(zeros[zeros > top].min()) if (zeros > top).any() else len(dist)
-        centre = _Centre(theta, self.fixed + low + first, np.log(dist[first:last]))
+        centre = _Centre(theta, model.fixed + low + first, np.log(dist[first:last]))
         self.centres.append(centre)
         return centre
 
@@ -205,32 +220,39 @@ class ConditionalModel:
         return out
 
     def _ends(self) -> tuple[int, int, int]:
-        return self.observed, self.s_min, self.s_max
+        return self.model.observed, self.model.s_min, self.model.s_max
+
+    @property
+    def small(self) -> bool:
+        """Whether the first distribution of S holds every value of its support (nothing cut)."""
+        return len(self.first_centre().logs) == self.model.s_max - self.model.s_min + 1
 
     def first_centre(self) -> _Centre:
         """The distribution of S where the observed total is most likely (computed once)."""
         if not self.centres:
-            self._centre_at(_clip(self.estimate_theta(), self))
+            self._centre_at(_clip(self.model.estimate_theta(), self.model))
         return self.centres[0]
 
     def p_at(self, theta: float) -> float:
+        observed, s_min, s_max = self._ends()
         if theta == math.inf:
-            return 1.0 if self.observed == self.s_min else 0.0
+            return 1.0 if observed == s_min else 0.0
         if theta == -math.inf:
-            return 1.0 if self.observed == self.s_max else 0.0
+            return 1.0 if observed == s_max else 0.0
         return float(self.p_values(np.array([theta]))[0])
 
     def breakpoints(self, low: float, high: float) -> np.ndarray:
         """The thetas in (low, high) where some value's probability crosses the observed one's."""
         centre = self.first_centre()
         s = np.arange(len(centre.logs)) + centre.low
-        at = self.observed - centre.low
+        observed = self.model.observed
+        at = observed - centre.low
         if not 0 <= at < len(s):
             return np.empty(0)
-        other = s != self.observed
+        other = s != observed
         points = centre.theta + (
             centre.logs[other] - centre.logs[at] - math.log1p(RELATIVE_TOLERANCE)
-        ) / (s[other] - self.observed)
+        ) / (s[other] - observed)
         points = points[(points > low) & (points < high)]
         return np.sort(points) if len(points) <= MAX_BREAKPOINTS else np.empty(0)
 
@@ -354,16 +376,16 @@ def _scale(model: ConditionalModel, theta: float) -> float:
     return 0.25 / math.sqrt(max(model.variance(theta), 0.25))
 
 
-def _accepted_start(model: ConditionalModel, estimate: float, limit: float) -> float:
+def _accepted_start(pf: PFunction, estimate: float, limit: float) -> float:
     """A finite accepted theta on the estimate's side: the estimate itself (p = 1), or for an
     infinite estimate the first accepted point going out from the finite centre (inf if none)."""
     if not math.isinf(estimate):
         return estimate
     direction = 1 if estimate > 0 else -1
-    theta = model.first_centre().theta
-    step = _scale(model, theta)
+    theta = pf.first_centre().theta
+    step = _scale(pf.model, theta)
     while abs(theta) < THETA_LIMIT:
-        if model.p_at(theta) > limit:
+        if pf.p_at(theta) > limit:
             return theta
         theta += direction * step
         step *= 2
@@ -371,19 +393,19 @@ def _accepted_start(model: ConditionalModel, estimate: float, limit: float) -> f
 
 
 def _outermost(
-    model: ConditionalModel, start: float, direction: int, limit: float, stop: float | None = None
+    pf: PFunction, start: float, direction: int, limit: float, stop: float | None = None
 ) -> float:
     """The accepted theta farthest from `start` (accepted) in `direction`, not beyond `stop`
     (rejected, e.g. 0 when the verdict rejected it); ±inf when the end itself is accepted."""
     if math.isinf(start):
         return start
-    if stop is None and model.p_at(direction * math.inf) > limit:
+    if stop is None and pf.p_at(direction * math.inf) > limit:
         return direction * math.inf
     # Out by doubling steps until p stays far below the limit, `stop`, or effectively infinity
     # (all looked at in one go); the segment searched finely runs from the last accepted point to
     # the next one looked at (a small design, where every value's probability is known and p can
     # jump back up, to the last one looked at).
-    first = _scale(model, start)
+    first = _scale(pf.model, start)
     steps = first * 2.0 ** np.arange(64)
     points = start + direction * steps[: int(np.searchsorted(steps, 2 * THETA_LIMIT)) + 1]
     ends = [stop] if stop is not None else []
@@ -392,12 +414,12 @@ def _outermost(
         beyond = np.nonzero((points - end) * direction >= 0)[0]
         if len(beyond):
             points = np.append(points[: beyond[0]], end)
-    small = len(model.first_centre().logs) == model.s_max - model.s_min + 1
+    small = pf.small
     inside, after, quiet, far = start, None, 0, start
     batch_size = SCAN_BATCH if small else 1  # a large design pays a convolution for a far theta
     for batch in range(0, len(points), batch_size):
         chunk = points[batch : batch + batch_size]
-        p = model.p_values(chunk)
+        p = pf.p_values(chunk)
         if stop is not None and chunk[-1] == stop:
             p[-1] = 0.0  # the verdict's own p rejected it
         elif chunk[-1] == direction * THETA_LIMIT and p[-1] > limit:
@@ -413,18 +435,18 @@ def _outermost(
                 break  # p does not come back up once it is this far below
         if quiet >= 2 or (quiet == 1 and not small):
             break
-    return _crossing(model, inside, far if small else (after if after is not None else far), limit)
+    return _crossing(pf, inside, far if small else (after if after is not None else far), limit)
 
 
-def _crossing(model: ConditionalModel, accepted: float, end: float, limit: float) -> float:
+def _crossing(pf: PFunction, accepted: float, end: float, limit: float) -> float:
     """The accepted point farthest from `accepted` on the segment to `end` (rejected): every
     accepted candidate (grid and the points where p can jump) counts, then bisection."""
     low, high = sorted((accepted, end))
-    small = len(model.first_centre().logs) == model.s_max - model.s_min + 1
+    small = pf.small
     grid = np.linspace(low, high, GRID if small else SECTIONS)
-    candidates = np.unique(np.concatenate([grid, _limits(model.breakpoints(low, high))]))
+    candidates = np.unique(np.concatenate([grid, _limits(pf.breakpoints(low, high))]))
     candidates = candidates[(candidates >= low) & (candidates <= high)]
-    p = model.p_values(candidates)
+    p = pf.p_values(candidates)
     p[candidates == 0.0] = 0.0 if end == 0.0 else p[candidates == 0.0]  # the verdict's own p at 0
     order = np.argsort(np.abs(candidates - accepted), kind="stable")
     ok = np.nonzero(p[order] > limit)[0]
@@ -440,7 +462,7 @@ def _crossing(model: ConditionalModel, accepted: float, end: float, limit: float
         if abs(outside - inside) <= THETA_TOLERANCE * max(1.0, abs(inside)):
             break
         points = inside + (outside - inside) * np.arange(1, SECTIONS) / SECTIONS
-        values = model.p_values(points)
+        values = pf.p_values(points)
         values[points == 0.0] = 0.0
         accepted = np.nonzero(values > limit)[0]
         if len(accepted):
@@ -486,17 +508,18 @@ def conditional_interval(
     estimate = model.estimate_theta()
     if decided and sign == 0:
         raise ValueError("a decided verdict has a direction")
-    start = _accepted_start(model, estimate, limit)
+    pf = model.p_function()
+    start = _accepted_start(pf, estimate, limit)
     if decided:
         direction = sign
-        near = _outermost(model, start, -direction, limit, stop=0.0)
-        far = estimate if math.isinf(estimate) else _outermost(model, start, direction, limit)
+        near = _outermost(pf, start, -direction, limit, stop=0.0)
+        far = estimate if math.isinf(estimate) else _outermost(pf, start, direction, limit)
         theta = (near, far) if direction > 0 else (far, near)
     else:
         low_start, high_start = min(0.0, start), max(0.0, start)
         theta = (
-            estimate if estimate == -math.inf else _outermost(model, low_start, -1, limit),
-            estimate if estimate == math.inf else _outermost(model, high_start, 1, limit),
+            estimate if estimate == -math.inf else _outermost(pf, low_start, -1, limit),
+            estimate if estimate == math.inf else _outermost(pf, high_start, 1, limit),
         )
     rd_estimate = model.risk_difference(estimate) if estimate_rd is None else estimate_rd
     low, high = model.risk_difference(theta[0]), model.risk_difference(theta[1])
