@@ -31,6 +31,8 @@ from ..stats.effect import DISCORDANT, discordant_interval
 from ..stats.intervals import icc_anova, newcombe
 from ..stats.planning import MAX_REPEATS, paired_repeats, size_plan, unpaired_repeats
 from ..stats.sequential import KT
+from ..stats.sequential_interval import METHOD as STAGEWISE
+from ..stats.sequential_interval import Rounds, sequential_interval
 from ..stats.tests import boschloo_affordable, boschloo_p, decides, holm
 from ..stats.verdict import generalisation, paired_verdict, unpaired_verdict, word
 from .compare_words import describe, level, p_text, percent, points
@@ -256,7 +258,7 @@ def settle(
         interval = interval_at(level)
         decided = verdict != "indistinguishable"
         if interval is None:
-            why = "no interval of this test agrees with its verdict at this level"
+            why = result.get("_no_interval") or "no interval of this test agrees with its verdict here"
         elif (interval[0] > 0 or interval[1] < 0) != decided:
             interval = None
             why = "the interval at this level would contradict the verdict"
@@ -493,46 +495,76 @@ def _apply_sequential(
         decision = _flip(decision)
     if swapped:
         decision = _flip(decision)
-    # The anytime-valid p-value: 1 / the largest e-value at a round where the rule could stop.
-    counted = [line for line in lines if line.get("round", 0) >= rule.get("min_rounds", 1)]
-    e_max = max((line.get("e_value") or 0.0 for line in counted), default=0.0)
-    p_value = min(1.0, 1 / e_max) if e_max > 0 else 1.0
+    p_value, test, evidence = _sequential_evidence(rule, lines)
     sign = {"B>A": 1, "A>B": -1}.get(decision, _sign(result))
     if decision != "indistinguishable" and sign != _sign(result):
         result["notes"].append(
             "the samples counted here differ from the rounds the sequential rule decided on (a round was "
             "re-run on resume); the verdict is the rule's"
         )
-    totals = [_b_higher(line, legacy, swapped) for line in counted]
-    pairs = sum(line.get("pairs") or 0 for line in lines)
-    mixture = _mixture(rule.get("mixture"))
-    found = discordant_interval(totals, pairs, 0.05, mixture) if totals else None
-
-    def interval_at(level: float) -> tuple[float, float] | None:
-        answer = discordant_interval(totals, pairs, level, mixture) if totals else None
-        return answer[1] if answer else None
-
-    result["effect"] = {
-        "estimate": found[0] if found else result["effect"]["estimate"],
-        "interval": None,
-        "method": DISCORDANT,
-    }
+    interval_at, estimate, method = _sequential_interval(rule, lines, legacy, swapped, decision, p_value)
+    result["effect"] = {"estimate": estimate, "interval": None, "method": method}
     result.update(
         design="sequential",
         _sign=sign,
         _interval_at=interval_at,
-        _no_interval="the rounds disagree about the discordant pairs' share (probability at most alpha)",
-        test="sequential e-value on discordant pairs (anytime-valid)",
+        _no_interval=(
+            "the run stopped before its rule did, so the rule's test has no interval yet"
+            if not last.get("stop")
+            else "the rounds disagree about the discordant pairs' share (probability at most alpha)"
+        ),
+        test=test,
         p_value=p_value,
         e_value=last.get("e_value"),
     )
     settle(result, p_value, alpha, verdict=decision)
     result["notes"].append(
-        f"the verdict is the sequential decision after round {last.get('round')} "
-        f"(e = {last.get('e_value', 0):.3g}, threshold {rule['threshold']:g}; p = 1/e = {p_value:.3g}, valid "
-        "however often it was checked); fixed-n tests after optional stopping are not valid and are shown "
-        "for reference only"
+        f"the verdict is the sequential decision after round {last.get('round')} ({evidence}, valid however "
+        "often it was checked); fixed-n tests after optional stopping are not valid and are shown for "
+        "reference only"
     )
+
+
+def _sequential_interval(
+    rule: dict[str, Any],
+    lines: list[dict[str, Any]],
+    legacy: bool,
+    swapped: bool,
+    decision: str,
+    p_value: float,
+) -> tuple[Any, float, str]:
+    """(interval_at, the estimate, its method) of a sequential run: the exact boundary's stage-wise
+    test inverted, or for a run recorded under the earlier mixture e-value its confidence sequence."""
+    last = lines[-1]
+    if "lead" in last:
+        rounds = Rounds(
+            [line.get("discordant") or 0 for line in lines],
+            [line.get("lead_needed") for line in lines],
+            -last["lead"] if swapped else last["lead"],
+            sum(line.get("pairs") or 0 for line in lines),
+        )
+        decided = decision if decision in ("A>B", "B>A") else None
+        found = sequential_interval(rounds, p_value, 0.05, decided) if last.get("stop") else None
+
+        def interval_at(level: float) -> tuple[float, float] | None:
+            if not last.get("stop"):
+                return None
+            at_level = decided if decides(p_value, level) else None
+            return sequential_interval(rounds, p_value, level, at_level)[1]
+
+        estimate = found[0] if found else sequential_interval(rounds, 1.0, 0.05, None)[0]
+        return interval_at, estimate, STAGEWISE
+    counted = [line for line in lines if line.get("round", 0) >= rule.get("min_rounds", 1)]
+    totals = [_b_higher(line, legacy, swapped) for line in counted]
+    pairs = sum(line.get("pairs") or 0 for line in lines)
+    mixture = _mixture(rule.get("mixture"))
+    found_cs = discordant_interval(totals, pairs, 0.05, mixture) if totals else None
+
+    def sequence_at(level: float) -> tuple[float, float] | None:
+        answer = discordant_interval(totals, pairs, level, mixture) if totals else None
+        return answer[1] if answer else None
+
+    return sequence_at, (found_cs[0] if found_cs else 0.0), DISCORDANT
 
 
 def _b_higher(line: dict[str, Any], legacy: bool, swapped: bool) -> tuple[int, int]:
@@ -550,6 +582,29 @@ def _mixture(text: Any) -> float:
     """The Beta(a, a) mixture of a run's rule ("Beta(0.5, 0.5)"); the Krichevsky-Trofimov one when unsaid."""
     match = re.match(r"Beta\(([0-9.]+),", str(text or ""))
     return float(match.group(1)) if match else KT
+
+
+def _sequential_evidence(rule: dict[str, Any], lines: list[dict[str, Any]]) -> tuple[float, str, str]:
+    """(p, the test's name, what it saw) of a sequential run: the exact boundary's stage-wise p
+    where the run stopped, or an earlier run's 1 / the largest mixture e-value."""
+    last = lines[-1]
+    if "lead" not in last:
+        looks = [line for line in lines if line.get("round", 0) >= rule.get("min_rounds", 1)]
+        e_max = max((line.get("e_value") or 0.0 for line in looks), default=0.0)
+        p_value = min(1.0, 1 / e_max) if e_max > 0 else 1.0
+        said = f"e = {last.get('e_value', 0):.3g}, threshold {rule['threshold']:g}; p = 1/e = {p_value:.3g}"
+        return p_value, "sequential e-value on discordant pairs (anytime-valid)", said
+    test = "exact sequential boundary on discordant pairs (alpha spent over the rounds to the cap)"
+    lead = abs(last["lead"])
+    needed = last.get("lead_needed")
+    said = (
+        f"the leading arm was ahead by {lead} of {last['discordant_total']} discordant pairs, "
+        + (f"the boundary there {needed}" if needed else "no boundary yet")
+    )
+    if not last.get("stop"):
+        # Stopped by hand before the rule stopped it: no p-value is valid yet; 1 decides nothing.
+        return 1.0, test, said + "; the run stopped before its rule did, so p is shown as 1"
+    return last["p_value"], test, said + f"; stage-wise exact p = {last['p_value']:.3g}"
 
 
 def compare_runs(
