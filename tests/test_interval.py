@@ -24,6 +24,8 @@ from servers import LocalServer, Reply
 from promptprobe.cli import main
 from promptprobe.stats.conditional import conditional_interval, model_of
 from promptprobe.stats.effect import mantel_haenszel
+from promptprobe.stats.sequential import look
+from promptprobe.stats.sequential_interval import Rounds, sequential_interval, stagewise_p
 from promptprobe.stats.tests import RELATIVE_TOLERANCE, decides, decision_limit, stratified_exact
 from promptprobe.stats.verdict import paired_verdict
 from promptprobe.views.compare import Side, adjust, compare_sides, effective_alpha, finish, render_comparison
@@ -278,3 +280,74 @@ def test_every_html_verdict_box_of_the_demo_agrees_with_its_verdict(demo_run, tm
     # The Holm case of the issue: an undecided metric whose 95% interval would not have covered 0.
     undecided = [r for r in comparison["results"] if r["verdict"] == "indistinguishable"]
     assert any(r["effect"]["confidence"] > 0.95 for r in undecided)
+
+
+# -- the sequential boundary's interval ------------------------------------------------------------
+
+
+def enumerated_stagewise(rounds: Rounds, q: float) -> float:
+    """Every coin sequence of the rounds, followed through the recorded boundaries."""
+    total = sum(rounds.discordant)
+    extreme = 0.0
+    for coins in itertools.product((1, -1), repeat=total):
+        chance = math.prod(q if c > 0 else 1 - q for c in coins)
+        lead, used = 0, 0
+        for index, (count, needed) in enumerate(zip(rounds.discordant, rounds.needed, strict=True)):
+            lead += sum(coins[used : used + count])
+            used += count
+            if index < len(rounds.discordant) - 1:
+                if needed and abs(lead) >= needed:
+                    extreme += chance
+                    break
+            elif abs(lead) >= abs(rounds.lead):
+                extreme += chance
+    return extreme
+
+
+def recorded_rounds(discordant, b_higher, alpha=0.05, cap=10, min_rounds=2):
+    """The rule's looks over these rounds, as sequential.jsonl records them."""
+    looks = [look(discordant[: k + 1], b_higher[: k + 1], alpha, cap, min_rounds) for k in range(len(discordant))]
+    rounds = Rounds(list(discordant), [seen.needed for seen in looks], looks[-1].lead, 6 * len(discordant))
+    return rounds, looks[-1]
+
+
+def test_the_stagewise_p_at_one_half_is_the_rules_and_matches_enumeration():
+    rng = np.random.default_rng(12)
+    checked = 0
+    while checked < 25:
+        k = int(rng.integers(1, 5))
+        discordant = [int(x) for x in rng.integers(0, 5, k)]
+        b_higher = [int(rng.integers(0, d + 1)) for d in discordant]
+        try:
+            rounds, last = recorded_rounds(discordant, b_higher)
+        except ValueError:
+            continue  # the rule decided before the last of these rounds
+        if sum(discordant) > 12:
+            continue
+        checked += 1
+        assert stagewise_p(rounds, np.array([0.5]))[0] == pytest.approx(last.p_value, abs=1e-12)
+        for q in (0.2, 0.5, 0.7, 0.95):
+            assert stagewise_p(rounds, np.array([q]))[0] == pytest.approx(enumerated_stagewise(rounds, q), abs=1e-12)
+
+
+def test_the_sequential_interval_excludes_0_exactly_when_the_run_decided():
+    rng = np.random.default_rng(13)
+    seen = {True: 0, False: 0}
+    for _ in range(300):
+        k = int(rng.integers(2, 8))
+        lean = float(rng.choice([0.5, 0.7, 0.9]))
+        discordant = [int(x) for x in rng.integers(0, 7, k)]
+        b_higher = [int(rng.binomial(d, lean)) for d in discordant]
+        try:
+            rounds, last = recorded_rounds(discordant, b_higher, cap=k)
+        except ValueError:
+            continue
+        decided = last.decision is not None
+        for alpha in (0.05, 0.01):
+            at_level = last.decision if last.p_value <= decision_limit(alpha) else None
+            estimate, (low, high) = sequential_interval(rounds, last.p_value, alpha, at_level)
+            assert (low > 0 or high < 0) == (at_level is not None) and low <= estimate <= high
+            if at_level:
+                assert (low > 0) == (at_level == "B>A")
+        seen[decided] += 1
+    assert seen[True] > 20 and seen[False] > 20

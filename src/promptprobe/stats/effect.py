@@ -131,12 +131,18 @@ def mean_of_cases(
 
 
 DISCORDANT = "difference of discordant pairs over the rounds (anytime-valid confidence sequence)"
+KT_MIXTURE = 0.5  # the Beta(1/2, 1/2) mixture runs recorded before the exact boundary used
+
+
+def _log_beta(x: float, y: float) -> float:
+    return math.lgamma(x) + math.lgamma(y) - math.lgamma(x + y)
 
 
 def discordant_interval(
     totals: Sequence[tuple[int, int]], pairs: int, alpha: float, mixture: float
 ) -> tuple[float, tuple[float, float]] | None:
-    """The sequential rule's own interval, as (estimate, interval) for B - A.
+    """A sequential run recorded under the mixture e-value (before the exact boundary): that
+    rule's own interval, as (estimate, interval) for B - A.
 
     `totals` are (B-higher discordant pairs, discordant pairs) after each round at which the rule
     could stop; `pairs` the pairs asked in all. q, the chance that a discordant pair has B's
@@ -147,7 +153,6 @@ def discordant_interval(
     D·(2q - 1), D the share of pairs that were discordant, with the estimate the point of it
     nearest the last round's s/d. None when the rounds' sets do not meet (the data contradict
     every q, which happens with probability at most alpha)."""
-    from .sequential import log_beta
     from .tests import decision_limit
 
     threshold = -math.log(decision_limit(alpha))
@@ -155,7 +160,7 @@ def discordant_interval(
     for s, d in totals:
         if d == 0:
             continue
-        base = log_beta(s + mixture, d - s + mixture) - log_beta(mixture, mixture)
+        base = _log_beta(s + mixture, d - s + mixture) - _log_beta(mixture, mixture)
 
         def log_ratio(q: float, s: int = s, d: int = d, base: float = base) -> float:
             with_s = s * math.log(q) if s else 0.0

@@ -106,6 +106,7 @@ def sequential_interval(
         high = min(high, np.nextafter(0.5, 0.0))
     else:
         low, high = min(low, 0.5), max(high, 0.5)
+    low, high = float(low), float(high)
     observed = min(max((discordant + rounds.lead) / (2 * discordant), low), high)
     interval = (share * (2 * low - 1), share * (2 * high - 1))
     return share * (2 * observed - 1), (max(-1.0, interval[0]), min(1.0, interval[1]))

@@ -27,10 +27,9 @@ from ..checks import METRICS, Metric
 from ..counts import ArmCounts, CountsTable, build_counts
 from ..errors import InputError
 from ..jsonio import dumps_pretty
-from ..stats.effect import DISCORDANT, discordant_interval
+from ..stats.effect import DISCORDANT, KT_MIXTURE, discordant_interval
 from ..stats.intervals import icc_anova, newcombe
 from ..stats.planning import MAX_REPEATS, paired_repeats, size_plan, unpaired_repeats
-from ..stats.sequential import KT
 from ..stats.sequential_interval import METHOD as STAGEWISE
 from ..stats.sequential_interval import Rounds, sequential_interval
 from ..stats.tests import boschloo_affordable, boschloo_p, decides, holm
@@ -581,7 +580,7 @@ def _b_higher(line: dict[str, Any], legacy: bool, swapped: bool) -> tuple[int, i
 def _mixture(text: Any) -> float:
     """The Beta(a, a) mixture of a run's rule ("Beta(0.5, 0.5)"); the Krichevsky-Trofimov one when unsaid."""
     match = re.match(r"Beta\(([0-9.]+),", str(text or ""))
-    return float(match.group(1)) if match else KT
+    return float(match.group(1)) if match else KT_MIXTURE
 
 
 def _sequential_evidence(rule: dict[str, Any], lines: list[dict[str, Any]]) -> tuple[float, str, str]:
