@@ -15,6 +15,7 @@ SMALL = {
     "export_scale.py": ["--samples", "200"],
     "gate_family.py": ["--trials", "20"],
     "pair_gate.py": ["--trials", "20"],
+    "interval_agreement.py": ["--designs", "10", "--coverage-trials", "5"],
     "plan_power.py": ["--trials", "20"],
     "run_speed.py": ["--runs", "1"],
     "scale.py": ["--quick"],

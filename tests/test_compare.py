@@ -142,7 +142,7 @@ def test_compare_inside_one_run(tmp_path):
     assert gate.stderr.startswith("FAIL: header_present got worse: old 100.0% -> new 13.3% (-87 points")
     assert compare_cli(f"{run}#prompt=new", f"{run}#prompt=old", "--fail-if-worse").exit_code == 0
     table = compare_cli(f"{run}#prompt=old", f"{run}#prompt=new").stdout
-    assert "A>B: new is worse than old on header_present: old 15/15, new 2/15 (B - A = -87 points" in table
+    assert "new worse on header_present: old 15/15, new 2/15 (B - A = -87 points" in table
     assert "cases that moved (5 of 5)" in table
     assert "would it generalise: not shown; 5 of 5 cases moved" in table  # sign test: 5 is not enough
 

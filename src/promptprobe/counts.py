@@ -6,6 +6,15 @@ number of samples (latencies are kept as one packed array per arm).
 
 A failed sample (no output) stays in every denominator it belongs to and counts as that
 metric's unfavourable outcome: a miss where higher is better, an event where lower is better.
+Which denominators it belongs to is decided without its output: a built-in metric applies by the
+case (its `expect`, `must_retrieve`, ...); a user's [[check]] applies to a case when it returned
+True or False for some sample of that case with an output, in any arm of the run. A failed sample
+on a case where the check returned None for every output is outside that metric, as a passing
+sample there would be, so both arms keep the same cases and the design stays paired. When no
+sample of the case has an output at all (every one failed, in every arm), nothing says whether
+the check applies: the failures count (errors never flatter an arm), the same in every arm.
+`check_applies` keeps what each run saw, so that a comparison of two runs decides such a case
+with the other run's outputs (promptprobe.views.compare).
 """
 
 import os
@@ -40,6 +49,8 @@ class ArmCounts:
     check_errors: Counter = field(default_factory=Counter)  # [[check]] name -> samples it failed on
     # metric -> case_id -> [successes, trials, failed samples among the trials]
     metrics: dict[str, dict[str, list[int]]] = field(default_factory=dict)
+    # user check -> case_id -> failed samples not yet counted (until it is known whether it applies)
+    pending: dict[str, dict[str, int]] = field(default_factory=dict)
     headers: dict[str, Counter] = field(default_factory=dict)
     input_tokens: int = 0
     output_tokens: int = 0
@@ -71,6 +82,9 @@ class CountsTable:
     simulated: bool = False
     warnings: list[str] = field(default_factory=list)
     sequential: list[dict[str, Any]] = field(default_factory=list)
+    # user check -> case_id -> True: it returned True/False for some output of the case; False: it
+    # returned None for every output; absent: no sample of the case had an output
+    check_applies: dict[str, dict[str, bool]] = field(default_factory=dict)
 
     @property
     def cases(self) -> dict[str, Case]:
@@ -237,7 +251,7 @@ class _Counter:
             )
             return
         table.recorded += 1
-        slot.count(sample, table.settings)
+        slot.count(sample, table.settings, table.check_applies)
         retrieval = sample.get("retrieval")
         if retrieval is not None:
             ids = retrieval.get("passage_ids") or ()
@@ -251,7 +265,19 @@ class _Counter:
             table.simulated = "SIMULATED" in ((sample.get("response") or {}).get("model") or "")
 
     def finish(self) -> None:
-        for arm in self.table.arms:
+        table = self.table
+        for arm in table.arms:
+            for name, per_case in arm.pending.items():
+                lower_is_better = not table.metrics[name].higher_is_better
+                seen = table.check_applies.get(name, {})
+                for case_id, failed in per_case.items():
+                    if seen.get(case_id) is False:
+                        continue  # the check does not apply to this case: outside the metric
+                    cell = arm.metrics[name].setdefault(case_id, [0, 0, 0])
+                    cell[0] += failed * lower_is_better
+                    cell[1] += failed
+                    cell[2] += failed
+            arm.pending = {}
             for per_case in arm.metrics.values():
                 for case_id in [c for c, cell in per_case.items() if cell[1] == 0]:
                     del per_case[case_id]  # no sample of this arm for this case
@@ -266,6 +292,8 @@ class _Counter:
             "simulated": table.simulated,
             "snapshots": table.snapshots,
             "empty": table.empty_retrievals,
+            "check_applies": table.check_applies,
+            "pending": [arm.pending for arm in table.arms],
             "arms": [
                 (
                     arm.samples,
@@ -293,6 +321,15 @@ class _Counter:
         for case_id, snapshots in part["snapshots"].items():
             table.snapshots.setdefault(case_id, Counter()).update(snapshots)
         table.empty_retrievals.update(part["empty"])
+        for name, per_case in part["check_applies"].items():
+            mine = table.check_applies.setdefault(name, {})
+            for case_id, applies in per_case.items():
+                mine[case_id] = mine.get(case_id, False) or applies
+        for arm, pending in zip(table.arms, part["pending"], strict=True):
+            for name, per_case in pending.items():
+                for case_id, failed in per_case.items():
+                    counted = arm.pending.setdefault(name, {})
+                    counted[case_id] = counted.get(case_id, 0) + failed
         for arm, (
             samples,
             errors,
@@ -447,7 +484,9 @@ class _Slot:
             derive = metric.outcome if overridden.intersection(metric.recompute_on) else None
             self.cells.append((cell, metric.higher_is_better, name, derive, metric.outcome))
 
-    def count(self, sample: dict[str, Any], settings: CheckSettings) -> None:
+    def count(
+        self, sample: dict[str, Any], settings: CheckSettings, applies: dict[str, dict[str, bool]]
+    ) -> None:
         arm = self.arm
         arm.samples += 1
         error = sample.get("error")
@@ -455,7 +494,12 @@ class _Slot:
             arm.errors += 1
             arm.error_kinds[error["kind"]] += 1
             self.headers["errors"] += 1
-            for cell, higher_is_better, *_ in self.cells:
+            for cell, higher_is_better, name, *_ in self.cells:
+                if name not in METRICS:
+                    # A user's check: whether it applies to this case is known once every sample is read.
+                    pending = arm.pending.setdefault(name, {})
+                    pending[self.case.id] = pending.get(self.case.id, 0) + 1
+                    continue
                 cell[1] += 1
                 cell[2] += 1
                 # Errors never flatter an arm: a miss where higher is better, an event where lower is.
@@ -470,10 +514,13 @@ class _Slot:
                 if derive is not None or recorded is None or name not in recorded:
                     # Changed settings, or a run recorded before outcomes were kept: derive it.
                     hit = (derive or outcome)(sample, case, settings)
-                    if hit is None and name not in METRICS:
-                        continue  # a user's check said it does not apply to this sample
                 else:
                     hit = recorded[name]
+                if name not in METRICS:
+                    seen = applies.setdefault(name, {})
+                    seen[case.id] = seen.get(case.id, False) or hit is not None
+                    if hit is None:
+                        continue  # a user's check said it does not apply to this sample
                 cell[1] += 1
                 if hit:
                     cell[0] += 1

@@ -358,7 +358,7 @@ def run_demo(
     from ..engine.sequential import SequentialRule, SequentialRun
     from ..models import parse_model_spec
     from ..providers.base import GenerationParams
-    from ..views.compare import compare_runs, judgement, render_comparison
+    from ..views.compare import compare_runs, render_comparison
     from ..views.report import build_report, render_report
     from ..views.tables import wrap
     from ..views.why import explain, render_why
@@ -410,7 +410,7 @@ def run_demo(
             f"$ probe run ... --until-decided   (run: {decided.path})",
             *([f"via the batch API: {_batch_count(decided.path)} batch(es), one a round"] if batch else []),
             wrap(
-                f"sequential: {judgement(seq_result)}: {seq_result['verdict']}, decided at round "
+                f"sequential: {seq_result['words']['headline']}, decided at round "
                 f"{seq_view['rounds']} (cap {seq_view['max_rounds']} rounds): {decided.recorded} samples "
                 f"({per_arm} per arm). {_same_power(compared['results'][0], rule)}"
             ),

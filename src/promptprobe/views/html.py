@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 from ..counts import CountsTable, build_counts, merged_samples
-from .compare import badge, generalise_sentence, sentence
 from .report import build_report, sequential_sentence
 from .show import visible
 
@@ -223,7 +222,10 @@ def _summary(counts: CountsTable, report: dict[str, Any]) -> dict[str, Any]:
     return {
         "a": results[0]["a"]["name"] if results else "A",
         "b": results[0]["b"]["name"] if results else "B",
-        "badges": [dict(badge(result), metric=result["metric"]) for result in results],
+        "badges": [
+            {"kind": result["words"]["kind"], "text": result["words"]["badge"], "metric": result["metric"]}
+            for result in results
+        ],
     }
 
 
@@ -238,12 +240,13 @@ def compare_html(a: str, b: str, comparison: dict[str, Any]) -> str:
             {**result["a"], "label": f"A: {result['a']['name']}"},
             {**result["b"], "label": f"B: {result['b']['name']}"},
         ]
+        words = result["words"]
         results.append(
             {
                 **result,
-                "sentence": sentence(result),
-                "generalise": generalise_sentence(result),
-                "badge": badge(result),
+                "sentence": words["sentence"],
+                "generalise": words["generalise"],
+                "badge": {"kind": words["kind"], "text": words["badge"]},
                 "plot": _forest(rows),
             }
         )

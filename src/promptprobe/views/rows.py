@@ -24,7 +24,7 @@ from typing import Any
 
 from .. import endpoints
 from ..checks import metrics_for
-from ..counts import classifications, merged_samples, settings_of
+from ..counts import build_counts, classifications, merged_samples, settings_of
 from ..engine.cost import usage_tokens
 from ..engine.store import load_manifest
 from ..errors import InputError
@@ -110,6 +110,8 @@ class SampleRows:
         self.arms = {(a["prompt"], a["model"]): a.get("arm") for a in manifest["arms"]}
         self.specs = {m.get("name") or m["spec"]: m["spec"] for m in manifest.get("models", [])}
         self.went = endpoints.of_run(manifest)  # by spec: where each model's calls went, as recorded
+        # Where a user's check applies is told by its outputs (the counts' rule for failed samples).
+        self.check_applies = build_counts(run_dir).check_applies if self.settings.user else {}
 
     def _wanted(self, record: dict[str, Any]) -> bool:
         if self.sample and record["sample_id"] != self.sample:
@@ -176,6 +178,8 @@ class SampleRows:
             metric = self.metrics[name]
             if case is None or not metric.applies(case, self.settings):
                 row[name] = None
+            elif error and self.check_applies.get(name, {}).get(record["case_id"]) is False:
+                row[name] = None  # a check that returned None for every output of this case
             elif error:
                 row[name] = 0 if metric.higher_is_better else 1
             elif name in outcomes:
