@@ -8,12 +8,13 @@ A failed sample (no output) stays in every denominator it belongs to and counts 
 metric's unfavourable outcome: a miss where higher is better, an event where lower is better.
 """
 
+import io
 import os
 import threading
 from array import array
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -109,10 +110,14 @@ def _overlay(
 
 
 def merged_samples(
-    run_dir: Path, number: int | None, on_warning: Callable[[str], None]
+    run_dir: Path,
+    number: int | None,
+    on_warning: Callable[[str], None],
+    samples: Iterator[dict[str, Any]] | None = None,
 ) -> Iterator[dict[str, Any]]:
-    """The samples, with header and checks replaced by reclassification `number` when given."""
-    samples = iter_samples(run_dir, on_warning)
+    """The samples (of samples.jsonl, or those given), with header and checks replaced by
+    reclassification `number` when given."""
+    samples = iter_samples(run_dir, on_warning) if samples is None else samples
     if number is None:
         yield from samples
         return
@@ -167,18 +172,10 @@ def build_counts(
 ) -> CountsTable:
     """The counts table of a recorded run (the latest reclassification unless one is named)."""
     run_dir = Path(run_dir)
-    manifest = load_manifest(run_dir)
     warnings: list[str] = []
     warn = on_warning or warnings.append
-    numbers = classifications(run_dir)
-    if classification is not None and classification not in numbers:
-        known = ", ".join(map(str, numbers)) or "none"
-        raise InputError(f"{run_dir}: no classification {classification} (this run has: {known})")
-    number = classification if classification is not None else (numbers[-1] if numbers else None)
-    settings = settings_of(run_dir, manifest, number).with_top_k(top_k)
-    probeset = _probeset(manifest)
-    table = CountsTable(run_dir, manifest, run_state(run_dir, manifest), probeset, settings, number, [])
-    counter = _Counter(table, {"top_k"} if top_k is not None else set())
+    table, counter = _start(run_dir, classification, top_k)
+    number = table.classification
     samples_path = run_dir / "samples.jsonl"
     size = samples_path.stat().st_size if samples_path.is_file() else 0
     processes = min(MAX_PROCESSES, os.cpu_count() or 1)
@@ -192,6 +189,183 @@ def build_counts(
     table.sequential = list(iter_jsonl(run_dir / "sequential.jsonl", warn))
     table.warnings = warnings
     return table
+
+
+class LiveCounts:
+    """A run's counts table kept current while its samples.jsonl grows (the live viewer): each
+    `refresh` reads only the whole lines appended since the last, and remembers where each
+    (arm, case)'s samples lie in the file, so that one cell's outputs are read without a pass
+    over the run. Anything but growth (a rewritten manifest, a new reclassification, a file cut
+    back or replaced) starts the count over. A line still being written is left for the next look;
+    once the run has stopped, a last line without its newline is torn and ignored with a warning,
+    as every reader does."""
+
+    def __init__(self, run_dir: str | Path) -> None:
+        self.run_dir = Path(run_dir)
+        self.lock = threading.Lock()
+        self.version = 0  # grows whenever the table may have changed
+        self._signature: tuple[Any, ...] | None = None
+        self._table: CountsTable | None = None
+        self._counter: _Counter | None = None
+        self._snapshot: CountsTable | None = None
+        self._offset = 0  # bytes of samples.jsonl counted (always at a line end)
+        self._lines = 0
+        self._offsets: dict[tuple[str, str, str], array] = {}
+
+    def _signature_now(self) -> tuple[Any, ...]:
+        def stat(name: str) -> tuple[int, int, int] | None:
+            try:
+                info = os.stat(self.run_dir / name)
+            except OSError:
+                return None
+            return info.st_ino, info.st_size, info.st_mtime_ns
+
+        samples = stat("samples.jsonl")
+        return (stat("manifest.json"), tuple(classifications(self.run_dir)), samples and samples[0])
+
+    def refresh(self) -> CountsTable:
+        """The table as the run stands now (the same object while nothing changed)."""
+        with self.lock:
+            signature = self._signature_now()
+            if signature != self._signature or self._table is None:
+                self._reset()
+                self._signature = signature
+            try:
+                grew = self._read()
+            except BaseException:
+                self._signature = None  # the next look starts over
+                raise
+            if grew or self._snapshot is None:
+                self._snapshot = self._copy()
+                self.version += 1
+            return self._snapshot
+
+    def offsets(self, prompt: str, model: str, case_id: str) -> list[int]:
+        """Where the samples of one (arm, case) start in samples.jsonl, in file order."""
+        with self.lock:
+            return list(self._offsets.get((prompt, model, case_id), ()))
+
+    def _reset(self) -> None:
+        self._table, self._counter = _start(self.run_dir, None, None)
+        self._snapshot = None
+        self._offset = self._lines = 0
+        self._offsets = {}
+
+    def _read(self) -> bool:
+        """Count what was appended; True when anything (samples, rounds, state) changed."""
+        table, counter = self._table, self._counter
+        assert table is not None and counter is not None
+        path = self.run_dir / "samples.jsonl"
+        size = path.stat().st_size if path.is_file() else 0
+        # Cut back (a resume repaired a torn tail), or a reclassified run that grew (its overlay is
+        # read in step with the samples, from the start): count it over.
+        if size < self._offset or (table.classification is not None and size > self._offset > 0):
+            self._reset()
+            table, counter = self._table, self._counter
+            assert table is not None and counter is not None
+        state = run_state(self.run_dir, table.manifest)
+        changed = state != table.state
+        table.state = state
+        warnings: list[str] = []
+        if size > self._offset:
+            changed = True
+            with open(path, "rb") as handle:
+                handle.seek(self._offset)
+                self._feed(handle, size - self._offset, table.classification, warnings)
+                rest = handle.read(size - self._offset)
+            if rest.strip() and state != "running":
+                try:
+                    loads(rest)  # a whole record that only lacks its newline counts
+                except ValueError:
+                    warnings.append(
+                        f"{path}: the last line (line {self._lines + 1}) is torn (cut off mid-write) "
+                        "and is ignored"
+                    )
+                else:
+                    self._feed(io.BytesIO(rest + b"\n"), len(rest) + 1, table.classification, warnings)
+                    self._offset -= 1  # the newline added here is not in the file
+        table.sequential = list(iter_jsonl(self.run_dir / "sequential.jsonl", warnings.append))
+        if warnings or table.warnings:
+            changed = changed or warnings != table.warnings
+            table.warnings = warnings
+        return changed
+
+    def _feed(self, handle: Any, size: int, number: int | None, warnings: list[str]) -> None:
+        """Count the whole lines among the next `size` bytes of `handle` (streamed: memory stays flat)."""
+        counter = self._counter
+        assert counter is not None
+        path = self.run_dir / "samples.jsonl"
+        where = [self._offset]
+
+        def lines() -> Iterator[dict[str, Any]]:
+            position, end = self._offset, self._offset + size
+            for line in handle:  # may run past `end` into lines appended meanwhile: as well
+                if line[-1:] != b"\n":
+                    handle.seek(position)  # a line still being written: for the next look
+                    break
+                self._lines += 1
+                where[0], position = position, position + len(line)
+                self._offset = position
+                if len(line) > 1:
+                    try:
+                        yield loads(line)
+                    except ValueError:
+                        if line.strip():
+                            raise InputError(f"{path}: line {self._lines} is not valid JSON") from None
+                if position >= end:
+                    break
+
+        samples = lines()
+        if number is not None:
+            samples = merged_samples(self.run_dir, number, warnings.append, samples)
+        feed, offsets_of = counter.feed, self._offsets
+        for sample in samples:
+            feed(sample, warnings.append)
+            key = (sample["prompt"], sample["model"], sample["case_id"])
+            offsets = offsets_of.get(key)
+            if offsets is None:
+                offsets = offsets_of[key] = array("q")
+            offsets.append(where[0])
+
+    def _copy(self) -> CountsTable:
+        """A finished table of what is counted so far (the counter goes on adding to its own)."""
+        table = self._table
+        assert table is not None
+        arms = [
+            replace(
+                arm,
+                error_kinds=Counter(arm.error_kinds),
+                metrics={
+                    name: {case_id: list(cell) for case_id, cell in per_case.items() if cell[1]}
+                    for name, per_case in arm.metrics.items()
+                },
+                headers={case_id: Counter(states) for case_id, states in arm.headers.items()},
+                latencies=array("d", arm.latencies),
+            )
+            for arm in table.arms
+        ]
+        return replace(
+            table,
+            arms=arms,
+            snapshots={case_id: Counter(found) for case_id, found in table.snapshots.items()},
+            empty_retrievals=Counter(table.empty_retrievals),
+            warnings=list(table.warnings),
+            sequential=list(table.sequential),
+        )
+
+
+def _start(run_dir: Path, classification: int | None, top_k: int | None) -> tuple[CountsTable, "_Counter"]:
+    """An empty counts table of a run (its manifest, probe set and settings read) and its counter."""
+    manifest = load_manifest(run_dir)
+    numbers = classifications(run_dir)
+    if classification is not None and classification not in numbers:
+        known = ", ".join(map(str, numbers)) or "none"
+        raise InputError(f"{run_dir}: no classification {classification} (this run has: {known})")
+    number = classification if classification is not None else (numbers[-1] if numbers else None)
+    settings = settings_of(run_dir, manifest, number).with_top_k(top_k)
+    probeset = _probeset(manifest)
+    table = CountsTable(run_dir, manifest, run_state(run_dir, manifest), probeset, settings, number, [])
+    return table, _Counter(table, {"top_k"} if top_k is not None else set())
 
 
 class _Counter:
