@@ -413,6 +413,24 @@ def compare_runs(
         if key not in tables:
             tables[key] = build_counts(run, classification=classification, top_k=top_k)
     counts_a, counts_b = tables[run_a.resolve()], tables[run_b.resolve()]
+    return compare_tables(
+        a, b, counts_a, counts_b, metrics, all_metrics=all_metrics, alpha=alpha, hints=hints
+    )
+
+
+def compare_tables(
+    a: str,
+    b: str,
+    counts_a: CountsTable,
+    counts_b: CountsTable,
+    metrics: list[str] | None = None,
+    *,
+    all_metrics: bool = False,
+    alpha: float = 0.05,
+    hints: bool = True,
+) -> dict[str, Any]:
+    """`compare_runs` on counts tables already read (`counts_b` is `counts_a` for two arms of one
+    run): A and B are `RUN#...` selectors of an arm of each."""
     known = {**counts_a.metrics, **counts_b.metrics}  # the built-in ones and both runs' own checks
     names = list(known) if all_metrics else list(dict.fromkeys(metrics or ["header_present"]))
     for metric in names:
