@@ -155,11 +155,13 @@ def side_by_side(
     per_page: int | None = CASES_PER_PAGE,
     groups_per_side: int | None = GROUPS_PER_SIDE,
     hints: bool = True,
+    summary: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Two arms (of one run or two): the verdict table, then per case A's and B's outputs
     grouped by identical text, discordant cases first on `metric` (A fails and B passes, then the
-    reverse). `per_page` None: every case on one page; `groups_per_side` None: every group."""
-    summary = verdicts(counts_a, arm_a, counts_b, arm_b, hints=hints)
+    reverse). `per_page` None: every case on one page; `groups_per_side` None: every group;
+    `summary`: the verdicts when already compared (else every metric, as `verdicts`)."""
+    summary = summary or verdicts(counts_a, arm_a, counts_b, arm_b, hints=hints)
     chosen = next((r for r in summary["results"] if r["metric"] == metric), None)
     questions_a = {c.id: c.question for c in counts_a.probeset.cases}
     questions_b = {c.id: c.question for c in counts_b.probeset.cases}
