@@ -191,8 +191,20 @@ def side_by_side(
             }
         )
     return {
-        "a": {"run": counts_a.run.name, "name": summary["a"], "prompt": arm_a.prompt, "model": arm_a.model},
-        "b": {"run": counts_b.run.name, "name": summary["b"], "prompt": arm_b.prompt, "model": arm_b.model},
+        "a": {
+            "run": counts_a.run.name,
+            "arm": counts_a.arms.index(arm_a) + 1,
+            "name": summary["a"],
+            "prompt": arm_a.prompt,
+            "model": arm_a.model,
+        },
+        "b": {
+            "run": counts_b.run.name,
+            "arm": counts_b.arms.index(arm_b) + 1,
+            "name": summary["b"],
+            "prompt": arm_b.prompt,
+            "model": arm_b.model,
+        },
         "metric": metric,
         "metrics": [r["metric"] for r in summary["results"]],
         "verdicts": summary,

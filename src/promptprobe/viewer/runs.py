@@ -1,0 +1,164 @@
+"""The runs directory as the viewer reads it: run ids checked before they touch the disk (no
+traversal, symlinks resolved, nothing outside the runs directory), each run's counts kept
+current incrementally (LiveCounts, a bounded number of runs at a time), and each run's line of
+the runs page (status, samples, errors, headline verdict) remembered until its files change.
+
+A run that cannot be read whole still has a line: what could be read, and why the rest could not.
+"""
+
+import os
+import re
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ..counts import CountsTable, LiveCounts
+from ..engine.store import load_manifest, run_state
+from ..errors import InputError
+
+RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,200}")
+MAX_LIVE = 12  # runs whose counts are kept in memory at once (latencies and offsets: 16 bytes a sample)
+SYNC_BYTES = (
+    8 * 1024 * 1024
+)  # below this a run is counted while the runs page waits; above, in the background
+
+
+def files_signature(path: Path) -> tuple[Any, ...]:
+    """What changes when a run's files do (manifest, samples, sequential rounds, reclassifications)."""
+    out: list[Any] = []
+    for name in ("manifest.json", "samples.jsonl", "sequential.jsonl", "classifications", ".lock"):
+        try:
+            info = os.stat(path / name)
+        except OSError:
+            out.append(None)
+            continue
+        out.append((info.st_ino, info.st_size, info.st_mtime_ns))
+    return tuple(out)
+
+
+class RunsDir:
+    """Read-only access to one runs directory, shared by every request of the viewer."""
+
+    def __init__(self, root: Path, summarize: Callable[[CountsTable], dict[str, Any]]) -> None:
+        self.root = Path(root)
+        self.summarize = summarize
+        self.lock = threading.Lock()
+        self.live: OrderedDict[str, LiveCounts] = OrderedDict()
+        self.summaries: dict[str, tuple[tuple[Any, ...], dict[str, Any]]] = {}
+        self.busy: set[str] = set()
+
+    # -- ids and paths -----------------------------------------------------------------------
+
+    def path_of(self, run_id: str) -> Path | None:
+        """The run directory of an id, or None: not an id, not there, or outside the runs directory."""
+        if not RUN_ID.fullmatch(run_id) or run_id in (".", ".."):
+            return None
+        try:
+            root = self.root.resolve(strict=True)
+            path = (root / run_id).resolve(strict=True)
+        except OSError:
+            return None
+        if path.parent != root or not path.is_dir():
+            return None  # a symlink out of the runs directory, or a file
+        return path
+
+    def ids(self) -> list[str]:
+        """Every directory of the runs directory that could be a run, by name."""
+        try:
+            children = list(self.root.iterdir())
+        except OSError:
+            return []
+        return sorted(
+            (c.name for c in children if RUN_ID.fullmatch(c.name) and self.path_of(c.name) is not None),
+            reverse=True,
+        )
+
+    # -- counts --------------------------------------------------------------------------------
+
+    def counts(self, run_id: str) -> tuple[LiveCounts, CountsTable]:
+        """A run's live counts and its table as it stands now (InputError: cannot be counted)."""
+        path = self.path_of(run_id)
+        if path is None:
+            raise InputError(f"{run_id}: no such run")
+        with self.lock:
+            live = self.live.get(run_id)
+            if live is None or live.run_dir != path:
+                live = self.live[run_id] = LiveCounts(path)
+            self.live.move_to_end(run_id)
+            while len(self.live) > MAX_LIVE:
+                self.live.popitem(last=False)
+        return live, live.refresh()
+
+    # -- the runs page -------------------------------------------------------------------------
+
+    def line(self, run_id: str, wait: bool) -> dict[str, Any]:
+        """A run's line of the runs page. With `wait`, a small or already counted run is counted
+        now; a large one not yet counted shows its manifest's figures until the background has."""
+        path = self.path_of(run_id)
+        if path is None:
+            return {"id": run_id, "problems": ["not a readable run directory"]}
+        signature = files_signature(path)
+        known = self.summaries.get(run_id)
+        if known is not None and known[0] == signature:
+            return known[1]
+        samples = path / "samples.jsonl"
+        cheap = run_id in self.live or not samples.is_file() or samples.stat().st_size < SYNC_BYTES
+        if wait and cheap:
+            return self.summarize_now(run_id, signature)
+        shown = dict(known[1]) if known is not None else manifest_line(path)
+        shown["counting"] = True
+        return shown
+
+    def summarize_now(self, run_id: str, signature: tuple[Any, ...] | None = None) -> dict[str, Any]:
+        path = self.path_of(run_id)
+        if path is None:
+            return {"id": run_id, "problems": ["not a readable run directory"]}
+        signature = signature or files_signature(path)
+        try:
+            _, counts = self.counts(run_id)
+            summary = self.summarize(counts)
+        except (InputError, OSError) as exc:  # damaged, or removed while being read
+            summary = dict(manifest_line(path))
+            summary.setdefault("problems", []).append(str(exc))
+        self.summaries[run_id] = (signature, summary)
+        return summary
+
+    def warm(self) -> None:
+        """Count every run whose line is out of date, newest first (the background's one pass)."""
+        for run_id in self.ids():
+            path = self.path_of(run_id)
+            if path is None:
+                continue
+            known = self.summaries.get(run_id)
+            if known is None or known[0] != files_signature(path):
+                self.summarize_now(run_id)
+
+
+def manifest_line(path: Path) -> dict[str, Any]:
+    """What the manifest alone says of a run (its counts as written at its start or end)."""
+    line: dict[str, Any] = {"id": path.name, "problems": []}
+    if not (path / "manifest.json").is_file():
+        line["problems"].append("no manifest.json (yet): not a run, or one that is starting")
+        return line
+    try:
+        manifest = load_manifest(path)
+    except InputError as exc:
+        line["problems"].append(str(exc))
+        return line
+    counts = manifest.get("counts") or {}
+    line.update(
+        probeset=str(manifest["probeset"].get("name") or "?"),
+        status=run_state(path, manifest),
+        samples=counts.get("recorded"),
+        planned=counts.get("planned"),
+        errors=counts.get("errors"),
+        created=str(manifest.get("created") or ""),
+        arms=[
+            {"index": i, "name": str(a.get("name") or f"{a.get('prompt')} x {a.get('model')}")}
+            for i, a in enumerate(manifest["arms"], 1)
+            if isinstance(a, dict)
+        ],
+    )
+    return line
