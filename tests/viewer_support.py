@@ -69,7 +69,11 @@ def record(
     with LocalServer(reply) as server:
         specs = [parse_model_spec(f"openai:{m}@{server.url}/v1") for m in (models or ["m"])]
         return run_probe(
-            probeset, prompts, specs, load_config(None), RunOptions(runs_dir=folder / "runs", seed=3, concurrency=1)
+            probeset,
+            prompts,
+            specs,
+            load_config(None),
+            RunOptions(runs_dir=folder / "runs", seed=3, concurrency=1),
         ).path
 
 
@@ -93,7 +97,9 @@ def serving(runs_dir: Path, warm: bool = False) -> Iterator[str]:
     from promptprobe.viewer.app import create_app
 
     server = uvicorn.Server(
-        uvicorn.Config(create_app(runs_dir, warm=warm, poll_ms=300), host="127.0.0.1", port=0, log_level="warning")
+        uvicorn.Config(
+            create_app(runs_dir, warm=warm, poll_ms=300), host="127.0.0.1", port=0, log_level="warning"
+        )
     )
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

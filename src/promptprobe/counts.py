@@ -210,7 +210,8 @@ class LiveCounts:
         self._snapshot: CountsTable | None = None
         self._offset = 0  # bytes of samples.jsonl counted (always at a line end)
         self._lines = 0
-        self._offsets: dict[tuple[str, str, str], array] = {}
+        # (arm, case) -> where its lines start and how long they are (12 bytes a sample)
+        self._offsets: dict[tuple[str, str, str], tuple[array, array]] = {}
 
     def _signature_now(self) -> tuple[Any, ...]:
         def stat(name: str) -> tuple[int, int, int] | None:
@@ -240,10 +241,17 @@ class LiveCounts:
                 self.version += 1
             return self._snapshot
 
-    def offsets(self, prompt: str, model: str, case_id: str) -> list[int]:
-        """Where the samples of one (arm, case) start in samples.jsonl, in file order."""
+    def offsets(self, prompt: str, model: str, case_id: str) -> list[tuple[int, int]]:
+        """Where the lines of one (arm, case)'s samples start in samples.jsonl and their lengths,
+        in file order."""
         with self.lock:
-            return list(self._offsets.get((prompt, model, case_id), ()))
+            starts, lengths = self._offsets.get((prompt, model, case_id), ((), ()))
+            return list(zip(starts, lengths, strict=True))
+
+    @property
+    def counted(self) -> int:
+        """Bytes of samples.jsonl counted so far."""
+        return self._offset
 
     def _reset(self) -> None:
         self._table, self._counter = _start(self.run_dir, None, None)
@@ -295,7 +303,7 @@ class LiveCounts:
         counter = self._counter
         assert counter is not None
         path = self.run_dir / "samples.jsonl"
-        where = [self._offset]
+        where = [self._offset, 0]
 
         def lines() -> Iterator[dict[str, Any]]:
             position, end = self._offset, self._offset + size
@@ -304,7 +312,7 @@ class LiveCounts:
                     handle.seek(position)  # a line still being written: for the next look
                     break
                 self._lines += 1
-                where[0], position = position, position + len(line)
+                where[0], where[1], position = position, len(line), position + len(line)
                 self._offset = position
                 if len(line) > 1:
                     try:
@@ -324,8 +332,9 @@ class LiveCounts:
             key = (sample["prompt"], sample["model"], sample["case_id"])
             offsets = offsets_of.get(key)
             if offsets is None:
-                offsets = offsets_of[key] = array("q")
-            offsets.append(where[0])
+                offsets = offsets_of[key] = (array("q"), array("I"))
+            offsets[0].append(where[0])
+            offsets[1].append(where[1])
 
     def _copy(self) -> CountsTable:
         """A finished table of what is counted so far (the counter goes on adding to its own)."""

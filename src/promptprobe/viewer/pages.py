@@ -14,7 +14,7 @@ from typing import Any
 from ..counts import ArmCounts, CountsTable
 from ..errors import InputError
 from ..views.outputs import GROUPS_PER_PAGE, SAMPLE_ID, Indexed, groups_of, page_of, raw_path
-from ..views.overview import arms_of, run_overview, side_by_side
+from ..views.overview import arms_of, run_overview, side_by_side, verdicts
 from ..views.why import explain_scored, phrases, scored_samples
 from .runs import RunsDir, manifest_line
 
@@ -173,25 +173,16 @@ def compare_page(
     live_a, counts_a = _counted(runs, side_a[0])
     live_b, counts_b = (live_a, counts_a) if side_b[0] == side_a[0] else _counted(runs, side_b[0])
     arm_a, arm_b = _arm(counts_a, side_a[1]), _arm(counts_b, side_b[1])
-    key = ("compare", a, b, view["metric"], page, id(counts_a), id(counts_b))
-    view["comparison"] = MEMO.get(
-        key,
-        lambda: (
-            counts_a,
-            counts_b,
-            side_by_side(
-                counts_a,
-                arm_a,
-                Indexed(live_a, counts_a),
-                counts_b,
-                arm_b,
-                Indexed(live_b, counts_b),
-                view["metric"],
-                page,
-                groups_per_side=GROUPS_PER_SIDE,
-            ),  # fmt: skip
-        ),
+    # The verdicts (with their sample-size hints, a short simulation) once per pair of tables;
+    # each page of cases then only reads outputs.
+    summary = MEMO.get(
+        ("verdicts", a, b, id(counts_a), id(counts_b)),
+        lambda: (counts_a, counts_b, verdicts(counts_a, arm_a, counts_b, arm_b, hints=True)),
     )[2]
+    view["comparison"] = side_by_side(
+        counts_a, arm_a, Indexed(live_a, counts_a), counts_b, arm_b, Indexed(live_b, counts_b),
+        view["metric"], page, groups_per_side=GROUPS_PER_SIDE, summary=summary,
+    )  # fmt: skip
     view["problems"] = list(counts_a.warnings) + (list(counts_b.warnings) if counts_b is not counts_a else [])
     return view
 

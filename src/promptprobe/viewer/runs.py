@@ -94,8 +94,9 @@ class RunsDir:
     # -- the runs page -------------------------------------------------------------------------
 
     def line(self, run_id: str, wait: bool) -> dict[str, Any]:
-        """A run's line of the runs page. With `wait`, a small or already counted run is counted
-        now; a large one not yet counted shows its manifest's figures until the background has."""
+        """A run's line of the runs page. With `wait`, a run with little left to count is counted
+        now; one with much left (or being counted by another request) shows what its manifest or
+        its last count said, marked `counting`, until the background has counted it."""
         path = self.path_of(run_id)
         if path is None:
             return {"id": run_id, "problems": ["not a readable run directory"]}
@@ -104,26 +105,39 @@ class RunsDir:
         if known is not None and known[0] == signature:
             return known[1]
         samples = path / "samples.jsonl"
-        cheap = run_id in self.live or not samples.is_file() or samples.stat().st_size < SYNC_BYTES
-        if wait and cheap:
-            return self.summarize_now(run_id, signature)
+        size = samples.stat().st_size if samples.is_file() else 0
+        live = self.live.get(run_id)
+        left = size - (live.counted if live is not None else 0)
+        if wait and left < SYNC_BYTES:
+            summary = self.summarize_now(run_id, signature)
+            if summary is not None:
+                return summary
         shown = dict(known[1]) if known is not None else manifest_line(path)
         shown["counting"] = True
         return shown
 
-    def summarize_now(self, run_id: str, signature: tuple[Any, ...] | None = None) -> dict[str, Any]:
+    def summarize_now(self, run_id: str, signature: tuple[Any, ...] | None = None) -> dict[str, Any] | None:
+        """Count a run and remember its line; None when another thread is at it already."""
         path = self.path_of(run_id)
         if path is None:
             return {"id": run_id, "problems": ["not a readable run directory"]}
-        signature = signature or files_signature(path)
+        with self.lock:
+            if run_id in self.busy:
+                return None
+            self.busy.add(run_id)
         try:
-            _, counts = self.counts(run_id)
-            summary = self.summarize(counts)
-        except (InputError, OSError) as exc:  # damaged, or removed while being read
-            summary = dict(manifest_line(path))
-            summary.setdefault("problems", []).append(str(exc))
-        self.summaries[run_id] = (signature, summary)
-        return summary
+            signature = signature or files_signature(path)
+            try:
+                _, counts = self.counts(run_id)
+                summary = self.summarize(counts)
+            except (InputError, OSError) as exc:  # damaged, or removed while being read
+                summary = dict(manifest_line(path))
+                summary.setdefault("problems", []).append(str(exc))
+            self.summaries[run_id] = (signature, summary)
+            return summary
+        finally:
+            with self.lock:
+                self.busy.discard(run_id)
 
     def warm(self) -> None:
         """Count every run whose line is out of date, newest first (the background's one pass)."""

@@ -7,6 +7,7 @@ format characters and a missing final newline spelled out) cut into pieces for a
 escape, with the header markers marked. Model outputs are untrusted text: nothing here is markup.
 """
 
+import os
 import re
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -107,12 +108,14 @@ class Indexed:
         self.counts = counts
 
     def records(self, prompt: str, model: str, case_id: str) -> list[dict[str, Any]]:
-        offsets = self.live.offsets(prompt, model, case_id)
         found = []
-        with open(self.counts.run / "samples.jsonl", "rb") as handle:
-            for offset in offsets:
-                handle.seek(offset)
-                found.append(slim(loads(handle.readline())))
+        # Each line read exactly (pread): the cell's lines lie scattered over a large file.
+        fd = os.open(self.counts.run / "samples.jsonl", os.O_RDONLY)
+        try:
+            for offset, length in self.live.offsets(prompt, model, case_id):
+                found.append(slim(loads(os.pread(fd, length, offset))))
+        finally:
+            os.close(fd)
         if self.counts.classification is not None:
             found = _overlaid(self.counts.run, self.counts.classification, found)
         return found

@@ -79,7 +79,12 @@ def scored_samples(counts: CountsTable, arm: Any, metric: str) -> Iterator[tuple
         event = recorded[metric] if metric in recorded else rule.outcome(sample, case, counts.settings)
         if event is None:
             continue  # a user's check that does not apply to this sample
-        text = (run_dir / sample["raw"]["path"]).read_bytes().decode("utf-8", "replace")
+        try:
+            text = (run_dir / sample["raw"]["path"]).read_bytes().decode("utf-8", "replace")
+        except OSError as exc:
+            raise InputError(
+                f"{run_dir}: cannot read the output of sample {sample['sample_id']} ({exc.strerror})"
+            ) from None
         yield sample, event == rule.higher_is_better, text
 
 

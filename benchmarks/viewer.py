@@ -1,0 +1,130 @@
+"""How fast `probe view` opens a 100,000-sample run, and how much memory it takes, against
+`probe report` on the same run (benchmarks/synthetic.py makes it: 20 cases x 2 arms x 2,500
+repeats).
+
+The viewer runs as `probe view WORK --port 0` in its own process; each figure is the wall time of
+one HTTP request from this process, and the memory is the viewer process's peak resident size
+(VmHWM) after every page was opened. `probe report` is timed the same way as benchmarks/scale.py.
+
+    .venv/bin/python benchmarks/viewer.py [--samples N] [--work DIR]
+"""
+
+import argparse
+import json
+import re
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).parent))
+from synthetic import make_run  # noqa: E402
+
+PROBE = str(Path(sys.executable).parent / "probe")
+
+
+def peak_mb(pid: int) -> float:
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(re.search(r"VmHWM:\s+(\d+) kB", status).group(1)) / 1024
+
+
+def timed_get(client: httpx.Client, url: str) -> tuple[float, httpx.Response]:
+    started = time.perf_counter()
+    answer = client.get(url)
+    seconds = time.perf_counter() - started
+    answer.raise_for_status()
+    return seconds, answer
+
+
+def report_figures(run: Path) -> tuple[float, float]:
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    started = time.perf_counter()
+    subprocess.run([PROBE, "report", str(run)], check=True, stdout=subprocess.DEVNULL)
+    seconds = time.perf_counter() - started
+    return seconds, max(before, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss) / 1024
+
+
+def with_raw_files(run: Path) -> None:
+    """The outputs a page shows: a group is read from its first sample's file (repeat 1)."""
+    texts = {"present": "[[ANSWER]]\nok", "absent": "plain", "misplaced": "sorry\n[[NO_ANSWER]]"}
+    for line in (run / "samples.jsonl").open("rb"):
+        sample = json.loads(line)
+        if sample["repeat"] > 1:
+            break
+        header = sample["header"]
+        text = "[[NO_ANSWER]]\nsorry" if header.get("declared") == "no_answer" else texts[header["header"]]
+        (run / sample["raw"]["path"]).write_text(text)
+
+
+def measure(work: Path, samples: int) -> list[tuple[str, str]]:
+    runs = work / "runs"
+    run = make_run(runs / "20261130T000000-synthetic-000001", samples)
+    with_raw_files(run)
+    rows: list[tuple[str, str]] = []
+    seconds, memory = report_figures(run)
+    rows.append(
+        (f"probe report, {samples:,} samples (for reference)", f"{seconds:.2f} s, peak {memory:.0f} MB")
+    )
+    started = time.perf_counter()
+    viewer = subprocess.Popen(
+        [PROBE, "view", str(runs), "--port", "0"],
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        line = viewer.stderr.readline()  # "probe view: ... at http://127.0.0.1:PORT/ ..." once it listens
+        base = re.search(r"at (http://\S+)/ ", line).group(1)
+        rows.append(("probe view: listening", f"{time.perf_counter() - started:.2f} s after start"))
+        rid = run.name
+        with httpx.Client(base_url=base, timeout=120) as client:
+            pages = [
+                ("run page, first request: cold (the run counted now)", f"/runs/{rid}"),
+                ("run page, again (counted, nothing changed)", f"/runs/{rid}"),
+                ("run page JSON", f"/runs/{rid}.json"),
+                ("runs page (counted: headline verdict)", "/"),
+                ("one cell: 2,500 outputs grouped, first page", f"/runs/{rid}/cases/case-000?arm=2"),
+                ("a case, both arms side by side", f"/runs/{rid}/cases/case-000"),
+                ("compare page, first (verdicts, hints, 10 cases)", f"/compare?a={rid}:1&b={rid}:2"),
+                ("compare page, again", f"/compare?a={rid}:1&b={rid}:2"),
+                ("compare page 2", f"/compare?a={rid}:1&b={rid}:2&page=2"),
+            ]
+            for label, url in pages:
+                seconds, answer = timed_get(client, url)
+                rows.append((label, f"{seconds:.3f} s ({len(answer.content) / 1024:.0f} KB)"))
+            tag = client.get(f"/runs/{rid}").headers["etag"]
+            started = time.perf_counter()
+            unchanged = client.get(f"/runs/{rid}", headers={"If-None-Match": tag})
+            rows.append(
+                ("a live poll of an unchanged run page (304)", f"{time.perf_counter() - started:.3f} s")
+            )
+            assert unchanged.status_code == 304
+        rows.append(("probe view: peak memory after every page", f"{peak_mb(viewer.pid):.0f} MB"))
+    finally:
+        viewer.terminate()
+        viewer.wait(timeout=30)
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--samples", type=int, default=100_000)
+    parser.add_argument("--work", type=Path, default=None, help="Where to write the synthetic run (kept).")
+    args = parser.parse_args()
+    if args.work is not None:
+        rows = measure(args.work, args.samples)
+    else:
+        with tempfile.TemporaryDirectory(prefix="probe-viewer-") as folder:
+            rows = measure(Path(folder), args.samples)
+    width = max(len(label) for label, _ in rows)
+    print(f"{'what':<{width}}  figure")
+    for label, figure in rows:
+        print(f"{label:<{width}}  {figure}")
+
+
+if __name__ == "__main__":
+    main()
