@@ -87,7 +87,10 @@ def measure(work: Path, samples: int) -> list[tuple[str, str]]:
                 ("run page, again (counted, nothing changed)", f"/runs/{rid}"),
                 ("run page JSON", f"/runs/{rid}.json"),
                 ("runs page (counted: headline verdict)", "/"),
-                ("one cell: 2,500 outputs grouped, first page", f"/runs/{rid}/cases/case-000?arm=2"),
+                (
+                    f"one cell: {samples // 40:,} outputs grouped, first page",
+                    f"/runs/{rid}/cases/case-000?arm=2",
+                ),
                 ("a case, both arms side by side", f"/runs/{rid}/cases/case-000"),
                 ("compare page, first (verdicts, hints, 10 cases)", f"/compare?a={rid}:1&b={rid}:2"),
                 ("compare page, again", f"/compare?a={rid}:1&b={rid}:2"),
@@ -120,10 +123,10 @@ def main() -> None:
     else:
         with tempfile.TemporaryDirectory(prefix="probe-viewer-") as folder:
             rows = measure(Path(folder), args.samples)
-    width = max(len(label) for label, _ in rows)
-    print(f"{'what':<{width}}  figure")
+    print("| what | figure |")
+    print("|---|---|")
     for label, figure in rows:
-        print(f"{label:<{width}}  {figure}")
+        print(f"| {label} | {figure} |")
 
 
 if __name__ == "__main__":

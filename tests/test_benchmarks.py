@@ -18,6 +18,7 @@ SMALL = {
     "scale.py": ["--quick"],
     "sequential.py": ["--trials", "20"],
     "verdict_rules.py": ["--trials", "20", "--power-trials", "20"],
+    "viewer.py": ["--samples", "2000"],
 }
 
 
