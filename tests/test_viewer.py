@@ -8,6 +8,7 @@ import json
 import re
 import shutil
 from html.parser import HTMLParser
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -388,3 +389,24 @@ def test_probe_view_refuses_a_missing_folder_and_says_where_it_listens(tmp_path)
     result = CliRunner().invoke(main, ["view", str(tmp_path / "nowhere")])
     assert result.exit_code == 2 and "no such runs directory" in result.stderr
     assert "--host" in CliRunner().invoke(main, ["view", "--help"]).output
+
+
+def test_probe_view_serves_until_interrupted(runs):
+    import signal
+    import subprocess
+    import sys
+
+    import httpx
+
+    folder, ab, _ = runs
+    probe = str(Path(sys.executable).parent / "probe")
+    process = subprocess.Popen([probe, "view", str(folder), "--port", "0"], stderr=subprocess.PIPE, text=True)
+    try:
+        line = process.stderr.readline()  # printed once it listens
+        url = re.search(r"at (http://127\.0\.0\.1:\d+/)", line).group(1)
+        assert httpx.get(url).status_code == 200
+        assert httpx.get(f"{url}runs/{ab}.json").json()["report"]["recorded"] == 24
+    finally:
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=30)
+    assert process.returncode == 130 and err.strip() == "interrupted", err  # Ctrl-C, as for every command

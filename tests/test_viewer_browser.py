@@ -184,7 +184,7 @@ def test_no_page_is_wider_than_the_window(site, pages):
     ]  # fmt: skip
     for width, page in pages.items():
         for address in addresses:
-            page.goto(site["url"] + address)
+            assert page.goto(site["url"] + address).ok, (width, address)
             page.evaluate("document.querySelectorAll('details').forEach(d => d.open = true)")
             assert fits(page), (width, address)
             assert page.evaluate(LABELS_CUT) == [], (width, address)
@@ -219,3 +219,16 @@ def test_the_static_report_reads_on_a_phone(site, pages, tmp_path):
     page.goto(files["long"].as_uri())
     labels = page.locator("svg.forest g.arm").evaluate_all("gs => gs.map(g => g.dataset.label)")
     assert any(label.startswith(f"openai:{LONG_MODELS[0]}@http://127.0.0.1:") for label in labels)
+
+
+def test_two_arms_of_two_runs_are_chosen_on_the_page(site, pages):
+    page = pages[1280]
+    page.goto(f"{site['url']}/compare")
+    page.select_option('select[name="a"]', f"{site['ab']}:1")
+    page.select_option('select[name="b"]', f"{site['long']}:2")
+    page.get_by_role("button", name="Compare").click()
+    page.wait_for_url("**/compare?a=**")
+    assert page.locator("#verdicts li.badge").count() >= 1
+    assert page.locator("section.case").count() == 6  # the union of both probe sets' cases
+    sides = page.locator("section.case").first.locator(".armname").all_inner_texts()
+    assert sides[0] == "A: old" and sides[1].startswith("B: ")

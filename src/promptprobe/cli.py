@@ -1188,7 +1188,7 @@ def view(runs_folder: Path | None, port: int, host: str) -> None:
     ./runs): the runs (live while written), each run's verdicts, rates and case x arm grid, one
     case's outputs grouped by identical text, any two arms side by side with the cases where one
     fails and the other passes first, why phrases as filters, and incident files. Every page is
-    also JSON at its address plus .json. Ctrl-C stops it."""
+    also JSON at its address plus .json. Ctrl-C stops it (exit 130, as for every command)."""
     try:
         import uvicorn  # noqa: F401
     except ImportError:
@@ -1212,8 +1212,6 @@ def view(runs_folder: Path | None, port: int, host: str) -> None:
         serve(folder, host, port, on_ready=ready)
     except OSError as exc:
         raise StartError(f"cannot listen on {host}:{port} ({exc.strerror})") from None
-    except KeyboardInterrupt:
-        click.echo("stopped", err=True)
 
 
 # -- runs -----------------------------------------------------------------------------------
