@@ -410,3 +410,46 @@ def test_probe_view_serves_until_interrupted(runs):
         process.send_signal(signal.SIGINT)
         _, err = process.communicate(timeout=30)
     assert process.returncode == 130 and err.strip() == "interrupted", err  # Ctrl-C, as for every command
+
+
+def test_live_counts_equal_a_fresh_count_however_the_file_grew(runs, tmp_path):
+    """Appended in pieces cut anywhere (mid-line too), the live table equals build_counts."""
+    import random
+
+    from promptprobe.counts import LiveCounts, build_counts
+    from promptprobe.views.report import build_report
+
+    folder, ab, _ = runs
+    copy = tmp_path / ab
+    shutil.copytree(folder / ab, copy)
+    data = (copy / "samples.jsonl").read_bytes()
+    expected = build_report(build_counts(copy))
+    rng = random.Random(7)
+    cuts = sorted(rng.sample(range(1, len(data)), 12)) + [len(data)]
+    (copy / "samples.jsonl").write_bytes(b"")
+    live = LiveCounts(copy)
+    written = 0
+    for cut in cuts:
+        with open(copy / "samples.jsonl", "ab") as handle:
+            handle.write(data[written:cut])
+        written = cut
+        table = live.refresh()
+        assert table.recorded == data[:cut].count(b"\n")
+    assert build_report(table) == expected
+    offsets = live.offsets("old", table.arms[0].model, "c0")
+    assert [json.loads(data[o : o + n])["case_id"] for o, n in offsets] == ["c0", "c0"]
+
+
+def test_a_reclassified_run_reads_as_probe_report_reads_it(runs, tmp_path):
+    folder, ab, _ = runs
+    copy = tmp_path / "runs"
+    shutil.copytree(folder / ab, copy / ab)
+    result = CliRunner().invoke(main, ["classify", str(copy / ab), "--markers", "Yes,Sorry", "--no-answer", "Sorry"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(CliRunner().invoke(main, ["report", str(copy / ab), "--json"]).stdout)
+    assert report["classification"] == 1
+    with TestClient(create_app(copy, warm=False), base_url="http://127.0.0.1") as client:
+        view = client.get(f"/runs/{ab}.json").json()
+        assert view["report"]["arms"] == report["arms"]
+        groups = client.get(f"/runs/{ab}/cases/c0.json?arm=2").json()["sides"][0]["outputs"]["groups"]
+        assert [g["header"] for g in groups] == ["present"]  # SORRY starts with the new marker
