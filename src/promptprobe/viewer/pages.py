@@ -115,6 +115,14 @@ def case_page(runs: RunsDir, run_id: str, case_id: str, arm: int | None, page: i
     case = counts.cases.get(case_id)
     if case is None:
         raise NotFound(f"no case {case_id!r} in run {run_id}")
+    key = ("case", run_id, case_id, arm, page, id(counts))
+    return MEMO.get(key, lambda: (counts, _case_view(live, counts, run_id, case, arm, page)))[1]
+
+
+def _case_view(
+    live: Any, counts: CountsTable, run_id: str, case: Any, arm: int | None, page: int
+) -> dict[str, Any]:
+    case_id = case.id
     arms = arms_of(counts)
     chosen = [_arm(counts, arm)] if arm is not None else counts.arms
     samples = Indexed(live, counts)
@@ -179,10 +187,14 @@ def compare_page(
         ("verdicts", a, b, id(counts_a), id(counts_b)),
         lambda: (counts_a, counts_b, verdicts(counts_a, arm_a, counts_b, arm_b, hints=True)),
     )[2]
-    view["comparison"] = side_by_side(
-        counts_a, arm_a, Indexed(live_a, counts_a), counts_b, arm_b, Indexed(live_b, counts_b),
-        view["metric"], page, groups_per_side=GROUPS_PER_SIDE, summary=summary,
-    )  # fmt: skip
+    # A page polled while nothing changed is not read again (the key holds the tables' identity).
+    view["comparison"] = MEMO.get(
+        ("compare", a, b, view["metric"], page, id(counts_a), id(counts_b)),
+        lambda: (counts_a, counts_b, side_by_side(
+            counts_a, arm_a, Indexed(live_a, counts_a), counts_b, arm_b, Indexed(live_b, counts_b),
+            view["metric"], page, groups_per_side=GROUPS_PER_SIDE, summary=summary,
+        )),
+    )[2]  # fmt: skip
     view["problems"] = list(counts_a.warnings) + (list(counts_b.warnings) if counts_b is not counts_a else [])
     return view
 
