@@ -112,7 +112,7 @@ def test_a_new_user_gets_from_the_runs_list_to_an_incident_file_without_typing(s
     page.wait_for_url("**/compare?**")
     first = page.locator("section.case").first
     assert first.get_attribute("data-better") == "b"
-    assert first.locator(".armname").all_inner_texts() == ["A: exception-only", "B: always-header"]
+    assert first.locator("tr.heads th").all_inner_texts() == ["A: exception-only", "B: always-header"]
     # That case's page, and its incident file: what `probe export --case` writes.
     chosen = first.get_attribute("data-case")
     first.locator("h3 a").click()
@@ -211,10 +211,17 @@ def test_the_static_report_reads_on_a_phone(site, pages, tmp_path):
             assert fits(page), (width, name)
             assert page.evaluate(LABELS_CUT) == [], (width, name)
             assert page.evaluate(WORDS_BROKEN, "table.why td") == [], (width, name)
+            # Each side of each case is named: by the column heads on a wide screen, by its own
+            # heading where the sides stack.
             sides = page.locator("table.outputs td.side")
             assert sides.count() > 0
-            names = sides.evaluate_all("tds => tds.map(td => td.querySelector('.armname').offsetHeight > 0)")
-            assert all(names), (width, name)
+            named = sides.evaluate_all(
+                """tds => tds.map(td => td.querySelector('.armname').offsetHeight > 0
+                   || td.closest('table').querySelector('tr.heads').offsetHeight > 0)"""
+            )
+            assert all(named), (width, name)
+            if width == 390:
+                assert all(sides.evaluate_all("tds => tds.map(td => td.querySelector('.armname').offsetHeight > 0)"))
     page = pages[390]
     page.goto(files["long"].as_uri())
     labels = page.locator("svg.forest g.arm").evaluate_all("gs => gs.map(g => g.dataset.label)")
