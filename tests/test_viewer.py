@@ -453,3 +453,20 @@ def test_a_reclassified_run_reads_as_probe_report_reads_it(runs, tmp_path):
         assert view["report"]["arms"] == report["arms"]
         groups = client.get(f"/runs/{ab}/cases/c0.json?arm=2").json()["sides"][0]["outputs"]["groups"]
         assert [g["header"] for g in groups] == ["present"]  # SORRY starts with the new marker
+
+
+def test_a_large_run_shows_what_is_counted_so_far_and_no_verdict_until_whole(runs, monkeypatch):
+    folder, ab, _ = runs
+    monkeypatch.setattr("promptprobe.viewer.runs.CHUNK", 3000)  # a few samples a look, as 16 MB of a big run
+    with TestClient(create_app(folder, warm=False), base_url="http://127.0.0.1") as client:
+        first = client.get(f"/runs/{ab}.json").json()
+        assert 0 < first["counting"]["read_bytes"] < first["counting"]["of_bytes"]
+        assert 0 < first["report"]["recorded"] < 24 and first["verdicts"] is None
+        assert "Counting this run" in client.get(f"/runs/{ab}").text
+        for _ in range(50):  # each look counts one more chunk, as the page's polling does
+            view = client.get(f"/runs/{ab}.json").json()
+            if view["counting"] is None:
+                break
+        assert view["counting"] is None and view["report"]["recorded"] == 24 and view["verdicts"]["results"]
+        whole = client.get(f"/runs/{ab}/cases/c0.json?arm=1").json()  # other pages wait for the whole count
+        assert whole["sides"][0]["metrics"]["header_present"]["n"] == 2

@@ -210,6 +210,8 @@ class LiveCounts:
         self._snapshot: CountsTable | None = None
         self._offset = 0  # bytes of samples.jsonl counted (always at a line end)
         self._lines = 0
+        self._left = 0
+        self._fed_warnings: list[str] = []
         # (arm, case) -> where its lines start and how long they are (12 bytes a sample)
         self._offsets: dict[tuple[str, str, str], tuple[array, array]] = {}
 
@@ -224,22 +226,27 @@ class LiveCounts:
         samples = stat("samples.jsonl")
         return (stat("manifest.json"), tuple(classifications(self.run_dir)), samples and samples[0])
 
-    def refresh(self) -> CountsTable:
-        """The table as the run stands now (the same object while nothing changed)."""
+    def refresh(self, budget: int | None = None) -> CountsTable:
+        """The table as the run stands now (the same object while nothing changed); `budget`: read
+        at most about that many bytes this time (`left` then says how many wait)."""
+        return self.look(budget)[0]
+
+    def look(self, budget: int | None = None) -> tuple[CountsTable, int]:
+        """`refresh`, with the bytes still to count behind that very table (0: it is whole)."""
         with self.lock:
             signature = self._signature_now()
             if signature != self._signature or self._table is None:
                 self._reset()
                 self._signature = signature
             try:
-                grew = self._read()
+                grew = self._read(budget)
             except BaseException:
                 self._signature = None  # the next look starts over
                 raise
             if grew or self._snapshot is None:
                 self._snapshot = self._copy()
                 self.version += 1
-            return self._snapshot
+            return self._snapshot, self._left
 
     def offsets(self, prompt: str, model: str, case_id: str) -> list[tuple[int, int]]:
         """Where the lines of one (arm, case)'s samples start in samples.jsonl and their lengths,
@@ -253,14 +260,21 @@ class LiveCounts:
         """Bytes of samples.jsonl counted so far."""
         return self._offset
 
+    @property
+    def left(self) -> int:
+        """Bytes of samples.jsonl there were still to count at the last look (0: all of it)."""
+        return self._left
+
     def _reset(self) -> None:
         self._table, self._counter = _start(self.run_dir, None, None)
         self._snapshot = None
-        self._offset = self._lines = 0
+        self._offset = self._lines = self._left = 0
         self._offsets = {}
+        self._fed_warnings = []  # what feeding said (a sample of no arm): kept across looks
 
-    def _read(self) -> bool:
-        """Count what was appended; True when anything (samples, rounds, state) changed."""
+    def _read(self, budget: int | None) -> bool:
+        """Count what was appended (at most about `budget` bytes of it); True when anything
+        (samples, rounds, state) changed."""
         table, counter = self._table, self._counter
         assert table is not None and counter is not None
         path = self.run_dir / "samples.jsonl"
@@ -275,12 +289,15 @@ class LiveCounts:
         changed = state != table.state
         table.state = state
         warnings: list[str] = []
+        rest = b""
         if size > self._offset:
             changed = True
+            whole = budget is None or table.classification is not None or size - self._offset <= budget
             with open(path, "rb") as handle:
                 handle.seek(self._offset)
-                self._feed(handle, size - self._offset, table.classification, warnings)
-                rest = handle.read(size - self._offset)
+                self._feed(handle, size - self._offset if whole else budget, table.classification)
+                if whole:
+                    rest = handle.read(size - self._offset)
             if rest.strip() and state != "running":
                 try:
                     loads(rest)  # a whole record that only lacks its newline counts
@@ -290,19 +307,22 @@ class LiveCounts:
                         "and is ignored"
                     )
                 else:
-                    self._feed(io.BytesIO(rest + b"\n"), len(rest) + 1, table.classification, warnings)
+                    self._feed(io.BytesIO(rest + b"\n"), len(rest) + 1, table.classification)
                     self._offset -= 1  # the newline added here is not in the file
+        self._left = max(0, size - self._offset - len(rest))
         table.sequential = list(iter_jsonl(self.run_dir / "sequential.jsonl", warnings.append))
-        if warnings or table.warnings:
-            changed = changed or warnings != table.warnings
+        warnings = self._fed_warnings + warnings
+        if warnings != table.warnings:
+            changed = True
             table.warnings = warnings
         return changed
 
-    def _feed(self, handle: Any, size: int, number: int | None, warnings: list[str]) -> None:
+    def _feed(self, handle: Any, size: int, number: int | None) -> None:
         """Count the whole lines among the next `size` bytes of `handle` (streamed: memory stays flat)."""
         counter = self._counter
         assert counter is not None
         path = self.run_dir / "samples.jsonl"
+        warnings = self._fed_warnings
         where = [self._offset, 0]
 
         def lines() -> Iterator[dict[str, Any]]:

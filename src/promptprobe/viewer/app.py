@@ -179,10 +179,9 @@ def create_app(
         def extra(view: dict[str, Any]) -> dict[str, Any]:
             if "report" not in view:
                 return {"plots": [], "sequential": None}
-            _, counts = viewer.runs.counts(run_id)
             sequential = view["report"].get("sequential")
             return {
-                "plots": plots_of(view, counts.metrics),
+                "plots": plots_of(view),
                 "sequential": sequential_sentence(sequential) if sequential else None,
             }
 

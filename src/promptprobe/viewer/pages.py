@@ -14,7 +14,7 @@ from typing import Any
 from ..counts import ArmCounts, CountsTable
 from ..errors import InputError
 from ..views.outputs import GROUPS_PER_PAGE, SAMPLE_ID, Indexed, groups_of, page_of, raw_path
-from ..views.overview import arms_of, run_overview, side_by_side, verdicts
+from ..views.overview import arms_of, compare_arms, run_overview, side_by_side
 from ..views.why import explain_scored, phrases, scored_samples
 from .runs import RunsDir, manifest_line
 
@@ -95,11 +95,24 @@ def run_page(runs: RunsDir, run_id: str) -> dict[str, Any]:
     if path is None:
         raise NotFound(f"no run {run_id!r} in this runs directory")
     try:
-        _, counts = runs.counts(run_id)
+        _, counts, left = runs.look(run_id)
     except InputError as exc:
         line = manifest_line(path)
         return {"id": run_id, "unreadable": line, "problems": [*line["problems"], str(exc)]}
-    return {**overview_of(counts), "problems": list(counts.warnings)}
+    if left:
+        # A large run not counted yet: what is counted so far, said to be so, and no verdict
+        # until every sample is in; the page follows the count as it goes on.
+        samples = path / "samples.jsonl"
+        size = max(samples.stat().st_size if samples.is_file() else 0, left)
+        overview = MEMO.get(
+            ("partial", counts.run, id(counts)), lambda: (counts, run_overview(counts, verdicts=False))
+        )[1]
+        return {
+            **overview,
+            "counting": {"read_bytes": size - left, "of_bytes": size},
+            "problems": list(counts.warnings),
+        }
+    return {**overview_of(counts), "counting": None, "problems": list(counts.warnings)}
 
 
 def _arm(counts: CountsTable, index: int | None) -> ArmCounts:
@@ -185,7 +198,7 @@ def compare_page(
     # each page of cases then only reads outputs.
     summary = MEMO.get(
         ("verdicts", a, b, id(counts_a), id(counts_b)),
-        lambda: (counts_a, counts_b, verdicts(counts_a, arm_a, counts_b, arm_b, hints=True)),
+        lambda: (counts_a, counts_b, compare_arms(counts_a, arm_a, counts_b, arm_b, hints=True)),
     )[2]
     # A page polled while nothing changed is not read again (the key holds the tables' identity).
     view["comparison"] = MEMO.get(

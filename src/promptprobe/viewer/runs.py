@@ -19,10 +19,11 @@ from ..engine.store import load_manifest, run_state
 from ..errors import InputError
 
 RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,200}")
-MAX_LIVE = 12  # runs whose counts are kept in memory at once (latencies and offsets: 16 bytes a sample)
-SYNC_BYTES = (
-    8 * 1024 * 1024
-)  # below this a run is counted while the runs page waits; above, in the background
+MAX_LIVE = 12  # runs whose counts are kept in memory at once (latencies and offsets: 20 bytes a sample)
+# Below this a run is counted while the runs page waits; above, in the background.
+SYNC_BYTES = 8 * 1024 * 1024
+# What one look counts of a large run (some 15,000 samples: tenths of a second).
+CHUNK = 16 * 1024 * 1024
 
 
 def files_signature(path: Path) -> tuple[Any, ...]:
@@ -78,7 +79,22 @@ class RunsDir:
     # -- counts --------------------------------------------------------------------------------
 
     def counts(self, run_id: str) -> tuple[LiveCounts, CountsTable]:
-        """A run's live counts and its table as it stands now (InputError: cannot be counted)."""
+        """A run's live counts and its whole table as it stands now (InputError: cannot be
+        counted). A large run is counted in chunks, so a page asking meanwhile (`look`) gets what
+        is counted so far."""
+        live = self._live(run_id)
+        while True:
+            table, left = live.look(CHUNK)
+            if not left:
+                return live, table
+
+    def look(self, run_id: str) -> tuple[LiveCounts, CountsTable, int]:
+        """A run's table after at most one more chunk is counted, and the bytes still to count."""
+        live = self._live(run_id)
+        table, left = live.look(CHUNK)
+        return live, table, left
+
+    def _live(self, run_id: str) -> LiveCounts:
         path = self.path_of(run_id)
         if path is None:
             raise InputError(f"{run_id}: no such run")
@@ -89,7 +105,7 @@ class RunsDir:
             self.live.move_to_end(run_id)
             while len(self.live) > MAX_LIVE:
                 self.live.popitem(last=False)
-        return live, live.refresh()
+        return live
 
     # -- the runs page -------------------------------------------------------------------------
 

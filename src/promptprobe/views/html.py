@@ -82,11 +82,11 @@ def forest(rows: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def plots_of(overview: dict[str, Any], metrics: dict[str, Any]) -> list[dict[str, Any]]:
+def plots_of(overview: dict[str, Any]) -> list[dict[str, Any]]:
     """A forest plot per metric, one row per arm, from the overview's report."""
     plots = []
     names = {(a["prompt"], a["model"]): a["name"] for a in overview["arms"]}
-    for name, rule in metrics.items():
+    for name, rule in overview["metrics"].items():
         rows = [
             {"label": names[(arm["prompt"], arm["model"])], **arm["metrics"][name]}
             for arm in overview["report"]["arms"]
@@ -96,8 +96,8 @@ def plots_of(overview: dict[str, Any], metrics: dict[str, Any]) -> list[dict[str
             plots.append(
                 {
                     "metric": name,
-                    "higher_is_better": rule.higher_is_better,
-                    "description": rule.description,
+                    "higher_is_better": rule["higher_is_better"],
+                    "description": rule["description"],
                     "plot": forest(rows),
                 }
             )
@@ -141,7 +141,7 @@ def report_html(counts: CountsTable | str | Path) -> str:
             title=f"promptprobe report: {report['probeset']}",
             overview=overview,
             sequential=sequential_sentence(report["sequential"]) if report.get("sequential") else None,
-            plots=plots_of(overview, counts.metrics),
+            plots=plots_of(overview),
             whys=whys,
             cases=cases,
             names=[arm["name"] for arm in overview["arms"]],

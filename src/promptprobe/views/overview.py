@@ -61,7 +61,7 @@ def with_words(result: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def verdicts(
+def compare_arms(
     counts_a: CountsTable, arm_a: ArmCounts, counts_b: CountsTable, arm_b: ArmCounts, hints: bool = False
 ) -> dict[str, Any]:
     """`probe compare --all` of two arms (B against A): every metric with samples on both sides,
@@ -110,13 +110,13 @@ def grid(counts: CountsTable) -> list[dict[str, Any]]:
     return grids
 
 
-def run_overview(counts: CountsTable) -> dict[str, Any]:
-    """The run page: report, arms, verdicts (two arms), grid, and what could not be read."""
+def run_overview(counts: CountsTable, verdicts: bool = True) -> dict[str, Any]:
+    """The run page: report, arms, verdicts (two arms; `verdicts=False`: none yet), grid."""
     report = build_report(counts)
     arms = arms_of(counts)
     summary = None
-    if len(counts.arms) == 2 and counts.recorded:
-        summary = verdicts(counts, counts.arms[0], counts, counts.arms[1])
+    if verdicts and len(counts.arms) == 2 and counts.recorded:
+        summary = compare_arms(counts, counts.arms[0], counts, counts.arms[1])
     return {
         "id": counts.run.name,
         "report": report,
@@ -124,6 +124,10 @@ def run_overview(counts: CountsTable) -> dict[str, Any]:
         "cases": [{"case_id": c.id, "question": c.question} for c in counts.probeset.cases],
         "verdicts": summary,
         "grid": grid(counts),
+        "metrics": {
+            name: {"higher_is_better": rule.higher_is_better, "description": rule.description}
+            for name, rule in counts.metrics.items()
+        },
     }
 
 
@@ -161,7 +165,7 @@ def side_by_side(
     grouped by identical text, discordant cases first on `metric` (A fails and B passes, then the
     reverse). `per_page` None: every case on one page; `groups_per_side` None: every group;
     `summary`: the verdicts when already compared (else every metric, as `verdicts`)."""
-    summary = summary or verdicts(counts_a, arm_a, counts_b, arm_b, hints=hints)
+    summary = summary or compare_arms(counts_a, arm_a, counts_b, arm_b, hints=hints)
     chosen = next((r for r in summary["results"] if r["metric"] == metric), None)
     questions_a = {c.id: c.question for c in counts_a.probeset.cases}
     questions_b = {c.id: c.question for c in counts_b.probeset.cases}
