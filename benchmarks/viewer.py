@@ -79,11 +79,27 @@ def measure(work: Path, samples: int) -> list[tuple[str, str]]:
     try:
         line = viewer.stderr.readline()  # "probe view: ... at http://127.0.0.1:PORT/ ..." once it listens
         base = re.search(r"at (http://\S+)/ ", line).group(1)
-        rows.append(("probe view: listening", f"{time.perf_counter() - started:.2f} s after start"))
+        listening = time.perf_counter()
+        rows.append(("probe view: listening", f"{listening - started:.2f} s after start"))
         rid = run.name
         with httpx.Client(base_url=base, timeout=120) as client:
+            seconds, answer = timed_get(client, f"/runs/{rid}.json")
+            counting = answer.json()["counting"]
+            shown = (
+                f"{100 * counting['read_bytes'] / counting['of_bytes']:.0f}% counted, no verdict yet"
+                if counting
+                else "whole, with its verdicts"
+            )
+            rows.append(("run page, first request: cold", f"{seconds:.3f} s ({shown})"))
+            while counting:  # as the page's own polling goes on
+                counting = client.get(f"/runs/{rid}.json").json()["counting"]
+            rows.append(
+                (
+                    "run page whole, with its verdicts",
+                    f"{time.perf_counter() - listening:.2f} s after listening",
+                )
+            )
             pages = [
-                ("run page, first request: cold (the run counted now)", f"/runs/{rid}"),
                 ("run page, again (counted, nothing changed)", f"/runs/{rid}"),
                 ("run page JSON", f"/runs/{rid}.json"),
                 ("runs page (counted: headline verdict)", "/"),

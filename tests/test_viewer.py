@@ -457,7 +457,7 @@ def test_a_reclassified_run_reads_as_probe_report_reads_it(runs, tmp_path):
 
 def test_a_large_run_shows_what_is_counted_so_far_and_no_verdict_until_whole(runs, monkeypatch):
     folder, ab, _ = runs
-    monkeypatch.setattr("promptprobe.viewer.runs.CHUNK", 3000)  # a few samples a look, as 16 MB of a big run
+    monkeypatch.setattr("promptprobe.viewer.runs.PAGE_CHUNK", 3000)  # a few samples a look, as 16 MB of a big run
     with TestClient(create_app(folder, warm=False), base_url="http://127.0.0.1") as client:
         first = client.get(f"/runs/{ab}.json").json()
         assert 0 < first["counting"]["read_bytes"] < first["counting"]["of_bytes"]

@@ -212,6 +212,7 @@ class LiveCounts:
         self._lines = 0
         self._left = 0
         self._fed_warnings: list[str] = []
+        self._last: tuple[CountsTable, int] | None = None  # the last table handed out, with its bytes left
         # (arm, case) -> where its lines start and how long they are (12 bytes a sample)
         self._offsets: dict[tuple[str, str, str], tuple[array, array]] = {}
 
@@ -231,9 +232,14 @@ class LiveCounts:
         at most about that many bytes this time (`left` then says how many wait)."""
         return self.look(budget)[0]
 
-    def look(self, budget: int | None = None) -> tuple[CountsTable, int]:
-        """`refresh`, with the bytes still to count behind that very table (0: it is whole)."""
-        with self.lock:
+    def look(self, budget: int | None = None, wait: bool = True) -> tuple[CountsTable, int]:
+        """`refresh`, with the bytes still to count behind that very table (0: it is whole).
+        `wait=False`: while another thread is counting, the table it counted last, at once."""
+        last = self._last
+        if not self.lock.acquire(blocking=wait or last is None):
+            assert last is not None
+            return last
+        try:
             signature = self._signature_now()
             if signature != self._signature or self._table is None:
                 self._reset()
@@ -246,7 +252,10 @@ class LiveCounts:
             if grew or self._snapshot is None:
                 self._snapshot = self._copy()
                 self.version += 1
-            return self._snapshot, self._left
+            self._last = (self._snapshot, self._left)
+            return self._last
+        finally:
+            self.lock.release()
 
     def offsets(self, prompt: str, model: str, case_id: str) -> list[tuple[int, int]]:
         """Where the lines of one (arm, case)'s samples start in samples.jsonl and their lengths,

@@ -22,8 +22,10 @@ RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,200}")
 MAX_LIVE = 12  # runs whose counts are kept in memory at once (latencies and offsets: 20 bytes a sample)
 # Below this a run is counted while the runs page waits; above, in the background.
 SYNC_BYTES = 8 * 1024 * 1024
-# What one look counts of a large run (some 15,000 samples: tenths of a second).
-CHUNK = 16 * 1024 * 1024
+# What one look counts of a large run: the background's (some 8,000 samples, a few tenths of a
+# second), and a page's own when nothing else is counting it.
+CHUNK = 8 * 1024 * 1024
+PAGE_CHUNK = 4 * 1024 * 1024
 
 
 def files_signature(path: Path) -> tuple[Any, ...]:
@@ -89,9 +91,10 @@ class RunsDir:
                 return live, table
 
     def look(self, run_id: str) -> tuple[LiveCounts, CountsTable, int]:
-        """A run's table after at most one more chunk is counted, and the bytes still to count."""
+        """A run's table after at most one more (small) chunk is counted, or as last counted while
+        another thread counts it, and the bytes still to count: a page never waits for a count."""
         live = self._live(run_id)
-        table, left = live.look(CHUNK)
+        table, left = live.look(PAGE_CHUNK, wait=False)
         return live, table, left
 
     def _live(self, run_id: str) -> LiveCounts:
