@@ -126,7 +126,27 @@ def measure(work: Path, samples: int) -> list[tuple[str, str]]:
     finally:
         viewer.terminate()
         viewer.wait(timeout=30)
+    rows.append(("probe view over an empty runs directory: peak memory", f"{empty_viewer_mb(work):.0f} MB"))
     return rows
+
+
+def empty_viewer_mb(work: Path) -> float:
+    """The viewer's own size (Python, Starlette, uvicorn, scipy), to set the figure above against."""
+    empty = work / "empty"
+    empty.mkdir()
+    viewer = subprocess.Popen(
+        [PROBE, "view", str(empty), "--port", "0"],
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        base = re.search(r"at (http://\S+)/ ", viewer.stderr.readline()).group(1)
+        httpx.get(base + "/").raise_for_status()
+        return peak_mb(viewer.pid)
+    finally:
+        viewer.terminate()
+        viewer.wait(timeout=30)
 
 
 def main() -> None:
