@@ -371,7 +371,6 @@ def run_demo(
     try:
         model = parse_model_spec(f"openai:acme-helpdesk@{server.url}")
         options = RunOptions(
-            repeats=config.run.repeats,
             concurrency=config.run.concurrency,
             params=GenerationParams(stream=stream),
             runs_dir=runs_dir,

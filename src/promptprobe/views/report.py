@@ -7,7 +7,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from ..counts import ArmCounts, CountsTable, build_counts
+from ..counts import ArmCounts, CountsTable, build_counts, pricing
+from ..engine.cost import PriceMatch, price_sentence
 from ..jsonio import dumps_pretty
 from ..stats.intervals import clustered_rate
 from .tables import fit_table, table, wrap
@@ -54,6 +55,10 @@ def _percentile(values: list[float], q: float) -> float | None:
     position = (len(ordered) - 1) * q
     low, high = math.floor(position), math.ceil(position)
     return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def _price(match: PriceMatch) -> dict[str, Any]:
+    return {"price": match.price.to_dict() if match.price else None, "cost_unknown": match.reason}
 
 
 def _usage(arm: ArmCounts) -> dict[str, Any]:
@@ -192,6 +197,10 @@ def build_report(counts: CountsTable | str | Path, by_tag: bool = False) -> dict
         "classification": counts.classification,
         "checks": counts.settings.to_dict(),
         "arms": [_arm(arm, counts, by_tag) for arm in counts.arms],
+        "models": [
+            {"model": model, "endpoint": endpoint.to_dict(), **_price(match)}
+            for model, (endpoint, match) in pricing(counts.manifest).items()
+        ],
         "retrieval": retrieval_view(counts),
         "sequential": sequential_view(counts),
         "warnings": counts.warnings,
@@ -332,6 +341,10 @@ def render_report(report: dict[str, Any], fmt: str = "table", width: int | None 
             optional=("latency p90", "latency median", ("tokens in", "tokens out")),
             width=width,
         ),
+    ]
+    out += [
+        price_sentence(m["model"], m["endpoint"], m["price"], m["cost_unknown"])
+        for m in report.get("models", [])
     ]
     batched = sum(arm["usage"].get("batch_samples") or 0 for arm in report["arms"])
     if batched:
