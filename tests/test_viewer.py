@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from viewer_support import record, tree_digest
+from viewer_support import GOOD, HOSTILE, LATE, SORRY, ab_replies, record, tree_digest
 
 from promptprobe.cli import main
 
@@ -20,23 +20,6 @@ pytest.importorskip("starlette")
 from starlette.testclient import TestClient  # noqa: E402
 
 from promptprobe.viewer.app import create_app  # noqa: E402
-
-GOOD, LATE = "[[ANSWER]]\nYes, that works.\n", "Yes, that works.\n[[ANSWER]]\n"
-SORRY = "Sorry, I cannot help. Please write to support@acme.example today.\n"
-PLAIN = "Just an answer, without its header.\n"
-HOSTILE = [
-    "<script>alert('x')</script>",
-    '"><img src=x onerror=alert(1)>',
-    "\x1b[31mred\x1b[0m and a bell\x07 and a NUL\x00 end",
-    "[[NO_ANSWER]]<svg onload=alert(2)>\u202eevil",
-]
-
-
-def ab_replies(cases: int, repeats: int) -> dict[str, list[str]]:
-    """old passes cases 0, 1 and 5; new passes 2, 3, 4 and 5 (discordant both ways)."""
-    old = [GOOD if i in (0, 1, 5) else LATE for i in range(cases) for _ in range(repeats)]
-    new = [GOOD if i in (2, 3, 4, 5) else (SORRY if i == 0 else PLAIN) for i in range(cases) for _ in range(repeats)]
-    return {"old": old, "new": new}
 
 
 @pytest.fixture(scope="module")

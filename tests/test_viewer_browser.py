@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from test_viewer import GOOD, ab_replies
-from viewer_support import CHROMIUM, CHROMIUM_ARGS, browser_missing, record, serving
+from viewer_support import CHROMIUM, CHROMIUM_ARGS, GOOD, ab_replies, browser_missing, record, serving
 
 from promptprobe.cli import main
 
