@@ -92,7 +92,7 @@ class Viewer:
     """The app's state: the runs directory, the templates and the background counter."""
 
     def __init__(self, runs_dir: Path, warm: bool = True, poll_ms: int = POLL_MS) -> None:
-        self.runs = RunsDir(Path(runs_dir), pages.run_line)
+        self.runs = RunsDir(Path(runs_dir), pages.run_line, background=warm)
         self.env = environment()
         self.env.globals.update(
             run_url=run_url,

@@ -44,8 +44,11 @@ def files_signature(path: Path) -> tuple[Any, ...]:
 class RunsDir:
     """Read-only access to one runs directory, shared by every request of the viewer."""
 
-    def __init__(self, root: Path, summarize: Callable[[CountsTable], dict[str, Any]]) -> None:
+    def __init__(
+        self, root: Path, summarize: Callable[[CountsTable], dict[str, Any]], background: bool = False
+    ) -> None:
         self.root = Path(root)
+        self.background = background  # whether a thread counts runs besides the pages
         self.summarize = summarize
         self.lock = threading.Lock()
         self.live: OrderedDict[str, LiveCounts] = OrderedDict()
