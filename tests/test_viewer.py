@@ -194,8 +194,13 @@ def test_only_get_is_answered_and_nothing_is_written(client, runs):
 
 def test_a_host_header_other_than_loopback_is_refused(runs):
     folder, _, _ = runs
-    with TestClient(create_app(folder, warm=False), base_url="http://attacker.example") as client:
-        assert client.get("/").status_code == 400  # a DNS name rebound to 127.0.0.1 reads nothing
+    app = create_app(folder, warm=False)
+    for base in ("http://attacker.example", "http://127.0.0.1.attacker.example:8000"):
+        with TestClient(app, base_url=base) as client:
+            assert client.get("/").status_code == 400  # a DNS name rebound to 127.0.0.1 reads nothing
+    for base in ("http://127.0.0.1:8000", "http://localhost:8000", "http://[::1]:8000"):
+        with TestClient(app, base_url=base) as client:
+            assert client.get("/").status_code == 200, base
 
 
 def test_downloads_are_the_exact_bytes_and_the_export_file(client, runs, tmp_path):

@@ -17,7 +17,6 @@ from urllib.parse import quote, urlencode
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
-from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -86,6 +85,24 @@ def _send(request: Request, body: bytes, media_type: str, status: int = 200, **h
     if status == 200 and request.headers.get("if-none-match") == tag:
         return Response(status_code=304, headers={"ETag": tag, **SECURITY_HEADERS})
     return Response(body, status, {"ETag": tag, **SECURITY_HEADERS, **headers}, media_type=media_type)
+
+
+class HostCheck:
+    """Refuse a request whose Host header names another host than those served (400): a page
+    elsewhere that points a DNS name at 127.0.0.1 cannot read the viewer. `*` allows any."""
+
+    def __init__(self, app: Any, allowed: list[str]) -> None:
+        self.app = app
+        self.allowed = set(allowed)
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and "*" not in self.allowed:
+            host = dict(scope["headers"]).get(b"host", b"").decode("latin-1")
+            name = host[1 : host.find("]")] if host.startswith("[") else host.rpartition(":")[0] or host
+            if name.lower() not in self.allowed:
+                await Response("Invalid host header", 400, media_type="text/plain")(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
 
 
 class Viewer:
@@ -286,10 +303,10 @@ def create_app(
         Route("/runs/{run_id}/raw/{sample_id}", raw),
         Route("/runs/{run_id}", run),
     ]
-    allowed = hosts or ["127.0.0.1", "localhost", "::1", "[::1]"]
+    allowed = hosts or ["127.0.0.1", "localhost", "::1"]
     app = Starlette(
         routes=routes,
-        middleware=[Middleware(TrustedHostMiddleware, allowed_hosts=allowed)],
+        middleware=[Middleware(HostCheck, allowed=allowed)],
         lifespan=lifespan,
     )
     app.state.viewer = viewer
