@@ -55,6 +55,17 @@ def overview_of(counts: CountsTable) -> dict[str, Any]:
     return MEMO.get(("overview", counts.run, id(counts)), lambda: (counts, run_overview(counts)))[1]
 
 
+_PARTIAL: dict[Path, tuple[CountsTable, dict[str, Any]]] = {}
+
+
+def _partial_overview(counts: CountsTable) -> dict[str, Any]:
+    """The overview of a run counted in part (the last one per run only: it is soon outdated)."""
+    known = _PARTIAL.get(counts.run)
+    if known is None or known[0] is not counts:
+        known = _PARTIAL[counts.run] = (counts, run_overview(counts, verdicts=False))
+    return known[1]
+
+
 def run_line(counts: CountsTable) -> dict[str, Any]:
     """A run's line of the runs page, from its counts (the run page's own numbers)."""
     overview = overview_of(counts)
@@ -110,9 +121,7 @@ def run_page(runs: RunsDir, run_id: str) -> dict[str, Any]:
         # until every sample is in; the page follows the count as it goes on.
         samples = path / "samples.jsonl"
         size = max(samples.stat().st_size if samples.is_file() else 0, left)
-        overview = MEMO.get(
-            ("partial", counts.run, id(counts)), lambda: (counts, run_overview(counts, verdicts=False))
-        )[1]
+        overview = _partial_overview(counts)
         return {
             **overview,
             "counting": {"read_bytes": size - left, "of_bytes": size},
