@@ -127,6 +127,7 @@ def run_page(runs: RunsDir, run_id: str) -> dict[str, Any]:
             "counting": {"read_bytes": size - left, "of_bytes": size},
             "problems": list(counts.warnings),
         }
+    _PARTIAL.pop(counts.run, None)
     return {**overview_of(counts), "counting": None, "problems": list(counts.warnings)}
 
 
