@@ -193,6 +193,51 @@ def build_counts(
     return table
 
 
+def finished_copy(table: CountsTable) -> CountsTable:
+    """A table as build_counts finishes it (no empty cells), copied: its counter goes on adding
+    to the original."""
+    arms = [
+        replace(
+            arm,
+            error_kinds=Counter(arm.error_kinds),
+            metrics={
+                name: {case_id: list(cell) for case_id, cell in per_case.items() if cell[1]}
+                for name, per_case in arm.metrics.items()
+            },
+            headers={case_id: Counter(states) for case_id, states in arm.headers.items()},
+            latencies=array("d", arm.latencies),
+        )
+        for arm in table.arms
+    ]
+    return replace(
+        table,
+        arms=arms,
+        snapshots={case_id: Counter(found) for case_id, found in table.snapshots.items()},
+        empty_retrievals=Counter(table.empty_retrievals),
+        warnings=list(table.warnings),
+        sequential=list(table.sequential),
+    )
+
+
+class LineIndex:
+    """Where each (prompt, model, case)'s lines lie in samples.jsonl: start and length (12 bytes
+    a sample), so that one cell's samples are read without a pass over the file."""
+
+    def __init__(self) -> None:
+        self.cells: dict[tuple[str, str, str], tuple[array, array]] = {}
+
+    def add(self, key: tuple[str, str, str], start: int, length: int) -> None:
+        cell = self.cells.get(key)
+        if cell is None:
+            cell = self.cells[key] = (array("q"), array("I"))
+        cell[0].append(start)
+        cell[1].append(length)
+
+    def lines(self, key: tuple[str, str, str]) -> list[tuple[int, int]]:
+        starts, lengths = self.cells.get(key, ((), ()))
+        return list(zip(starts, lengths, strict=True))
+
+
 class LiveCounts:
     """A run's counts table kept current while its samples.jsonl grows (the live viewer): each
     `refresh` reads only the whole lines appended since the last, and remembers where each
@@ -215,8 +260,7 @@ class LiveCounts:
         self._left = 0
         self._fed_warnings: list[str] = []
         self._last: tuple[CountsTable, int] | None = None  # the last table handed out, with its bytes left
-        # (arm, case) -> where its lines start and how long they are (12 bytes a sample)
-        self._offsets: dict[tuple[str, str, str], tuple[array, array]] = {}
+        self._index = LineIndex()
 
     def _signature_now(self) -> tuple[Any, ...]:
         def stat(name: str) -> tuple[int, int, int] | None:
@@ -252,7 +296,7 @@ class LiveCounts:
                 self._signature = None  # the next look starts over
                 raise
             if grew or self._snapshot is None:
-                self._snapshot = self._copy()
+                self._snapshot = finished_copy(self._table)
                 self.version += 1
             self._last = (self._snapshot, self._left)
             return self._last
@@ -263,8 +307,7 @@ class LiveCounts:
         """Where the lines of one (arm, case)'s samples start in samples.jsonl and their lengths,
         in file order."""
         with self.lock:
-            starts, lengths = self._offsets.get((prompt, model, case_id), ((), ()))
-            return list(zip(starts, lengths, strict=True))
+            return self._index.lines((prompt, model, case_id))
 
     @property
     def counted(self) -> int:
@@ -280,7 +323,7 @@ class LiveCounts:
         self._table, self._counter = _start(self.run_dir, None, None)
         self._snapshot = None
         self._offset = self._lines = self._left = 0
-        self._offsets = {}
+        self._index = LineIndex()
         self._fed_warnings = []  # what feeding said (a sample of no arm): kept across looks
 
     def _read(self, budget: int | None) -> bool:
@@ -357,41 +400,10 @@ class LiveCounts:
         samples = lines()
         if number is not None:
             samples = merged_samples(self.run_dir, number, warnings.append, samples)
-        feed, offsets_of = counter.feed, self._offsets
+        feed, add = counter.feed, self._index.add
         for sample in samples:
             feed(sample, warnings.append)
-            key = (sample["prompt"], sample["model"], sample["case_id"])
-            offsets = offsets_of.get(key)
-            if offsets is None:
-                offsets = offsets_of[key] = (array("q"), array("I"))
-            offsets[0].append(where[0])
-            offsets[1].append(where[1])
-
-    def _copy(self) -> CountsTable:
-        """A finished table of what is counted so far (the counter goes on adding to its own)."""
-        table = self._table
-        assert table is not None
-        arms = [
-            replace(
-                arm,
-                error_kinds=Counter(arm.error_kinds),
-                metrics={
-                    name: {case_id: list(cell) for case_id, cell in per_case.items() if cell[1]}
-                    for name, per_case in arm.metrics.items()
-                },
-                headers={case_id: Counter(states) for case_id, states in arm.headers.items()},
-                latencies=array("d", arm.latencies),
-            )
-            for arm in table.arms
-        ]
-        return replace(
-            table,
-            arms=arms,
-            snapshots={case_id: Counter(found) for case_id, found in table.snapshots.items()},
-            empty_retrievals=Counter(table.empty_retrievals),
-            warnings=list(table.warnings),
-            sequential=list(table.sequential),
-        )
+            add((sample["prompt"], sample["model"], sample["case_id"]), where[0], where[1])
 
 
 def _start(run_dir: Path, classification: int | None, top_k: int | None) -> tuple[CountsTable, "_Counter"]:
