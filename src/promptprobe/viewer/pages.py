@@ -160,7 +160,7 @@ def _case_view(
     for entry, arm_counts in zip(arms, counts.arms, strict=True):
         if arm_counts not in chosen:
             continue
-        groups = groups_of(samples.records(arm_counts.prompt, arm_counts.model, case_id))
+        groups = samples.groups(arm_counts.prompt, arm_counts.model, case_id)
         per_page = GROUPS_PER_PAGE if arm is not None else GROUPS_PER_SIDE
         outputs = page_of(counts.run, groups, markers, page if arm is not None else 1, per_page)
         metrics = {

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ..counts import CountsTable, build_counts
-from .outputs import Scanned, groups_of, page_of
+from .outputs import Scanned, page_of
 from .overview import arm_name, run_overview, side_by_side, with_words
 from .report import sequential_sentence
 
@@ -125,7 +125,7 @@ def report_html(counts: CountsTable | str | Path) -> str:
         sides = [
             page_of(
                 counts.run,
-                groups_of(samples.records(a.prompt, a.model, case.id)),
+                samples.groups(a.prompt, a.model, case.id),
                 markers,
                 1,
                 GROUPS_PER_CELL,

@@ -86,17 +86,21 @@ def read_text(run_dir: Path, raw: dict[str, Any] | None) -> str | None:
 
 
 class Scanned:
-    """Every sample of a run read in one pass, kept per (arm, case) in the slim form (the static
-    report: one file with every output in it)."""
+    """Every sample of a run read in one pass and grouped per (arm, case) as it comes (the static
+    report: one file with every output in it; memory grows with distinct outputs, not samples)."""
 
     def __init__(self, counts: CountsTable) -> None:
-        self.by_cell: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+        self.by_cell: dict[tuple[str, str, str], Grouper] = {}
         for sample in merged_samples(counts.run, counts.classification, lambda message: None):
             key = (sample["prompt"], sample["model"], sample["case_id"])
-            self.by_cell.setdefault(key, []).append(slim(sample))
+            grouper = self.by_cell.get(key)
+            if grouper is None:
+                grouper = self.by_cell[key] = Grouper()
+            grouper.add(sample)
 
-    def records(self, prompt: str, model: str, case_id: str) -> list[dict[str, Any]]:
-        return self.by_cell.get((prompt, model, case_id), [])
+    def groups(self, prompt: str, model: str, case_id: str) -> list[dict[str, Any]]:
+        grouper = self.by_cell.get((prompt, model, case_id))
+        return grouper.groups() if grouper is not None else []
 
 
 class Indexed:
@@ -106,6 +110,9 @@ class Indexed:
     def __init__(self, live: LiveCounts, counts: CountsTable) -> None:
         self.live = live
         self.counts = counts
+
+    def groups(self, prompt: str, model: str, case_id: str) -> list[dict[str, Any]]:
+        return groups_of(self.records(prompt, model, case_id))
 
     def records(self, prompt: str, model: str, case_id: str) -> list[dict[str, Any]]:
         found = []
@@ -145,17 +152,20 @@ def _key(sample: dict[str, Any]) -> tuple[str, ...]:
     return ("output", str(raw.get("sha256")), str(header.get("header")))
 
 
-def groups_of(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Records grouped by identical output (or identical error), most frequent first."""
-    groups: dict[tuple[str, ...], dict[str, Any]] = {}
-    for sample in records:
+class Grouper:
+    """Samples grouped by identical output (or identical error) as they are added."""
+
+    def __init__(self) -> None:
+        self.by_key: dict[tuple[str, ...], dict[str, Any]] = {}
+
+    def add(self, sample: dict[str, Any]) -> None:
         key = _key(sample)
-        group = groups.get(key)
+        group = self.by_key.get(key)
         if group is None:
             error = sample.get("error")
             header = sample.get("header") or {}
             raw = sample.get("raw") or {}
-            group = groups[key] = {
+            group = self.by_key[key] = {
                 "count": 0,
                 "header": "error" if error else header.get("header", "?"),
                 "where": None if error else header.get("where"),
@@ -169,9 +179,18 @@ def groups_of(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
         group["count"] += 1
         if len(group["sample_ids"]) < SAMPLE_IDS_PER_GROUP:
             group["sample_ids"].append(sample["sample_id"])
-    ordered = list(groups.values())
-    ordered.sort(key=lambda g: -g["count"])  # stable: first seen first among equals
-    return ordered
+
+    def groups(self) -> list[dict[str, Any]]:
+        """Most frequent first; among equals, first seen first."""
+        return sorted(self.by_key.values(), key=lambda g: -g["count"])
+
+
+def groups_of(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Records grouped by identical output (or identical error), most frequent first."""
+    grouper = Grouper()
+    for sample in records:
+        grouper.add(sample)
+    return grouper.groups()
 
 
 def with_text(run_dir: Path, group: dict[str, Any], markers: Iterable[str]) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from typing import Any, Protocol
 
 from ..counts import ArmCounts, CountsTable
 from .compare import badge, compare_tables, generalise_sentence, sentence
-from .outputs import groups_of, page_of
+from .outputs import page_of
 from .report import build_report
 
 CASES_PER_PAGE = 10
@@ -19,7 +19,7 @@ GROUPS_PER_SIDE = 5
 
 
 class Samples(Protocol):
-    def records(self, prompt: str, model: str, case_id: str) -> list[dict[str, Any]]: ...
+    def groups(self, prompt: str, model: str, case_id: str) -> list[dict[str, Any]]: ...
 
 
 def arm_name(name: str | None, prompt: str, model: str, arms: list[ArmCounts]) -> str:
@@ -181,10 +181,10 @@ def side_by_side(
     for row in shown:
         case_id = row["case_id"]
         side_a = page_of(
-            counts_a.run, groups_of(samples_a.records(arm_a.prompt, arm_a.model, case_id)), markers_a, 1, size
+            counts_a.run, samples_a.groups(arm_a.prompt, arm_a.model, case_id), markers_a, 1, size
         )
         side_b = page_of(
-            counts_b.run, groups_of(samples_b.records(arm_b.prompt, arm_b.model, case_id)), markers_b, 1, size
+            counts_b.run, samples_b.groups(arm_b.prompt, arm_b.model, case_id), markers_b, 1, size
         )
         cases.append(
             {
