@@ -789,6 +789,7 @@ def _resume(ctx: click.Context, resume_path: Path, fmt: str, output: Path | None
             detect=sequential.get("detect", DEFAULT_DETECT),
         )
         runner = SequentialRun(runner, rule)
+        click.echo(runner.describe(), err=True)
     _execute(runner, fmt, runner.plan.samples, output)
 
 
@@ -844,7 +845,7 @@ def _execute(runner: Any, fmt: str, total: int, output: Path | None = None) -> N
         sys.exit(1)
     if outcome.errors:
         echo_error(
-            f"{outcome.errors} of {outcome.planned} samples failed after retries "
+            f"{outcome.errors} of {outcome.recorded} samples failed after retries "
             f"(see {outcome.path / 'samples.jsonl'}); they stay in every denominator"
         )
         sys.exit(1)
