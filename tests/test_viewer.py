@@ -458,3 +458,37 @@ def test_a_large_run_shows_what_is_counted_so_far_and_no_verdict_until_whole(run
         assert view["counting"] is None and view["report"]["recorded"] == 24 and view["verdicts"]["results"]
         whole = client.get(f"/runs/{ab}/cases/c0.json?arm=1").json()  # other pages wait for the whole count
         assert whole["sides"][0]["metrics"]["header_present"]["n"] == 2
+
+
+def test_a_run_whose_writer_dies_reads_as_killed_without_any_file_changing(runs, tmp_path):
+    import subprocess
+    import sys
+
+    folder, ab, _ = runs
+    copy = tmp_path / "runs"
+    shutil.copytree(folder / ab, copy / ab)
+    manifest = json.loads((copy / ab / "manifest.json").read_text())
+    manifest["status"] = "running"
+    (copy / ab / "manifest.json").write_text(json.dumps(manifest))
+    holder = (  # a writer: holds the run's lock with its pid inside, as a running probe does
+        "import fcntl, os, sys\n"
+        f"handle = open({str(copy / ab / '.lock')!r}, 'w')\n"
+        "fcntl.flock(handle, fcntl.LOCK_EX)\n"
+        "handle.write(str(os.getpid())); handle.flush()\n"
+        "print('held', flush=True)\n"
+        "sys.stdin.read()\n"
+    )
+    writer = subprocess.Popen([sys.executable, "-c", holder], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert writer.stdout.readline().strip() == "held"
+        with TestClient(create_app(copy, warm=False), base_url="http://127.0.0.1") as client:
+            assert client.get("/.json").json()["runs"][0]["status"] == "running"
+            assert client.get(f"/runs/{ab}.json").json()["report"]["status"] == "running"
+            writer.kill()
+            writer.wait(timeout=30)
+            assert client.get("/.json").json()["runs"][0]["status"] == "killed"
+            assert client.get(f"/runs/{ab}.json").json()["report"]["status"] == "killed"
+    finally:
+        if writer.poll() is None:
+            writer.kill()
+            writer.wait(timeout=30)

@@ -38,7 +38,26 @@ def files_signature(path: Path) -> tuple[Any, ...]:
             out.append(None)
             continue
         out.append((info.st_ino, info.st_size, info.st_mtime_ns))
+    out.append(_writer_alive(path))
     return tuple(out)
+
+
+def _writer_alive(path: Path) -> bool:
+    """Whether the process named in the run's lock file still exists: a run killed mid-write
+    changes no file, yet its status changes (from running to killed)."""
+    try:
+        pid = int((path / ".lock").read_text().strip() or 0)
+    except (OSError, ValueError):
+        return False
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)  # signal 0: only asks whether it exists
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's process, alive
+    return True
 
 
 class RunsDir:
