@@ -74,7 +74,13 @@ def run_line(counts: CountsTable) -> dict[str, Any]:
     headline = None
     if summary and summary["results"]:
         first = summary["results"][0]
-        headline = {"metric": first["metric"], "verdict": first["verdict"], **first["badge"]}
+        words = first["words"]
+        headline = {
+            "metric": first["metric"],
+            "verdict": first["verdict"],
+            "kind": words["kind"],
+            "text": words["badge"],
+        }
     return {
         "id": counts.run.name,
         "probeset": report["probeset"],

@@ -399,9 +399,8 @@ def _sequential_evidence(rule: dict[str, Any], lines: list[dict[str, Any]]) -> t
     test = "exact sequential boundary on discordant pairs (alpha spent over the rounds to the cap)"
     lead = abs(last["lead"])
     needed = last.get("lead_needed")
-    said = (
-        f"the leading arm was ahead by {lead} of {last['discordant_total']} discordant pairs, "
-        + (f"the boundary there {needed}" if needed else "no boundary yet")
+    said = f"the leading arm was ahead by {lead} of {last['discordant_total']} discordant pairs, " + (
+        f"the boundary there {needed}" if needed else "no boundary yet"
     )
     if not last.get("stop"):
         # Stopped by hand before the rule stopped it: no p-value is valid yet; 1 decides nothing.

@@ -10,7 +10,7 @@ Renderers only lay these out: every number and word a reader sees is in the obje
 from typing import Any, Protocol
 
 from ..counts import ArmCounts, CountsTable
-from .compare import badge, compare_tables, generalise_sentence, sentence
+from .compare import compare_tables
 from .outputs import page_of
 from .report import build_report
 
@@ -52,13 +52,28 @@ def arms_of(counts: CountsTable) -> list[dict[str, Any]]:
 
 
 def with_words(result: dict[str, Any]) -> dict[str, Any]:
-    """A compare result with its verdict in words, as the terminal says it (views/compare.py)."""
-    return {
-        **result,
-        "badge": badge(result),
-        "sentence": sentence(result),
-        "generalise": generalise_sentence(result),
+    """A compare result with `words`, the verdict in words every renderer shows: the result's
+    own when the compare object carries them (views/compare.py), else said here the way the
+    terminal says it, under the same keys."""
+    if "words" in result:
+        return result
+    from . import compare
+
+    effect = result["effect"]
+    badge = compare.badge(result)
+    interval = effect.get("interval")
+    words = {
+        "kind": badge["kind"],
+        "badge": badge["text"],
+        "verdict": result["verdict"],
+        "sentence": compare.sentence(result),
+        "generalise": compare.generalise_sentence(result),
+        "cells": {
+            "estimate": f"{100 * effect['estimate']:+.0f}",
+            "interval": "-" if interval is None else f"{100 * interval[0]:+.0f}..{100 * interval[1]:+.0f}",
+        },
     }
+    return {**result, "words": words}
 
 
 def compare_arms(
