@@ -210,7 +210,7 @@ def create_app(
         case_id, as_json = _split(request.path_params["case_id"])
         run_id = request.path_params["run_id"]
 
-        def build():
+        def build() -> dict[str, Any]:
             return pages.case_page(
                 viewer.runs, run_id, case_id, _int(request, "arm"), _int(request, "page") or 1
             )
@@ -233,7 +233,7 @@ def create_app(
     def raw(request: Request) -> Response:
         run_id, sample_id = request.path_params["run_id"], request.path_params["sample_id"]
         try:
-            data, entry = pages.raw_bytes(
+            data, _ = pages.raw_bytes(
                 viewer.runs, run_id, sample_id, _int(request, "arm"), request.query_params.get("case")
             )
         except NotFound as exc:
@@ -249,7 +249,7 @@ def create_app(
     def compare(request: Request) -> Response:
         params = request.query_params
 
-        def build():
+        def build() -> dict[str, Any]:
             return pages.compare_page(
                 viewer.runs,
                 params.get("a"),
@@ -266,7 +266,7 @@ def create_app(
         params = request.query_params
         run_id = request.path_params["run_id"]
 
-        def build():
+        def build() -> dict[str, Any]:
             return pages.why_page(
                 viewer.runs,
                 run_id,
