@@ -22,6 +22,7 @@ SMALL = {
     "scrub_speed.py": ["--repeats", "2"],
     "sequential.py": ["--trials", "20"],
     "verdict_rules.py": ["--trials", "20", "--power-trials", "20"],
+    "viewer.py": ["--samples", "2000"],
 }
 
 

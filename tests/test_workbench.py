@@ -252,7 +252,7 @@ def test_every_printing_command_takes_format_and_o_and_the_docs_list_them():
         while formats is None and hasattr(callback, "__wrapped__"):
             callback = callback.__wrapped__
             formats = getattr(callback, "formats", None)
-        if name in ("demo", "demo-server", "init"):
+        if name in ("demo", "demo-server", "init", "view"):
             assert name in documented and documented[name][0] == {"text"}, name
             continue
         assert "--format" in options and "-o" in options, name

@@ -1297,6 +1297,54 @@ def export(
     emit(export_samples(run_dir, sample, case, header, fmt), output, newline=False)
 
 
+# -- view -----------------------------------------------------------------------------------
+
+
+@main.command(epilog="Examples: probe view   |   probe view runs --port 8001")
+@click.argument(
+    "runs_folder", metavar="[RUNS_DIR]", required=False, type=click.Path(path_type=Path, file_okay=False)
+)
+@click.option(
+    "--port", type=click.IntRange(0, 65535), default=8000, show_default=True, help="0: any free port."
+)
+@click.option(
+    "--host",
+    default="127.0.0.1",
+    show_default=True,
+    help="The address to listen on; anything but loopback lets others on the network read every output.",
+)
+@handle_errors
+def view(runs_folder: Path | None, port: int, host: str) -> None:
+    """A local, read-only web viewer over the runs directory (RUNS_DIR, else $PROBE_RUNS_DIR, else
+    ./runs): the runs (live while written), each run's verdicts, rates and case x arm grid, one
+    case's outputs grouped by identical text, any two arms side by side with the cases where one
+    fails and the other passes first, why phrases as filters, and incident files. Every page is
+    also JSON at its address plus .json. Ctrl-C stops it (exit 130, as for every command)."""
+    try:
+        import uvicorn  # noqa: F401
+    except ImportError:
+        raise StartError("probe view needs uvicorn and starlette: pip install 'promptprobe'") from None
+    from .viewer import LOOPBACK, serve
+
+    folder = runs_dir_of(runs_folder)
+    if not folder.is_dir():
+        raise InputError(f"{folder}: no such runs directory (probe demo or probe run write one)")
+    if host not in LOOPBACK:
+        click.echo(
+            f"warning: serving on {host}: anyone who can reach this address reads every raw output "
+            "in the runs directory",
+            err=True,
+        )
+
+    def ready(url: str) -> None:
+        click.echo(f"probe view: {folder} at {url} (read-only; Ctrl-C stops it)", err=True)
+
+    try:
+        serve(folder, host, port, on_ready=ready)
+    except OSError as exc:
+        raise StartError(f"cannot listen on {host}:{port} ({exc.strerror})") from None
+
+
 # -- runs -----------------------------------------------------------------------------------
 
 

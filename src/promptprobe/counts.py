@@ -17,12 +17,13 @@ the check applies: the failures count (errors never flatter an arm), the same in
 with the other run's outputs (promptprobe.views.compare).
 """
 
+import io
 import os
 import threading
 from array import array
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -127,10 +128,14 @@ def _overlay(
 
 
 def merged_samples(
-    run_dir: Path, number: int | None, on_warning: Callable[[str], None]
+    run_dir: Path,
+    number: int | None,
+    on_warning: Callable[[str], None],
+    samples: Iterator[dict[str, Any]] | None = None,
 ) -> Iterator[dict[str, Any]]:
-    """The samples, with header and checks replaced by reclassification `number` when given."""
-    samples = iter_samples(run_dir, on_warning)
+    """The samples (of samples.jsonl, or those given), with header and checks replaced by
+    reclassification `number` when given."""
+    samples = iter_samples(run_dir, on_warning) if samples is None else samples
     if number is None:
         yield from samples
         return
@@ -185,18 +190,10 @@ def build_counts(
 ) -> CountsTable:
     """The counts table of a recorded run (the latest reclassification unless one is named)."""
     run_dir = Path(run_dir)
-    manifest = load_manifest(run_dir)
     warnings: list[str] = []
     warn = on_warning or warnings.append
-    numbers = classifications(run_dir)
-    if classification is not None and classification not in numbers:
-        known = ", ".join(map(str, numbers)) or "none"
-        raise InputError(f"{run_dir}: no classification {classification} (this run has: {known})")
-    number = classification if classification is not None else (numbers[-1] if numbers else None)
-    settings = settings_of(run_dir, manifest, number).with_top_k(top_k)
-    probeset = _probeset(manifest)
-    table = CountsTable(run_dir, manifest, run_state(run_dir, manifest), probeset, settings, number, [])
-    counter = _Counter(table, {"top_k"} if top_k is not None else set())
+    table, counter = _start(run_dir, classification, top_k)
+    number = table.classification
     samples_path = run_dir / "samples.jsonl"
     size = samples_path.stat().st_size if samples_path.is_file() else 0
     processes = min(MAX_PROCESSES, os.cpu_count() or 1)
@@ -210,6 +207,233 @@ def build_counts(
     table.sequential = list(iter_jsonl(run_dir / "sequential.jsonl", warn))
     table.warnings = warnings
     return table
+
+
+def finished_copy(table: CountsTable) -> CountsTable:
+    """A table as build_counts finishes it (no empty cells), copied: its counter goes on adding
+    to the original."""
+    arms = [
+        replace(
+            arm,
+            error_kinds=Counter(arm.error_kinds),
+            metrics={
+                name: {case_id: list(cell) for case_id, cell in per_case.items() if cell[1]}
+                for name, per_case in arm.metrics.items()
+            },
+            headers={case_id: Counter(states) for case_id, states in arm.headers.items()},
+            latencies=array("d", arm.latencies),
+        )
+        for arm in table.arms
+    ]
+    return replace(
+        table,
+        arms=arms,
+        snapshots={case_id: Counter(found) for case_id, found in table.snapshots.items()},
+        empty_retrievals=Counter(table.empty_retrievals),
+        warnings=list(table.warnings),
+        sequential=list(table.sequential),
+    )
+
+
+class LineIndex:
+    """Where each (prompt, model, case)'s lines lie in samples.jsonl: start and length (12 bytes
+    a sample), so that one cell's samples are read without a pass over the file."""
+
+    def __init__(self) -> None:
+        self.cells: dict[tuple[str, str, str], tuple[array, array]] = {}
+
+    def add(self, key: tuple[str, str, str], start: int, length: int) -> None:
+        cell = self.cells.get(key)
+        if cell is None:
+            cell = self.cells[key] = (array("q"), array("I"))
+        cell[0].append(start)
+        cell[1].append(length)
+
+    def lines(self, key: tuple[str, str, str]) -> list[tuple[int, int]]:
+        starts, lengths = self.cells.get(key, ((), ()))
+        return list(zip(starts, lengths, strict=True))
+
+
+class LiveCounts:
+    """A run's counts table kept current while its samples.jsonl grows (the live viewer): each
+    `refresh` reads only the whole lines appended since the last, and remembers where each
+    (arm, case)'s samples lie in the file, so that one cell's outputs are read without a pass
+    over the run. Anything but growth (a rewritten manifest, a new reclassification, a file cut
+    back or replaced) starts the count over. A line still being written is left for the next look;
+    once the run has stopped, a last line without its newline is torn and ignored with a warning,
+    as every reader does."""
+
+    def __init__(self, run_dir: str | Path) -> None:
+        self.run_dir = Path(run_dir)
+        self.lock = threading.Lock()
+        self.version = 0  # grows whenever the table may have changed
+        self._signature: tuple[Any, ...] | None = None
+        self._table: CountsTable | None = None
+        self._counter: _Counter | None = None
+        self._snapshot: CountsTable | None = None
+        self._offset = 0  # bytes of samples.jsonl counted (always at a line end)
+        self._lines = 0
+        self._left = 0
+        self._fed_warnings: list[str] = []
+        self._last: tuple[CountsTable, int] | None = None  # the last table handed out, with its bytes left
+        self._index = LineIndex()
+
+    def _signature_now(self) -> tuple[Any, ...]:
+        def stat(name: str) -> tuple[int, int, int] | None:
+            try:
+                info = os.stat(self.run_dir / name)
+            except OSError:
+                return None
+            return info.st_ino, info.st_size, info.st_mtime_ns
+
+        samples = stat("samples.jsonl")
+        return (stat("manifest.json"), tuple(classifications(self.run_dir)), samples and samples[0])
+
+    def refresh(self, budget: int | None = None) -> CountsTable:
+        """The table as the run stands now (the same object while nothing changed); `budget`: read
+        at most about that many bytes this time (`left` then says how many wait)."""
+        return self.look(budget)[0]
+
+    def look(self, budget: int | None = None, wait: bool = True) -> tuple[CountsTable, int]:
+        """`refresh`, with the bytes still to count behind that very table (0: it is whole).
+        `wait=False`: while another thread is counting, the table it counted last, at once."""
+        last = self._last
+        if not self.lock.acquire(blocking=wait or last is None):
+            assert last is not None
+            return last
+        try:
+            signature = self._signature_now()
+            if signature != self._signature or self._table is None:
+                self._reset()
+                self._signature = signature
+            try:
+                grew = self._read(budget)
+            except BaseException:
+                self._signature = None  # the next look starts over
+                raise
+            if grew or self._snapshot is None:
+                self._snapshot = finished_copy(self._table)
+                self.version += 1
+            self._last = (self._snapshot, self._left)
+            return self._last
+        finally:
+            self.lock.release()
+
+    def offsets(self, prompt: str, model: str, case_id: str) -> list[tuple[int, int]]:
+        """Where the lines of one (arm, case)'s samples start in samples.jsonl and their lengths,
+        in file order."""
+        with self.lock:
+            return self._index.lines((prompt, model, case_id))
+
+    @property
+    def counted(self) -> int:
+        """Bytes of samples.jsonl counted so far."""
+        return self._offset
+
+    @property
+    def left(self) -> int:
+        """Bytes of samples.jsonl there were still to count at the last look (0: all of it)."""
+        return self._left
+
+    def _reset(self) -> None:
+        self._table, self._counter = _start(self.run_dir, None, None)
+        self._snapshot = None
+        self._offset = self._lines = self._left = 0
+        self._index = LineIndex()
+        self._fed_warnings = []  # what feeding said (a sample of no arm): kept across looks
+
+    def _read(self, budget: int | None) -> bool:
+        """Count what was appended (at most about `budget` bytes of it); True when anything
+        (samples, rounds, state) changed."""
+        table, counter = self._table, self._counter
+        assert table is not None and counter is not None
+        path = self.run_dir / "samples.jsonl"
+        size = path.stat().st_size if path.is_file() else 0
+        # Cut back (a resume repaired a torn tail), or a reclassified run that grew (its overlay is
+        # read in step with the samples, from the start): count it over.
+        if size < self._offset or (table.classification is not None and size > self._offset > 0):
+            self._reset()
+            table, counter = self._table, self._counter
+            assert table is not None and counter is not None
+        state = run_state(self.run_dir, table.manifest)
+        changed = state != table.state
+        table.state = state
+        warnings: list[str] = []
+        rest = b""
+        if size > self._offset:
+            changed = True
+            whole = budget is None or table.classification is not None or size - self._offset <= budget
+            with open(path, "rb") as handle:
+                handle.seek(self._offset)
+                self._feed(handle, size - self._offset if whole else budget, table.classification)
+                if whole:
+                    rest = handle.read(size - self._offset)
+            if rest.strip() and state != "running":
+                try:
+                    loads(rest)  # a whole record that only lacks its newline counts
+                except ValueError:
+                    warnings.append(
+                        f"{path}: the last line (line {self._lines + 1}) is torn (cut off mid-write) "
+                        "and is ignored"
+                    )
+                else:
+                    self._feed(io.BytesIO(rest + b"\n"), len(rest) + 1, table.classification)
+                    self._offset -= 1  # the newline added here is not in the file
+        self._left = max(0, size - self._offset - len(rest))
+        table.sequential = list(iter_jsonl(self.run_dir / "sequential.jsonl", warnings.append))
+        warnings = self._fed_warnings + warnings
+        if warnings != table.warnings:
+            changed = True
+            table.warnings = warnings
+        return changed
+
+    def _feed(self, handle: Any, size: int, number: int | None) -> None:
+        """Count the whole lines among the next `size` bytes of `handle` (streamed: memory stays flat)."""
+        counter = self._counter
+        assert counter is not None
+        path = self.run_dir / "samples.jsonl"
+        warnings = self._fed_warnings
+        where = [self._offset, 0]
+
+        def lines() -> Iterator[dict[str, Any]]:
+            position, end = self._offset, self._offset + size
+            for line in handle:  # may run past `end` into lines appended meanwhile: as well
+                if line[-1:] != b"\n":
+                    handle.seek(position)  # a line still being written: for the next look
+                    break
+                self._lines += 1
+                where[0], where[1], position = position, len(line), position + len(line)
+                self._offset = position
+                if len(line) > 1:
+                    try:
+                        yield loads(line)
+                    except ValueError:
+                        if line.strip():
+                            raise InputError(f"{path}: line {self._lines} is not valid JSON") from None
+                if position >= end:
+                    break
+
+        samples = lines()
+        if number is not None:
+            samples = merged_samples(self.run_dir, number, warnings.append, samples)
+        feed, add = counter.feed, self._index.add
+        for sample in samples:
+            feed(sample, warnings.append)
+            add((sample["prompt"], sample["model"], sample["case_id"]), where[0], where[1])
+
+
+def _start(run_dir: Path, classification: int | None, top_k: int | None) -> tuple[CountsTable, "_Counter"]:
+    """An empty counts table of a run (its manifest, probe set and settings read) and its counter."""
+    manifest = load_manifest(run_dir)
+    numbers = classifications(run_dir)
+    if classification is not None and classification not in numbers:
+        known = ", ".join(map(str, numbers)) or "none"
+        raise InputError(f"{run_dir}: no classification {classification} (this run has: {known})")
+    number = classification if classification is not None else (numbers[-1] if numbers else None)
+    settings = settings_of(run_dir, manifest, number).with_top_k(top_k)
+    probeset = _probeset(manifest)
+    table = CountsTable(run_dir, manifest, run_state(run_dir, manifest), probeset, settings, number, [])
+    return table, _Counter(table, {"top_k"} if top_k is not None else set())
 
 
 class _Counter:

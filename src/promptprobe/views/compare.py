@@ -597,9 +597,8 @@ def _sequential_evidence(rule: dict[str, Any], lines: list[dict[str, Any]]) -> t
     test = "exact sequential boundary on discordant pairs (alpha spent over the rounds to the cap)"
     lead = abs(last["lead"])
     needed = last.get("lead_needed")
-    said = (
-        f"the leading arm was ahead by {lead} of {last['discordant_total']} discordant pairs, "
-        + (f"the boundary there {needed}" if needed else "no boundary yet")
+    said = f"the leading arm was ahead by {lead} of {last['discordant_total']} discordant pairs, " + (
+        f"the boundary there {needed}" if needed else "no boundary yet"
     )
     if not last.get("stop"):
         # Stopped by hand before the rule stopped it: no p-value is valid yet; 1 decides nothing.
@@ -632,6 +631,27 @@ def compare_runs(
         if key not in tables:
             tables[key] = build_counts(run, classification=classification, top_k=top_k)
     counts_a, counts_b = tables[run_a.resolve()], tables[run_b.resolve()]
+    return compare_tables(
+        a, b, counts_a, counts_b, metrics, all_metrics=all_metrics, alpha=alpha, hints=hints, typed=typed
+    )
+
+
+def compare_tables(
+    a: str,
+    b: str,
+    counts_a: CountsTable,
+    counts_b: CountsTable,
+    metrics: list[str] | None = None,
+    *,
+    all_metrics: bool = False,
+    alpha: float = 0.05,
+    hints: bool = True,
+    typed: tuple[str, str] | None = None,
+) -> dict[str, Any]:
+    """`compare_runs` on counts tables already read (`counts_b` is `counts_a` for two arms of one
+    run): A and B are `RUN#...` selectors (an arm of each, or two runs compared arm by arm)."""
+    run_a, filters_a = parse_selector(a)
+    run_b, filters_b = parse_selector(b)
     known = {**counts_a.metrics, **counts_b.metrics}  # the built-in ones and both runs' own checks
     names = list(known) if all_metrics else list(dict.fromkeys(metrics or ["header_present"]))
     for metric in names:
