@@ -757,7 +757,8 @@ CONTROL_BYTES = {chr(c) for c in [*range(0, 9), *range(11, 32), *range(0x7F, 0xA
 
 
 def controls_in(text: str) -> list[str]:
-    return sorted({f"U+{ord(c):04X}" for c in text if c in CONTROL_BYTES})
+    """The control characters a terminal would act on (a CR ending a line, CSV's CRLF, is a newline)."""
+    return sorted({f"U+{ord(c):04X}" for c in text.replace("\r\n", "\n") if c in CONTROL_BYTES})
 
 
 def test_nothing_printed_carries_a_control_sequence_and_json_keeps_the_text(tmp_path):

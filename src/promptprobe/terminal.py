@@ -11,8 +11,9 @@ hold control characters at all: `control_problem` says why one is refused (exit 
 import re
 
 # C0 controls but tab and newline, DEL, and the C1 controls (U+0080 to U+009F): a terminal in
-# UTF-8 mode acts on C1 characters too.
-CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+# UTF-8 mode acts on C1 characters too. A CR just before a newline is a line ending (CSV's CRLF),
+# which moves the cursor nowhere a newline would not.
+CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]|\r(?!\n)")
 # Select Graphic Rendition only (colours), which probe itself writes: ESC [ digits ; m.
 COLOUR = re.compile(r"\x1b\[[0-9;]*m")
 NAMES = {"\x1b": "ESC", "\x07": "BEL", "\x9b": "CSI", "\r": "CR", "\x00": "NUL", "\x7f": "DEL"}
@@ -23,7 +24,7 @@ def _escaped(match: re.Match[str]) -> str:
 
 
 def neutralised(text: str, keep_colour: bool = False) -> str:
-    """The text with every control character but tab and newline spelled out as `\\uXXXX`;
+    """The text with every control character but tab, newline and CRLF spelled out as `\\uXXXX`;
     `keep_colour` leaves probe's own colour sequences (ESC [ ... m) alone."""
     if keep_colour and "\x1b" in text:
         parts = COLOUR.split(text)
