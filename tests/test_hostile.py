@@ -360,15 +360,42 @@ def test_every_file_probe_writes_is_private(tmp_path):
 # -- Ctrl-C ---------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("delay", [0.15, 0.4, 0.8, 1.5])
-def test_ctrl_c_at_any_moment_exits_130_never_1(tmp_path, delay):
-    with LocalServer(lambda r: Reply("[[ANSWER]]\nok", delay=0.3)) as server:
+def _recorded(runs: Path) -> int:
+    found = list(runs.glob("*/samples.jsonl")) if runs.exists() else []
+    return len(found[0].read_bytes().splitlines()) if found else 0
+
+
+# Moments of a run, each seen from outside (never a sleep that a loaded machine can outrun).
+MOMENTS = {
+    "retrieval checked, nothing created": lambda server, runs: any(
+        r.path.startswith("/search") for r in server.requests
+    ),
+    "run directory written": lambda server, runs: bool(runs.exists() and list(runs.glob("*/manifest.json"))),
+    "first call in flight": lambda server, runs: len(server.requests) >= 1,
+    "some samples recorded": lambda server, runs: _recorded(runs) >= 3,
+    "last calls in flight": lambda server, runs: len(server.requests) >= 18,
+}
+
+
+@pytest.mark.parametrize("moment", list(MOMENTS))
+def test_ctrl_c_at_any_moment_exits_130_never_1(tmp_path, moment):
+    def reply(request):
+        if request.path.startswith("/search"):  # the check before anything is created: held
+            return Reply(body=b'{"results": []}', content_type="application/json", delay=30)
+        return Reply("[[ANSWER]]\nok", delay=0.3)
+
+    with LocalServer(reply) as server:
+        (tmp_path / "probe.toml").write_text(
+            f'[retrieval]\nkind = "http"\nurl = "{server.url}/search"\nbody = {{ query = "{{question}}" }}\n'
+            'results = "results"\n'
+        )
+        retrieval = ["--config", str(tmp_path / "probe.toml")] if moment.startswith("retrieval") else [
+            "--retrieval", "none"]
         process = subprocess.Popen(
             [
                 PROBE,
                 "run",
-                "--retrieval",
-                "none",
+                *retrieval,
                 str(write_probeset(tmp_path / "p.toml", [(f"c{i}", f"q{i}", None) for i in range(20)])),
                 "--prompt",
                 PROMPT,
@@ -382,16 +409,21 @@ def test_ctrl_c_at_any_moment_exits_130_never_1(tmp_path, delay):
             text=True,
             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         )
-        time.sleep(delay)
+        deadline = time.monotonic() + 60
+        while not MOMENTS[moment](server, tmp_path / "runs"):
+            assert process.poll() is None and time.monotonic() < deadline, moment
+            time.sleep(0.005)
         process.send_signal(signal.SIGINT)
         _, stderr = process.communicate(timeout=30)
     assert process.returncode == 130, stderr
     assert "Traceback" not in stderr and "Aborted" not in stderr
-    runs = list((tmp_path / "runs").iterdir()) if (tmp_path / "runs").exists() else []
-    if runs:
-        assert f"probe run --resume {runs[0]}" in stderr
-    else:
-        assert stderr.strip().splitlines()[-1] == "interrupted"
+    if moment.startswith("retrieval"):
+        assert not (tmp_path / "runs").exists()
+        assert stderr.strip().splitlines()[-1] == "interrupted: nothing was recorded (no run directory was created)"
+        return
+    (run,) = (tmp_path / "runs").iterdir()
+    assert f"probe run --resume {run}" in stderr
+    assert json.loads((run / "manifest.json").read_text())["status"] == "interrupted"
 
 
 # -- bad input: one sentence, exit 2 ------------------------------------------------------------------

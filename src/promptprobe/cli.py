@@ -501,15 +501,21 @@ class Progress:
 
 
 @contextmanager
-def interruptible(cancel: Callable[[], None]) -> Iterator[list[int]]:
+def interruptible(
+    cancel: Callable[[], None], started: Callable[[], bool] = lambda: True
+) -> Iterator[list[int]]:
     """First Ctrl-C (or SIGTERM): cancel the run, which then finishes its manifest; a second
-    one: exit at once (the run is then detected as killed and `--resume` finishes it)."""
+    one: exit at once (the run is then detected as killed and `--resume` finishes it). Before the
+    run has `started` (its directory not yet created: the checks of the target), there is nothing
+    to finish, and the check in progress (a retrieval that hangs) is abandoned at once."""
     received: list[int] = []
 
     def handler(signum: int, frame: Any) -> None:
         if received:
             os._exit(128 + signum)
         received.append(signum)
+        if not started():
+            raise KeyboardInterrupt
         say("interrupted: finishing the samples in flight (Ctrl-C again to quit at once)", err=True)
         cancel()
 
@@ -892,7 +898,9 @@ def _execute(runner: Any, fmt: str, total: int, output: Path | None = None) -> N
 
     outcome = None
     sequential = hasattr(runner, "rule")
-    with Progress(total, at_most=sequential) as progress, interruptible(runner.cancel) as received:
+    with Progress(total, at_most=sequential) as progress, interruptible(
+        runner.cancel, lambda: runner.store is not None
+    ) as received:
         runner.on_record = progress.update
         # Where the run is, as soon as it exists: another terminal can follow or resume it.
         runner.on_start = lambda path: progress.say(f"run: {path}")
@@ -902,6 +910,9 @@ def _execute(runner: Any, fmt: str, total: int, output: Path | None = None) -> N
         except KeyboardInterrupt:
             received.append(signal.SIGINT)
     path = outcome.path if outcome else (runner.store.path if runner.store else None)
+    if received and path is None:
+        say("interrupted: nothing was recorded (no run directory was created)", err=True)
+        sys.exit(128 + received[0])
     if received or (outcome and outcome.status == "interrupted" and not outcome.stopped_by):
         where = path or "nowhere (nothing was recorded)"
         recorded = outcome.recorded if outcome else runner.tally.recorded
