@@ -212,6 +212,22 @@ def test_the_python_api_compares_two_runs_the_same_way(two_runs):
     assert "<html" in comparison.html() or "promptprobe" in comparison.html()
 
 
+def test_the_html_of_two_runs_names_the_arm_of_every_row(two_runs, tmp_path):
+    # The terminal says "new: ..." before each pair's verdict; the page must not lose which arm it is.
+    first, second = two_runs
+    page = tmp_path / "c.html"
+    result = invoke("compare", first, second, "--metric", "header_present", "-o", str(page))
+    assert result.exit_code == 0, result.output
+    html = page.read_text()
+    data = json.loads(invoke("compare", first, second, "--metric", "header_present", "--json").stdout)
+    for r in data["results"]:
+        badge = f'data-metric="{r["metric"]}">{r["pair"]}: {r["words"]["badge"]}</li>'.replace("'", "&#39;")
+        assert badge in html, r["pair"]
+        assert f'<td data-label="arm">{r["pair"]}</td>' in html
+        assert f'{r["pair"]}: {r["words"]["sentence"]}'.replace("'", "&#39;") in html
+    assert "arm by arm: old, new" in html
+
+
 def test_names_that_do_not_match_list_the_forms_to_type(two_runs, workspace):
     first, _ = two_runs
     third = record(workspace, "pairs", ["other"], ["openai:m@{url}"], set())
