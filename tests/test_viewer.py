@@ -203,6 +203,23 @@ def test_a_host_header_other_than_loopback_is_refused(runs):
             assert client.get("/").status_code == 200, base
 
 
+def test_the_same_arm_of_two_runs_is_told_apart_by_run_and_named_by_arm(runs, tmp_path):
+    # The runs tell the two sides apart, so each side's name is its run; the line under the
+    # choosers then says which arm each is, not the run twice.
+    folder, ab, _ = runs
+    both = tmp_path / "runs"
+    both.mkdir()
+    again = ab[:-1] + ("0" if ab[-1] != "0" else "1")
+    shutil.copytree(folder / ab, both / ab)
+    shutil.copytree(folder / ab, both / again)
+    with TestClient(create_app(both, warm=False), base_url="http://127.0.0.1") as client:
+        view = client.get(f"/compare.json?a={ab}:2&b={again}:2").json()["comparison"]
+        html = client.get(f"/compare?a={ab}:2&b={again}:2").text
+    assert (view["a"]["name"], view["b"]["name"]) == (ab, again)
+    line = re.search(r'<p class="meta">(.*?)</p>', html).group(1)
+    assert f"({ab})" not in line and f"arm 2: new x {view['a']['model']}" in line
+
+
 def test_downloads_are_the_exact_bytes_and_the_export_file(client, runs, tmp_path):
     folder, ab, hostile = runs
     samples = [json.loads(line) for line in (folder / hostile / "samples.jsonl").read_text().splitlines()]
@@ -220,6 +237,19 @@ def test_downloads_are_the_exact_bytes_and_the_export_file(client, runs, tmp_pat
         served = client.get(f"/runs/{ab}/cases/c3/incident.{fmt}")
         assert served.status_code == 200 and served.content == written.read_bytes()
         assert "attachment" in served.headers["content-disposition"]
+
+
+def test_the_incident_json_names_the_run_as_probe_export_does_from_the_same_folder(runs, monkeypatch):
+    # `probe view` over ./runs serves what `probe export ID` run there writes, not this machine's
+    # absolute path to the run.
+    folder, ab, _ = runs
+    monkeypatch.chdir(folder.parent)
+    written = CliRunner().invoke(main, ["export", ab, "--case", "c3", "--format", "json", "--runs-dir", folder.name])
+    assert written.exit_code == 0, written.output
+    assert json.loads(written.stdout)["run"] == f"{folder.name}/{ab}"
+    with TestClient(create_app(Path(folder.name), warm=False), base_url="http://127.0.0.1") as client:
+        served = client.get(f"/runs/{ab}/cases/c3/incident.json")
+    assert served.status_code == 200 and served.text == written.stdout
 
 
 def test_the_why_page_filters_outputs_by_a_phrase(client, runs):

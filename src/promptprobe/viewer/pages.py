@@ -282,7 +282,9 @@ def incident(runs: RunsDir, run_id: str, case_id: str, fmt: str) -> str:
     if path is None:
         raise NotFound(f"no run {run_id!r} in this runs directory")
     try:
-        text = export(path, case=case_id, fmt=fmt)
+        # The runs directory as given, as `probe export RUN` from here would name it (the JSON says
+        # the run's path): not the resolved absolute path of this machine's folders.
+        text = export(runs.root / path.name, case=case_id, fmt=fmt)
     except InputError as exc:
         raise NotFound(str(exc)) from None
     return SCRUBBER.text(text)  # as `probe export -o FILE` writes it
