@@ -62,6 +62,22 @@ def test_every_command_has_help_with_an_example():
         assert "Example" in (command.epilog or ""), name
 
 
+def test_every_help_example_is_one_whole_line_that_parses():
+    # At 80 columns click re-wrapped the examples and broke paths at their hyphens
+    # ("prompts/always-" / "header.md"): each example must be a line a reader can paste.
+    for name, command in [(None, main), *main.commands.items()]:
+        output = CliRunner().invoke(main, [*([name] if name else []), "--help"], terminal_width=80).output
+        examples = command.epilog.split(": ", 1)[1].split("   |   ")
+        lines = [line.strip() for line in output.splitlines()]
+        for example in examples:
+            assert example.strip() in lines, (name, example)
+            words = shlex.split(example)
+            assert words[0] == "probe"
+            sub = main.get_command(None, words[1])
+            with sub.make_context(words[1], words[2:], resilient_parsing=True) as context:
+                assert context.args == [], example
+
+
 def test_demo_excerpt_is_what_the_demo_prints(demo_run):
     excerpt = README.split("<!-- demo-output:start -->\n```text\n", 1)[1].split("```\n<!-- demo-output:end -->")[0]
     result, _ = demo_run

@@ -241,7 +241,38 @@ def finite(ctx: click.Context, param: click.Parameter, value: float | None) -> f
     return value
 
 
-@click.group(epilog="Example: probe run probes/refusal-header.toml --prompt prompts/always-header.md")
+class _Examples:
+    """Help whose epilog ("Examples: A   |   B") prints each example whole on a line of its own:
+    click's re-wrapping breaks a path at its hyphens (prompts/always-\nheader.md), which a
+    reader then cannot paste back."""
+
+    epilog: str | None
+
+    def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        label, _, rest = (self.epilog or "").partition(": ")
+        if not label.startswith("Example") or not rest:
+            super().format_epilog(ctx, formatter)  # type: ignore[misc]
+            return
+        examples = [example.strip() for example in rest.split("   |   ")]
+        formatter.write_paragraph()
+        with formatter.indentation():
+            formatter.write_text("Examples:" if len(examples) > 1 else "Example:")
+            with formatter.indentation():
+                for example in examples:
+                    formatter.write(f"{'':>{formatter.current_indent}}{example}\n")
+
+
+class ProbeCommand(_Examples, click.Command):
+    pass
+
+
+class ProbeGroup(_Examples, click.Group):
+    command_class = ProbeCommand
+
+
+@click.group(
+    cls=ProbeGroup, epilog="Example: probe run probes/refusal-header.toml --prompt prompts/always-header.md"
+)
 @click.version_option(__version__, prog_name="probe")
 def main() -> None:
     """Probe prompt versions and models through a RAG system's real retrieval path.
