@@ -97,7 +97,9 @@ def test_dry_run_prices_the_plan_without_a_call(tmp_path):
                                        "-n", "3", "--max-tokens", "100", "--dry-run", "--runs-dir", str(tmp_path / "runs")])
     assert result.exit_code == 0, result.output  # no key needed, nothing called, nothing written
     assert not (tmp_path / "runs").exists()
-    assert "120 model calls and 30 retrievals" in result.stdout
+    assert "120 model calls and no retrieval" in result.stdout  # no config: the bare questions
+    # ... which the run itself refuses without --retrieval none: the plan says so.
+    assert "note: there is no probe.toml here: the run itself needs --config FILE or --retrieval none" in result.stdout
     assert "cost unknown" in result.stdout  # the local model has no price: never a guess
     # Which row priced each model, and when it was taken; why the other has none, naming it.
     assert "price of anthropic:claude-sonnet-4-5: row anthropic:claude-sonnet-4-5 (built-in, taken 2026-11-30)" in result.stdout
@@ -116,6 +118,15 @@ def test_dry_run_prices_the_plan_without_a_call(tmp_path):
         "source": "built-in (taken 2026-11-30)", "taken": "2026-11-30", "rule": None}
     assert arm["cost_unknown"] is None and data["cost_unknown"] == []
     assert arm["endpoint"] == {"url": "https://api.anthropic.com", "from": "default", "provider_own": True}
+
+
+def test_a_dry_run_without_retrieval_says_so_and_counts_in_words(tmp_path):
+    # "1 arms: 4 model calls and 4 retrievals" under a plan that fetches nothing read wrong.
+    result = CliRunner().invoke(main, ["run", probeset(tmp_path, cases=4), "--prompt", PROMPT, "--retrieval", "none",
+                                       "--model", "anthropic:claude-sonnet-4-5", "-n", "1", "--dry-run"])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines()[0] == "dry run: p, 4 cases x 1 repeat, 1 arm: 4 model calls and no retrieval"
+    assert "no probe.toml here" not in result.stdout  # --retrieval none said it
 
 
 def test_max_cost_refuses_a_plan_estimated_above_it(tmp_path):

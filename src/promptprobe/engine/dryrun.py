@@ -134,7 +134,13 @@ def dry_run(
         "cost_unknown": [r["cost_unknown"] for r in rows if r["cost_unknown"]],
         "settings": settings,
         "needs_yes": calls > LARGE_PLAN,
-        "notes": _notes(kind, fetched is not None, max_tokens, options.batch),
+        "notes": _notes(kind, fetched is not None, max_tokens, options.batch)
+        + (
+            # The run itself refuses this (config.with_retrieval); the plan should not hide it.
+            ["there is no probe.toml here: the run itself needs --config FILE or --retrieval none"]
+            if config.path is None and not config.retrieval_given
+            else []
+        ),
     }
 
 
@@ -197,10 +203,16 @@ def render_dry_run(result: dict[str, Any]) -> str:
         return "cost unknown" if value is None else f"${value:,.4f}"
 
     retrieval = result["retrieval"]
+    def count(n: int, noun: str) -> str:
+        return f"{n:,} {noun}{'' if n == 1 else 's'}"
+
+    fetches = (
+        "no retrieval" if retrieval["kind"] == "none" else f"{count(result['retrievals'], 'retrieval')}"
+    )
     lines = [
-        f"dry run: {result['probeset']}, {result['cases']} cases x {result['repeats']} repeats, "
-        f"{len(result['arms'])} arms: {result['calls']:,} model calls and "
-        f"{result['retrievals']:,} retrievals",
+        f"dry run: {result['probeset']}, {count(result['cases'], 'case')} x "
+        f"{count(result['repeats'], 'repeat')}, {count(len(result['arms']), 'arm')}: "
+        f"{count(result['calls'], 'model call')} and {fetches}",
     ]
     if retrieval["fetched"]:
         lines.append(
