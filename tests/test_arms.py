@@ -99,6 +99,8 @@ def test_names_are_checked_and_unique(workspace):
     for given, words in (
         (["bad name=openai:m@http://127.0.0.1:9/v1"], "model name 'bad name' must start with a letter"),
         (["a=openai:m@http://127.0.0.1:9/v1", "a=openai:n@http://127.0.0.1:9/v1"], "two models are both called 'a'"),
+        (["a=openai:m@http://127.0.0.1:9/v1", "openai:m@http://127.0.0.1:9/v1"],
+         "the model openai:m@http://127.0.0.1:9/v1 is given twice"),
     ):
         args = ["run", str(workspace / "p.toml"), "--prompt", str(workspace / "old.md"), "--retrieval", "none",
                 "--dry-run"]
@@ -124,6 +126,13 @@ def test_probe_toml_names_models_and_a_bare_name_picks_one():
             parse_config({"run": {"models": [bad]}}, None)
     with pytest.raises(InputError, match="two models are both called 'x'"):
         parse_config({"run": {"models": ["x=openai:a", "x=openai:b"]}}, None)
+    # A mistyped name is said as one, with the names there are, not as a malformed spec.
+    with pytest.raises(InputError) as raised:
+        config.models_for(["helpdesc"])
+    assert str(raised.value) == (
+        "model 'helpdesc': no [run] models entry has that name (names: helpdesk, mini) (did you mean "
+        "'helpdesk'?), and it is not a spec PROVIDER:MODEL"
+    )
 
 
 def test_the_python_api_takes_names(workspace):

@@ -101,6 +101,11 @@ class TargetConfig:
             if isinstance(text, str) and text in by_name:
                 chosen.append(by_name[text])
                 continue
+            if isinstance(text, str) and by_name and ":" not in text and "=" not in text:
+                raise InputError(  # a mistyped name reads better as one than as a malformed spec
+                    f"model {text!r}: no [run] models entry has that name (names: {', '.join(by_name)})"
+                    f"{did_you_mean(text, set(by_name))}, and it is not a spec PROVIDER:MODEL"
+                )
             name, spec = split_name(text) if isinstance(text, str) else (None, text)
             model = configured.get(spec) or parse_spec(spec)
             chosen.append(replace(model, name=name) if name else model)

@@ -47,8 +47,9 @@ def make_arms(prompts: Sequence[PromptVersion], models: Sequence[ModelSpec]) -> 
             f"two prompt versions are both named {duplicate!r}: name one with --prompt NAME=PATH"
         )
     specs = [m.spec for m in models]
-    if len(set(specs)) != len(specs):
-        raise InputError("the same model is given twice")
+    twice = next((spec for spec in specs if specs.count(spec) > 1), None)
+    if twice:
+        raise InputError(f"the model {twice} is given twice: give each model once")
     check_names(models)
     return [Arm(i, p, m) for i, (p, m) in enumerate(((p, m) for p in prompts for m in models), 1)]
 
