@@ -183,6 +183,23 @@ def test_reversed_case_order_across_runs_is_paired(tmp_path):
     assert all(set(r) >= {"metric", "verdict", "worse", "higher_is_better"} for r in everything["results"])
 
 
+def test_the_size_hint_says_an_eleven_point_difference(tmp_path):
+    from promptprobe.views.compare_words import sentence
+
+    first = record_run(tmp_path / "one", {"v1": [3, 3, 2, 3, 3]})
+    second = record_run(tmp_path / "two", {"v2": [3, 3, 3, 3, 3]})
+    printed = compare_cli(str(first), str(second), "--json")
+    assert printed.exit_code == 0, printed.output
+    result = json.loads(printed.stdout)
+    assert result["repeats_needed"] and result["verdict"] == "indistinguishable"
+    said = {}
+    for size in (3, 8, 11, 18, 20, 80, 89, 90):
+        result["b"] = dict(result["b"], rate=result["a"]["rate"] + size / 100)
+        said[size] = sentence(result).split("; to detect ")[1].split(" difference")[0]
+    assert said == {3: "a 3-point", 8: "an 8-point", 11: "an 11-point", 18: "an 18-point", 20: "a 20-point",
+                    80: "an 80-point", 89: "an 89-point", 90: "a 90-point"}
+
+
 def test_compare_mismatched_probe_sets_is_unpaired_and_said(tmp_path):
     first = record_run(tmp_path / "one", {"v1": [3, 3, 3, 3, 3]}, cases=5)
     second = record_run(tmp_path / "two", {"v1": [3, 3, 3, 3, 3, 3]}, cases=6)

@@ -109,7 +109,9 @@ def sentence(result: dict[str, Any]) -> str:
         unpaired = f"no number of repeats: at least {hint['unpaired_cases_needed']} cases a side"
     else:
         unpaired = f"no number of repeats of {hint['cases']} cases (probe plan --cases says how many)"
-    return text + f"; to detect a {size:.0f}-point difference you need {paired}; unpaired: {unpaired}"
+    whole = round(size)
+    article = "an" if whole in (8, 11, 18) or 80 <= whole <= 89 else "a"  # said "an eight", "an eleven"
+    return text + f"; to detect {article} {whole}-point difference you need {paired}; unpaired: {unpaired}"
 
 
 def generalise_sentence(result: dict[str, Any]) -> str | None:
