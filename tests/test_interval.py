@@ -267,7 +267,7 @@ def test_the_level_reproduces_the_adjusted_decision_exactly():
 def test_every_html_verdict_box_of_the_demo_agrees_with_its_verdict(demo_run, tmp_path):
     _, run = demo_run
     page = html.unescape(report_html(run))
-    boxes = re.findall(r'<li class="badge (\w+)" data-metric="(\w+)">([^<]*)</li>', page)
+    boxes = re.findall(r'<li data-verdict="[^"]*" class="badge (\w+)" data-metric="(\w+)">([^<]*)</li>', page)
     comparison = json.loads(CliRunner().invoke(main, [
         "compare", f"{run}#prompt=exception-only", f"{run}#prompt=always-header", "--all", "--json"]).stdout)
     words = {r["metric"]: r["words"] for r in comparison["results"]}

@@ -1372,14 +1372,14 @@ def view(runs_folder: Path | None, port: int, host: str) -> None:
     if not folder.is_dir():
         raise InputError(f"{folder}: no such runs directory (probe demo or probe run write one)")
     if host not in LOOPBACK:
-        click.echo(
+        say(
             f"warning: serving on {host}: anyone who can reach this address reads every raw output "
             "in the runs directory",
             err=True,
         )
 
     def ready(url: str) -> None:
-        click.echo(f"probe view: {folder} at {url} (read-only; Ctrl-C stops it)", err=True)
+        say(f"probe view: {folder} at {url} (read-only; Ctrl-C stops it)", err=True)
 
     try:
         serve(folder, host, port, on_ready=ready)

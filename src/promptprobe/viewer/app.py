@@ -8,7 +8,6 @@ viewer through a DNS name pointed at 127.0.0.1).
 
 import contextlib
 import hashlib
-import sys
 import threading
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -22,7 +21,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from ..errors import InputError
-from ..jsonio import dumps_pretty
+from ..jsonio import dumps_pretty, warn
 from ..views.html import environment, forest, plots_of
 from ..views.report import sequential_sentence
 from . import pages
@@ -160,7 +159,7 @@ class Viewer:
             try:
                 self.runs.warm()
             except Exception as exc:  # the loop goes on: a page counts its run itself and says why not
-                print(f"warning: probe view: counting runs in the background: {exc}", file=sys.stderr)
+                warn(f"probe view: counting runs in the background: {exc}")
             self.stop.wait(WARM_EVERY)
 
 
