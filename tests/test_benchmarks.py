@@ -6,6 +6,7 @@ checked here: speed is measured by running them in full."""
 import subprocess
 import sys
 
+import pytest
 from conftest import ROOT
 
 SMALL = {
@@ -26,26 +27,19 @@ SMALL = {
 }
 
 
-def test_every_benchmark_runs_at_a_small_size_and_prints_its_table(tmp_path):
+def test_every_benchmark_has_a_small_size_here():
     scripts = sorted(p.name for p in (ROOT / "benchmarks").glob("*.py") if p.name != "synthetic.py")
     assert scripts == sorted(SMALL)  # a new benchmark gets a small size here
-    # Two at a time: they are single-threaded, and this machine class has two cores.
-    results = {}
-    names = list(SMALL)
-    for start in range(0, len(names), 2):
-        running = {
-            name: subprocess.Popen(
-                [sys.executable, str(ROOT / "benchmarks" / name), *SMALL[name]],
-                cwd=tmp_path,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-            )
-            for name in names[start : start + 2]
-        }
-        for name, process in running.items():
-            out, err = process.communicate(timeout=300)
-            results[name] = (process.returncode, out, err)
-    for name, (code, out, err) in results.items():
-        assert code == 0, (name, err[-2000:])
-        assert "|---" in out and "Traceback" not in err, (name, out[-1000:], err[-1000:])
+
+
+@pytest.mark.parametrize("name", sorted(SMALL))
+def test_the_benchmark_runs_at_a_small_size_and_prints_its_table(tmp_path, name):
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / name), *SMALL[name]],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, (name, done.stderr[-2000:])
+    assert "|---" in done.stdout and "Traceback" not in done.stderr, (done.stdout[-1000:], done.stderr[-1000:])
