@@ -1,24 +1,33 @@
 """The verdict rules: which test decides, and what it says, for two arms' per-case counts.
 
 - Paired design (the same questions on both sides): the stratified exact conditional test.
-- Unpaired design: the permutation test over cases of the difference in mean per-case rates.
-- Generalisation (paired): the exact sign test over the cases that moved, "likely" only with
-  at least 5 of them; its interval is for the mean per-case difference B - A.
+- Unpaired design: the difference of the mean per-case rates, tested by exchanging whole cases
+  between the arms when every case was asked equally often (exact: the cases are exchangeable),
+  and by the beta-binomial test over cases otherwise (promptprobe.stats.betabinomial: a case
+  asked once and one asked 20 times are not exchangeable). Its interval is that same test
+  inverted (shifted nulls, promptprobe.stats.inversion), so it excludes 0 exactly when the test
+  decides, at whatever level it is asked for.
+- Generalisation (paired): the sign test over the cases that moved, conditional on each case's
+  total so that it stays exact when the arms' repeats differ (promptprobe.stats.generalisation),
+  "likely" only with at least 5 of them; its interval is that test inverted.
 All differences are B - A: B the candidate, A the baseline. `A>B`/`B>A` say which rate is
 reliably higher, whatever the metric's direction; the direction of a decided verdict is the exact
 sign of the effect shown beside it (promptprobe.stats.effect), never a separate computation.
 """
 
-import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from .betabinomial import TEST as BETA_BINOMIAL_TEST
+from .betabinomial import BetaBinomialTest
 from .effect import Effect, mantel_haenszel, mean_of_cases
-from .intervals import t_critical
-from .tests import case_permutation, decides, sign_test, stratified_exact
+from .generalisation import ConditionalSignTest
+from .inversion import invert
+from .tests import CasePermutation, decides, stratified_exact
 
 MIN_MOVED_FOR_GENERALISATION = 5
 PAIRED_TEST = "stratified exact conditional (exact CMH)"
+GENERALISATION_TEST = "sign test over the cases that moved, conditional on each case's total"
 UNPAIRED_TEST = "permutation over cases"
 
 Counts = tuple[int, int]  # (successes, trials)
@@ -30,6 +39,9 @@ class Verdict:
     p_value: float
     verdict: str  # "A>B", "B>A" or "indistinguishable"
     effect: Effect
+    interval_at: Callable[[float], tuple[float, float] | None]
+    # the test's own interval for B - A at level alpha (a 1 - alpha interval): excludes 0
+    # exactly when decides(p_value, alpha); None where no interval can agree (say why in notes)
 
 
 def word(p_value: float | None, alpha: float, sign: int) -> str:
@@ -46,7 +58,19 @@ def paired_verdict(
     cases = [(ka, na, kb, nb) for (ka, na), (kb, nb) in zip(a, b, strict=True)]
     result = stratified_exact(cases)
     effect = mantel_haenszel(cases, confidence)
-    return Verdict(PAIRED_TEST, result.p_value, word(result.p_value, alpha, effect.sign), effect)
+
+    def interval_at(level: float) -> tuple[float, float] | None:
+        # The paired test's own inverted interval is a1's (issue 24 item 1); until it lands, the
+        # Mantel-Haenszel interval where it agrees with the test.
+        bounds = mantel_haenszel(cases, 1 - level).interval
+        return bounds if (bounds[0] > 0 or bounds[1] < 0) == decides(result.p_value, level) else None
+
+    return Verdict(PAIRED_TEST, result.p_value, word(result.p_value, alpha, effect.sign), effect, interval_at)
+
+
+def equal_repeats(a: Sequence[Counts], b: Sequence[Counts]) -> bool:
+    """Every case of both arms asked the same number of times: whole cases are exchangeable."""
+    return len({n for _, n in (*a, *b) if n}) <= 1
 
 
 def unpaired_verdict(
@@ -56,12 +80,45 @@ def unpaired_verdict(
     resamples: int | None = None,
     confidence: float = 0.95,
 ) -> Verdict:
+    """Different questions on each side: the unit is the case (see the module's docstring)."""
     rates_a = [k / n for k, n in a if n]
     rates_b = [k / n for k, n in b if n]
-    options = {} if resamples is None else {"resamples": resamples}
-    p = case_permutation(rates_a, rates_b, **options)
     effect = mean_of_cases(a, b, confidence)
-    return Verdict(UNPAIRED_TEST, p, word(p, alpha, effect.sign), effect)
+    model = BetaBinomialTest(a, b)
+    if equal_repeats(a, b):
+        options = {} if resamples is None else {"resamples": resamples}
+        permutation = CasePermutation(rates_a, rates_b, **options)
+        name = UNPAIRED_TEST
+
+        def p_at(delta: float) -> float:
+            # Rates shifted by delta leave a case with no spread exactly where it was: 5 cases at
+            # 3/3 against 5 at 3/3 would reject every shift ("+0 to +0"). Beyond the span from 0
+            # to the estimate, the beta-binomial model's shifted null (each case's binomial noise)
+            # is accepted beside it; a value is rejected only where the permutation rejects it
+            # too, so the interval stays valid, and inside the span only the permutation speaks.
+            if min(0.0, model.estimate) <= delta <= max(0.0, model.estimate):
+                return permutation.p_at(delta)
+            return max(permutation.p_at(delta), model.p_at(delta))
+
+    else:
+        name = BETA_BINOMIAL_TEST
+        p_at = model.p_at
+    p = p_at(0.0)
+    estimate = model.estimate
+    found: dict[float, tuple[float, float] | None] = {}
+
+    def interval_at(level: float) -> tuple[float, float] | None:
+        if level not in found:
+            # The Welch interval over cases only tells the search where to start.
+            guess = mean_of_cases(a, b, 1 - level).interval
+            found[level] = invert(p_at, estimate, level, guess=guess)
+        return found[level]
+
+    bounds = interval_at(alpha)
+    if bounds is not None:  # (else the Welch interval stays; a1's Effect may carry None)
+        method = f"difference of mean per-case rates ({name}, inverted)"
+        effect = Effect(effect.estimate, bounds, method, effect.sign)
+    return Verdict(name, p, word(p, alpha, effect.sign), effect, interval_at)
 
 
 @dataclass(frozen=True)
@@ -75,31 +132,13 @@ class Generalisation:
     interval: tuple[float, float] | None
 
 
-def generalisation(
-    a: Sequence[Counts], b: Sequence[Counts], alpha: float = 0.05, confidence: float = 0.95
-) -> Generalisation:
-    """Would other questions like these move too? Sign test over the per-case differences.
-
-    The interval is mean ± t(G-1)·SE of the per-case differences B - A, where SE uses their
-    spread but never less than the binomial noise of each case's own counts (rates smoothed
-    as (k+1)/(n+2)), so that identical differences do not give a zero-width interval; it is
-    clipped to [-1, 1].
-    """
+def generalisation(a: Sequence[Counts], b: Sequence[Counts], alpha: float = 0.05) -> Generalisation:
+    """Would other questions like these move too? The sign test over the cases that moved,
+    conditional on each case's total (exact with any repeats), and its interval at alpha."""
     diffs = [kb / nb - ka / na for (ka, na), (kb, nb) in zip(a, b, strict=True)]
     g = len(diffs)
-    up = sum(d > 0 for d in diffs)
-    down = sum(d < 0 for d in diffs)
-    p = sign_test(up, down)
+    test = ConditionalSignTest([(ka, na, kb, nb) for (ka, na), (kb, nb) in zip(a, b, strict=True)])
+    p = test.p_value
     mean = sum(diffs) / g if g else 0.0
-    interval = None
-    if g >= 2:
-        spread = sum((d - mean) ** 2 for d in diffs) / (g - 1)
-        noise = 0.0
-        for (ka, na), (kb, nb) in zip(a, b, strict=True):
-            pa, pb = (ka + 1) / (na + 2), (kb + 1) / (nb + 2)
-            noise += pa * (1 - pa) / na + pb * (1 - pb) / nb
-        se = math.sqrt(max(spread, noise / g) / g)
-        half = t_critical(g - 1, confidence) * se
-        interval = (max(-1.0, mean - half), min(1.0, mean + half))
-    likely = up + down >= MIN_MOVED_FOR_GENERALISATION and decides(p, alpha)
-    return Generalisation(g, up, down, p, likely, mean, interval)
+    likely = test.up + test.down >= MIN_MOVED_FOR_GENERALISATION and decides(p, alpha)
+    return Generalisation(g, test.up, test.down, p, likely, mean, test.interval_at(alpha) if g else None)
