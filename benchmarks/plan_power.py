@@ -14,7 +14,8 @@ import time
 import numpy as np
 
 from promptprobe.stats.simulation import paired_counts, unpaired_counts
-from promptprobe.stats.verdict import paired_verdict, unpaired_verdict
+from promptprobe.stats.tests import decides
+from promptprobe.stats.verdict import paired_verdict, unpaired_test
 from promptprobe.views.plan import plan_sample_size
 
 SEED = 77  # not the planner's seed
@@ -36,10 +37,10 @@ def fresh_unpaired(p1, p2, cases, repeats, icc, trials, rng):
     right = "B>A" if p2 > p1 else "A>B"
     hits = 0
     for t in range(trials):
-        verdict = unpaired_verdict(
-            [(int(k), repeats) for k in a[t]], [(int(k), repeats) for k in b[t]]
-        ).verdict
-        hits += verdict == right
+        # The verdict's own test (unpaired_verdict without the interval beside it).
+        test = unpaired_test([(int(k), repeats) for k in a[t]], [(int(k), repeats) for k in b[t]])
+        decided = decides(test.p_at(0.0), 0.05) and test.estimate != 0
+        hits += decided and ("B>A" if test.estimate > 0 else "A>B") == right
     return hits / trials
 
 

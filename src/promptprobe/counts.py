@@ -2,7 +2,10 @@
 successes, trials and failures, plus per arm its header classes, tokens, cost and latencies,
 and per case what the retrieval returned. Report, compare, why and the HTML view all read this
 table; none of them reads samples.jsonl itself for counting. Memory does not grow with the
-number of samples (latencies are kept as one packed array per arm).
+number of samples (latencies are kept as one packed array per arm). Beside the counts, per
+(arm, case) how many samples showed each distinct vector of metric outcomes (the joint patterns
+a family of metrics is adjusted on, promptprobe.stats.multiplicity): bounded by the distinct
+vectors, not the samples.
 
 A failed sample (no output) stays in every denominator it belongs to and counts as that
 metric's unfavourable outcome: a miss where higher is better, an event where lower is better.
@@ -45,6 +48,8 @@ class ArmCounts:
     cache_saved: float = 0.0  # what cache hits saved against the same tokens uncached
     batched: int = 0  # samples sent through a batch API
     latencies: array = field(default_factory=lambda: array("d"))
+    # case_id -> Counter of outcome vectors over CountsTable.pattern_metrics (1, 0, None: n/a)
+    patterns: dict[str, Counter] = field(default_factory=dict)
 
     @property
     def label(self) -> str:
@@ -67,6 +72,7 @@ class CountsTable:
     simulated: bool = False
     warnings: list[str] = field(default_factory=list)
     sequential: list[dict[str, Any]] = field(default_factory=list)
+    pattern_metrics: list[str] = field(default_factory=list)  # the order of a pattern's outcomes
 
     @property
     def cases(self) -> dict[str, Case]:
@@ -207,13 +213,15 @@ class _Counter:
             case_id: [(name, m) for name, m in table.metrics.items() if m.applies(case, settings)]
             for case_id, case in cases.items()
         }
+        table.pattern_metrics = list(table.metrics)
         for arm in table.arms:
             arm.metrics = {name: {} for name in table.metrics}
             arm.headers = {case_id: Counter() for case_id in cases}
+            arm.patterns = {case_id: Counter() for case_id in cases}
         price_of = _pricer(load_prices(manifest.get("prices") or {}), manifest)
         self.slots = {
             (arm.prompt, arm.model, case_id): _Slot(
-                arm, case, applicable[case_id], price_of(arm.model), overridden
+                arm, case, applicable[case_id], price_of(arm.model), overridden, table.pattern_metrics
             )
             for arm in table.arms
             for case_id, case in cases.items()
@@ -247,6 +255,8 @@ class _Counter:
             for per_case in arm.metrics.values():
                 for case_id in [c for c, cell in per_case.items() if cell[1] == 0]:
                     del per_case[case_id]  # no sample of this arm for this case
+            for case_id in [c for c, seen in arm.patterns.items() if not seen]:
+                del arm.patterns[case_id]
 
     # -- parallel ---------------------------------------------------------------------------
 
@@ -272,6 +282,7 @@ class _Counter:
                     arm.latencies,
                     arm.cache_saved,
                     arm.batched,
+                    arm.patterns,
                 )
                 for arm in table.arms
             ],
@@ -297,6 +308,7 @@ class _Counter:
             latencies,
             saved,
             batched,
+            patterns,
         ) in zip(table.arms, part["arms"], strict=True):
             arm.samples += samples
             arm.errors += errors
@@ -315,6 +327,8 @@ class _Counter:
             arm.latencies.extend(latencies)
             arm.cache_saved += saved
             arm.batched += batched
+            for case_id, seen in patterns.items():
+                arm.patterns[case_id].update(seen)
 
 
 def _line_ranges(path: Path, size: int, parts: int) -> list[tuple[int, int]]:
@@ -412,39 +426,51 @@ class _Slot:
     """One (arm, case): where its samples are counted, with the metrics that apply to the case."""
 
     def __init__(
-        self, arm: ArmCounts, case: Case, metrics: list[tuple[str, Metric]], price: Any, overridden: set[str]
+        self,
+        arm: ArmCounts,
+        case: Case,
+        metrics: list[tuple[str, Metric]],
+        price: Any,
+        overridden: set[str],
+        order: list[str],
     ) -> None:
         self.arm = arm
         self.case = case
         self.headers = arm.headers[case.id]
+        self.patterns = arm.patterns[case.id]
+        self.width = len(order)
         self.price = price
         self.cells = []
         for name, metric in metrics:
             cell = arm.metrics[name].setdefault(case.id, [0, 0, 0])
             # The recorded outcome stands unless a setting it depends on is changed for this report.
             derive = metric.outcome if overridden.intersection(metric.recompute_on) else None
-            self.cells.append((cell, metric.higher_is_better, name, derive, metric.outcome))
+            index = order.index(name)  # where its outcome sits in a pattern
+            self.cells.append((cell, metric.higher_is_better, name, derive, metric.outcome, index))
 
     def count(self, sample: dict[str, Any], settings: CheckSettings) -> None:
         arm = self.arm
         arm.samples += 1
         error = sample.get("error")
+        # This sample's outcome on every metric (None where it is outside the metric): its pattern.
+        pattern: list[int | None] = [None] * self.width
         if error:
             arm.errors += 1
             arm.error_kinds[error["kind"]] += 1
             self.headers["errors"] += 1
-            for cell, higher_is_better, *_ in self.cells:
+            for cell, higher_is_better, *_, index in self.cells:
                 cell[1] += 1
                 cell[2] += 1
                 # Errors never flatter an arm: a miss where higher is better, an event where lower is.
                 if not higher_is_better:
                     cell[0] += 1
+                pattern[index] = 0 if higher_is_better else 1
         else:
             header = sample.get("header")
             self.headers[header["header"] if header else "errors"] += 1
             case = self.case
             recorded = sample.get("outcomes")
-            for cell, _, name, derive, outcome in self.cells:
+            for cell, _, name, derive, outcome, index in self.cells:
                 if derive is not None or recorded is None or name not in recorded:
                     # Changed settings, or a run recorded before outcomes were kept: derive it.
                     hit = (derive or outcome)(sample, case, settings)
@@ -455,9 +481,11 @@ class _Slot:
                 cell[1] += 1
                 if hit:
                     cell[0] += 1
+                pattern[index] = 1 if hit else 0
             latency = sample.get("latency_ms")
             if latency is not None:
                 arm.latencies.append(latency)
+        self.patterns[tuple(pattern)] += 1
         response = sample.get("response")
         usage = response.get("usage") if response else None
         batched = sample.get("via") == "batch"

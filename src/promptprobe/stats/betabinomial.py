@@ -272,18 +272,26 @@ class BetaBinomialTest:
         rates_b = [k / n for k, n in b if n]
         self.estimate = sum(rates_b) / len(rates_b) - sum(rates_a) / len(rates_a)
         self.constant = bool((self.design.k == 0).all() or (self.design.k == self.design.n).all())
-        self.cache: dict[float, float] = {}
+        self.cache: dict[tuple[float, float | None], float] = {}
 
-    def p_at(self, delta: float) -> float:
-        if delta not in self.cache:
+    def p_at(self, delta: float, rho: float | None = None) -> float:
+        """p of B - A = delta; `rho` given: with the ICC known instead of fitted (the benchmark's
+        ceiling)."""
+        key = (delta, rho)
+        if key not in self.cache:
             if delta == 0 and self.constant:
-                self.cache[delta] = 1.0  # every outcome the same: nothing to test
+                self.cache[key] = 1.0  # every outcome the same: nothing to test
             elif abs(delta) >= 1:
-                self.cache[delta] = self._edge(delta)
+                self.cache[key] = self._edge(delta)
             else:
-                mu_a, rho = fit_null(self.design, delta)
-                self.cache[delta] = _tail_p(self.design, mu_a, min(1.0, max(0.0, mu_a + delta)), rho)
-        return self.cache[delta]
+                if rho is None:
+                    mu_a, rho_used = fit_null(self.design, delta)
+                else:
+                    mu, _ = _fit_mu(self.design, delta, np.array([rho]))
+                    mu_a, rho_used = float(mu[0]), rho
+                mu_b = min(1.0, max(0.0, mu_a + delta))
+                self.cache[key] = _tail_p(self.design, mu_a, mu_b, rho_used)
+        return self.cache[key]
 
     def _edge(self, delta: float) -> float:
         """B - A = ±1: every A case at 0 and every B case at 1 (or the other way); only that fits."""

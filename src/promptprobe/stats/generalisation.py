@@ -125,6 +125,11 @@ class ConditionalSignTest:
         # Rounding must not give the wrong sign (or 0) where theta has one.
         return math.copysign(max(abs(value), 1e-12), theta) if value * theta <= 0 else value
 
+    def _movable(self) -> bool:
+        """Whether some case has outcomes that could differ between the arms given its total."""
+        probs = self._case_probabilities(0.0)
+        return bool(((probs > 0) & (self.side != 0)).any())
+
     def estimate(self) -> float:
         """The theta whose expected number up is the observed one (±THETA_LIMIT at the ends)."""
         if self.up == len(self.moved):
@@ -141,7 +146,10 @@ class ConditionalSignTest:
         return (low + high) / 2
 
     def interval_at(self, alpha: float) -> tuple[float, float] | None:
-        """The 1 - alpha interval in points (excludes 0 exactly when p_value decides at alpha)."""
+        """The 1 - alpha interval in points (excludes 0 exactly when p_value decides at alpha); None
+        when no case could move given its total (every sample alike): the test then knows nothing."""
+        if not len(self.cases) or not self._movable():
+            return None
         found = invert(self.p_at, self.estimate(), alpha, -THETA_LIMIT, THETA_LIMIT)
         if found is None:
             return None

@@ -73,6 +73,36 @@ def equal_repeats(a: Sequence[Counts], b: Sequence[Counts]) -> bool:
     return len({n for _, n in (*a, *b) if n}) <= 1
 
 
+@dataclass(frozen=True)
+class UnpairedTest:
+    """The unpaired test of "B - A = delta": `p_at(0)` decides, every delta makes the interval."""
+
+    name: str
+    p_at: Callable[[float], float]
+    estimate: float  # the difference of the mean per-case rates
+
+
+def unpaired_test(a: Sequence[Counts], b: Sequence[Counts], resamples: int | None = None) -> UnpairedTest:
+    """The case permutation when every case was asked equally often, else the beta-binomial test."""
+    model = BetaBinomialTest(a, b)
+    if not equal_repeats(a, b):
+        return UnpairedTest(BETA_BINOMIAL_TEST, model.p_at, model.estimate)
+    options = {} if resamples is None else {"resamples": resamples}
+    permutation = CasePermutation([k / n for k, n in a if n], [k / n for k, n in b if n], **options)
+
+    def p_at(delta: float) -> float:
+        # Rates shifted by delta leave a case with no spread exactly where it was: 5 cases at 3/3
+        # against 5 at 3/3 would reject every shift ("+0 to +0"). Beyond the span from 0 to the
+        # estimate the beta-binomial model's shifted null (each case's binomial noise) is accepted
+        # beside it; a value is rejected only where the permutation rejects it too, so the interval
+        # stays valid, and within the span the permutation alone speaks.
+        if min(0.0, model.estimate) <= delta <= max(0.0, model.estimate):
+            return permutation.p_at(delta)
+        return max(permutation.p_at(delta), model.p_at(delta))
+
+    return UnpairedTest(UNPAIRED_TEST, p_at, model.estimate)
+
+
 def unpaired_verdict(
     a: Sequence[Counts],
     b: Sequence[Counts],
@@ -81,44 +111,23 @@ def unpaired_verdict(
     confidence: float = 0.95,
 ) -> Verdict:
     """Different questions on each side: the unit is the case (see the module's docstring)."""
-    rates_a = [k / n for k, n in a if n]
-    rates_b = [k / n for k, n in b if n]
     effect = mean_of_cases(a, b, confidence)
-    model = BetaBinomialTest(a, b)
-    if equal_repeats(a, b):
-        options = {} if resamples is None else {"resamples": resamples}
-        permutation = CasePermutation(rates_a, rates_b, **options)
-        name = UNPAIRED_TEST
-
-        def p_at(delta: float) -> float:
-            # Rates shifted by delta leave a case with no spread exactly where it was: 5 cases at
-            # 3/3 against 5 at 3/3 would reject every shift ("+0 to +0"). Beyond the span from 0
-            # to the estimate, the beta-binomial model's shifted null (each case's binomial noise)
-            # is accepted beside it; a value is rejected only where the permutation rejects it
-            # too, so the interval stays valid, and inside the span only the permutation speaks.
-            if min(0.0, model.estimate) <= delta <= max(0.0, model.estimate):
-                return permutation.p_at(delta)
-            return max(permutation.p_at(delta), model.p_at(delta))
-
-    else:
-        name = BETA_BINOMIAL_TEST
-        p_at = model.p_at
-    p = p_at(0.0)
-    estimate = model.estimate
+    test = unpaired_test(a, b, resamples)
+    p = test.p_at(0.0)
     found: dict[float, tuple[float, float] | None] = {}
 
     def interval_at(level: float) -> tuple[float, float] | None:
         if level not in found:
             # The Welch interval over cases only tells the search where to start.
             guess = mean_of_cases(a, b, 1 - level).interval
-            found[level] = invert(p_at, estimate, level, guess=guess)
+            found[level] = invert(test.p_at, test.estimate, level, guess=guess)
         return found[level]
 
     bounds = interval_at(alpha)
     if bounds is not None:  # (else the Welch interval stays; a1's Effect may carry None)
-        method = f"difference of mean per-case rates ({name}, inverted)"
+        method = f"difference of mean per-case rates ({test.name}, inverted)"
         effect = Effect(effect.estimate, bounds, method, effect.sign)
-    return Verdict(name, p, word(p, alpha, effect.sign), effect, interval_at)
+    return Verdict(test.name, p, word(p, alpha, effect.sign), effect, interval_at)
 
 
 @dataclass(frozen=True)

@@ -7,8 +7,9 @@ decides the test (promptprobe.stats.verdict): paired when both sides asked the s
 questions (any order, any repeats), unpaired otherwise; a sequential run's own decision when it
 stopped on its rule. The effect shown is B - A measured the way the test compares (within cases
 when paired), so its sign is the verdict's direction; Newcombe's interval on the pooled counts
-stays beside it, labelled. Several metrics at once get Holm-adjusted p-values, and the verdicts
-(and so the gate) use the adjusted ones. Boschloo's exact p is shown where it is affordable and
+stays beside it, labelled. Several metrics at once get adjusted p-values (Westfall-Young min-P
+over relabellings within cases when paired, Holm otherwise: promptprobe.stats.multiplicity), and
+the verdicts (and so the gate) use the adjusted ones. Boschloo's exact p is shown where it is affordable and
 never decides.
 """
 
@@ -22,8 +23,10 @@ from ..counts import ArmCounts, CountsTable, build_counts
 from ..errors import InputError
 from ..jsonio import dumps_pretty
 from ..stats.intervals import icc_anova, newcombe
+from ..stats.multiplicity import HOLM, Adjusted
+from ..stats.multiplicity import adjust as family_adjusted
 from ..stats.planning import MAX_REPEATS, paired_repeats, size_plan, unpaired_repeats
-from ..stats.tests import boschloo_affordable, boschloo_p, holm
+from ..stats.tests import boschloo_affordable, boschloo_p
 from ..stats.verdict import generalisation, paired_verdict, unpaired_verdict, word
 from .report import metric_object
 from .tables import table, wrap
@@ -84,7 +87,7 @@ def compare_sides(
     leaves the sample-size hints out, for `add_hints` to add once a family is adjusted; `rule`:
     the metric itself when it is a run's own [[check]]).
 
-    Its verdict uses this metric's own p; `adjust` re-decides a family of them with Holm."""
+    Its verdict uses this metric's own p; `adjust` re-decides a family of them on adjusted p."""
     rule = rule or METRICS[metric]
     higher = rule.higher_is_better
     sa, sb = _summary(a, rule), _summary(b, rule)
@@ -178,21 +181,65 @@ def _sign(result: dict[str, Any]) -> int:
     return (estimate > 0) - (estimate < 0)
 
 
-def adjust(results: list[dict[str, Any]], alpha: float) -> None:
-    """Holm across the metrics compared together: `p_adjusted`, and verdicts decided on it."""
+# Per case: how many of A's and of B's samples showed each vector of outcomes.
+Patterns = list[tuple[Counter, Counter]]
+
+
+def adjust(results: list[dict[str, Any]], alpha: float, patterns: Patterns | None = None) -> None:
+    """`p_adjusted` across the metrics compared together, and verdicts decided on it: Westfall-Young
+    min-P over relabellings within cases when every metric is paired and the joint outcome patterns
+    are given (one pair of pattern counts per case, over these metrics in order), else Holm."""
     if len(results) < 2:
         return
-    adjusted = holm([r["p_value"] for r in results])
-    for result, p in zip(results, adjusted, strict=True):
+    family = _family(results, patterns)
+    for result, p in zip(results, family.p_adjusted, strict=True):
         result["p_adjusted"] = p
+        result["adjustment"] = family.method
         verdict = word(p, alpha, _sign(result))
         if verdict != result["verdict"]:
             result["notes"].append(
                 f"{result['metric']}: {result['verdict']} on its own p = {result['p_value']:.3g}, but not "
-                f"after Holm's adjustment over the {len(results)} metrics compared (adjusted p = {p:.3g})"
+                f"after {family.method} adjustment over the {len(results)} metrics compared "
+                f"(adjusted p = {p:.3g})"
             )
+        if family.reason:
+            result["notes"].append(f"the metrics are adjusted by Holm: {family.reason}")
         result["verdict"] = verdict
         result["worse"] = is_worse(verdict, result["higher_is_better"])
+
+
+def _family(results: list[dict[str, Any]], patterns: Patterns | None) -> Adjusted:
+    raw = [r["p_value"] for r in results]
+    if patterns is not None and not all(r["design"] == "paired" for r in results):
+        reason = (
+            "relabelling samples within cases needs the same cases on both sides, which an unpaired or "
+            "sequential comparison does not have"
+        )
+        return Adjusted(family_adjusted(raw).p_adjusted, HOLM, reason=reason)
+    family = family_adjusted(raw, patterns)
+    pairs = zip(family.raw or raw, raw, strict=True)
+    if any(abs(x - y) > 1e-9 * max(x, y) for x, y in pairs):
+        # The patterns must give the very p-values the counts gave; if not, Holm on the counts'.
+        reason = "the outcome patterns did not match the counts"
+        return Adjusted(family_adjusted(raw).p_adjusted, HOLM, reason=reason)
+    return family
+
+
+def joint_patterns(
+    counts_a: CountsTable, arm_a: ArmCounts, counts_b: CountsTable, arm_b: ArmCounts, metrics: list[str]
+) -> Patterns:
+    """Per case both arms asked: each arm's counts of outcome vectors over `metrics` (None where a
+    metric is outside a sample, or not a metric of that run)."""
+
+    def project(table: CountsTable, seen: Counter) -> Counter:
+        where = [table.pattern_metrics.index(m) if m in table.pattern_metrics else None for m in metrics]
+        out: Counter = Counter()
+        for pattern, count in seen.items():
+            out[tuple(None if i is None else pattern[i] for i in where)] += count
+        return out
+
+    cases = [c for c in counts_a.case_order if c in arm_a.patterns and c in arm_b.patterns]
+    return [(project(counts_a, arm_a.patterns[c]), project(counts_b, arm_b.patterns[c])) for c in cases]
 
 
 def add_hints(result: dict[str, Any], a: Side, b: Side, alpha: float) -> None:
@@ -404,7 +451,7 @@ def compare_runs(
     hints: bool = True,
 ) -> dict[str, Any]:
     """Compare two selected arms on each metric; each run directory is read once. Several
-    metrics are one family: Holm-adjusted p-values decide their verdicts."""
+    metrics are one family: adjusted p-values decide their verdicts."""
     run_a, _ = parse_selector(a)
     run_b, _ = parse_selector(b)
     tables: dict[Path, CountsTable] = {}
@@ -431,7 +478,7 @@ def compare_runs(
             _apply_sequential(counts_a, arm_a, arm_b, result)
         results.append(result)
         sides.append((side_a, side_b))
-    adjust(results, alpha)
+    adjust(results, alpha, joint_patterns(counts_a, arm_a, counts_b, arm_b, [r["metric"] for r in results]))
     if hints:
         for result, (side_a, side_b) in zip(results, sides, strict=True):
             add_hints(result, side_a, side_b, alpha)
@@ -496,7 +543,7 @@ def sentence(result: dict[str, Any]) -> str:
     adjusted = result.get("p_adjusted")
     p_text = f"{result['test']} p = {_p(result['p_value'])}"
     if adjusted is not None and result["p_value"] is not None and adjusted != result["p_value"]:
-        p_text += f", Holm-adjusted {_p(adjusted)}"
+        p_text += f", {result.get('adjustment') or 'Holm'}-adjusted {_p(adjusted)}"
     if result["design"] == "sequential":
         return text + f"; {p_text}: decided by the sequential rule (valid however often it was checked)"
     if result["verdict"] != "indistinguishable":
@@ -611,7 +658,7 @@ def render_comparison(
         "95% CI (pts)",
         "pooled, Newcombe",
         "p",
-        *(["p Holm"] if family else []),
+        *(["p adjusted"] if family else []),
         "Boschloo p",
         "design",
         "failed A/B",
@@ -627,7 +674,7 @@ def render_comparison(
         *(["p"] if family else []),
         # Below 70 columns: the sentences under the table carry the difference and the p.
         "B-A (pts)",
-        "p Holm" if family else "p",
+        "p adjusted" if family else "p",
     )
     out.append(table(rows, headers, fmt, optional=optional, width=width))
     out.append("")
@@ -638,9 +685,16 @@ def render_comparison(
         if generalise:
             out.append(prefix + generalise)
     if family:
+        method = first.get("adjustment") or "Holm"
+        how = (
+            "Westfall-Young min-P over relabellings of each case's samples, which counts metrics that read "
+            "the same outputs once"
+            if method != "Holm"
+            else "Holm"
+        )
         out.append(
-            f"p Holm: p-values adjusted for comparing {len(results)} metrics at once (Holm); the verdicts "
-            "and --fail-if-worse use them, so the chance of any false alarm stays at alpha"
+            f"p adjusted: p-values adjusted for comparing {len(results)} metrics at once ({how}); the "
+            "verdicts and --fail-if-worse use them, so the chance of any false alarm stays at alpha"
         )
     if not family and first.get("paired"):
         moved = [c for c in first["paired"]["cases"] if c["diff"] != 0]
@@ -690,7 +744,7 @@ def failure_line(result: dict[str, Any]) -> str:
     lo, hi = effect["interval"]
     p_text = f"{result['test']} p = {_p(result['p_value'])}"
     if result.get("p_adjusted") is not None and result["p_adjusted"] != result["p_value"]:
-        p_text += f", Holm-adjusted {_p(result['p_adjusted'])}"
+        p_text += f", {result.get('adjustment') or 'Holm'}-adjusted {_p(result['p_adjusted'])}"
     return (
         f"FAIL: {result['metric']} got worse: {result['a']['name']} {_pct(result['a']['rate'])} -> "
         f"{result['b']['name']} {_pct(result['b']['rate'])} ({_points(effect['estimate'])} points, 95% CI "
