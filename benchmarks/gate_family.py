@@ -13,8 +13,8 @@ question's 30 recorded ones; both arms alike, so any "worse" is a false alarm.
   promptprobe.stats.multiplicity, from each probe's joint outcome patterns, as `compare` does);
   beside them a single-step min-P with 200 relabellings per probe (the ceiling it was held to).
 - sequential: rounds until the rule decides header_present or reaches its cap (--detect 15);
-  header_present's p is 1/e (anytime-valid), the others' the fixed-n p on the rounds run; a
-  family with a sequential p is adjusted by Holm (shipped there too).
+  header_present's p is the sequential rule's own (valid at its stop), the others' the fixed-n p
+  on the rounds run; a family with a sequential p is adjusted by Holm (shipped there too).
 - power (the other side of the coin): B's samples drawn from the always-header prompt's pool
   with probability 0.25 per sample (a small real improvement on the header metrics, a small
   real change elsewhere) and A's from exception-only; the share of probes whose gate calls
@@ -38,8 +38,8 @@ from promptprobe.engine.run import ProbeRun, RunOptions
 from promptprobe.jsonio import read_jsonl
 from promptprobe.models import parse_model_spec
 from promptprobe.stats.multiplicity import westfall_young
-from promptprobe.stats.power import log_mixture_e, stratified_p_batch
-from promptprobe.stats.sequential import KT, rounds_for_power
+from promptprobe.stats.power import stratified_p_batch
+from promptprobe.stats.sequential import rounds_for_power, stops_and_p_values
 from promptprobe.stats.tests import holm
 
 SEED = 20261130
@@ -230,13 +230,11 @@ def sequential_rows(pool, rng, trials, cases):
     primary = pool["header_present"]
     out_a = primary[picks[..., None], index_a]
     out_b = primary[picks[..., None], index_b]
-    b_higher = np.cumsum(((out_b == 1) & (out_a == 0)).sum(axis=1), axis=1)
-    discordant = b_higher + np.cumsum(((out_a == 1) & (out_b == 0)).sum(axis=1), axis=1)
-    log_e = log_mixture_e(b_higher.astype(int), discordant.astype(int), KT)
-    log_e[:, :1] = -np.inf  # --min-rounds 2
-    reached = log_e >= math.log(1 / ALPHA) - 1e-9
-    stop = np.where(reached.any(axis=1), reached.argmax(axis=1) + 1, cap)
-    running_max = np.maximum.accumulate(log_e, axis=1)
+    per_round_b = ((out_b == 1) & (out_a == 0)).sum(axis=1)
+    per_round = per_round_b + ((out_a == 1) & (out_b == 0)).sum(axis=1)
+    decided, _, p_at_stop = stops_and_p_values(per_round, per_round_b, ALPHA, cap, 2)  # --min-rounds 2
+    stop = np.where(decided > 0, decided, cap)
+    b_higher, discordant = np.cumsum(per_round_b, axis=1), np.cumsum(per_round, axis=1)
     shares = {rule: 0 for rule in ("none", "bonferroni", "holm")}
     for rounds in np.unique(stop):
         rows = np.nonzero(stop == rounds)[0]
@@ -245,7 +243,7 @@ def sequential_rows(pool, rng, trials, cases):
         counts_b = {n: draw_rows(pool[n], picks[rows], index_b[rows, :, :rounds]) for n in METRICS}
         names, p, sign = paired_family(counts_a, counts_b, int(rounds))
         j = names.index("header_present")
-        p[:, j] = np.minimum(1, np.exp(-running_max[rows, rounds - 1]))
+        p[:, j] = p_at_stop[rows]
         sign[:, j] = np.sign(2 * b_higher[rows, rounds - 1] - discordant[rows, rounds - 1])
         for rule in shares:
             shares[rule] += gate_fails(names, p, sign, rule).sum()

@@ -238,7 +238,7 @@ def test_until_decided_sends_one_batch_per_round(tmp_path):
 
 
 def test_dry_run_and_max_cost_price_a_batch_at_batch_rates(tmp_path):
-    args = ["run", str(probeset(tmp_path)), "--prompt", PROMPT, "-m", "openai:gpt-4.1-mini", "-n", "10", "--dry-run",
+    args = ["run", str(probeset(tmp_path)), "--prompt", PROMPT, "-m", "anthropic:claude-sonnet-5-5", "-n", "10", "--dry-run",
             "--json"]
     live = json.loads(CliRunner().invoke(main, args).stdout)
     batch = json.loads(CliRunner().invoke(main, [*args, "--batch"]).stdout)

@@ -5,10 +5,11 @@ import json
 
 import pytest
 from click.testing import CliRunner
-from conftest import ROOT, run_dir_of, write_probeset
+from conftest import ROOT, run_dir_of, write_config, write_probeset
 from servers import LocalServer, Reply, openai_body
 
 from promptprobe.cli import main
+from promptprobe.endpoints import resolve
 from promptprobe.engine.cost import load_prices, usage_tokens
 from promptprobe.errors import InputError
 from promptprobe.models import parse_model_spec
@@ -16,31 +17,68 @@ from promptprobe.models import parse_model_spec
 PROMPT = str(ROOT / "prompts" / "always-header.md")
 
 
-def test_price_table_matches_the_longest_prefix_and_can_be_extended():
+def test_a_built_in_price_is_for_its_exact_model_id_or_a_dated_snapshot_of_it():
     prices = load_prices()
     assert prices.taken  # the date the built-in prices were copied
     sonnet = prices.lookup(parse_model_spec("anthropic:claude-sonnet-4-5-20250929"))
     assert (sonnet.input, sonnet.output) == (3.0, 15.0)
+    assert (sonnet.row, sonnet.rule) == ("anthropic:claude-sonnet-4-5", "dated snapshot of claude-sonnet-4-5")
+    opus_4 = prices.lookup(parse_model_spec("anthropic:claude-opus-4-20250514"))
+    assert (opus_4.row, opus_4.output) == ("anthropic:claude-opus-4", 75.0)
     # A newer model of a family is never priced as its older namesake (opus-4 was $15 / $75).
     opus_46 = prices.lookup(parse_model_spec("anthropic:claude-opus-4-6"))
-    assert (opus_46.input, opus_46.output) == (5.0, 25.0)
+    assert (opus_46.input, opus_46.output, opus_46.rule) == (5.0, 25.0, None)
     assert prices.lookup(parse_model_spec("anthropic:claude-opus-5-5")).output == 20.0  # not opus-5's 25
     assert prices.lookup(parse_model_spec("anthropic:claude-haiku-5-5")) is None  # tiered: no guess
-    assert prices.lookup(parse_model_spec("anthropic:claude-sonnet-5-5")).source == "built-in (taken 2026-11-30)"
-    assert prices.lookup(parse_model_spec("openai:gpt-5")).source == "built-in (taken 2025-11-01)"
-    assert prices.taken == "2025-11-01"  # as old as its oldest part
-    mini = prices.lookup(parse_model_spec("openai:gpt-4.1-mini"))
-    assert (mini.input, mini.output) == (0.4, 1.6)  # not gpt-4.1's price: the longer key wins
+    sonnet_55 = prices.lookup(parse_model_spec("anthropic:claude-sonnet-5-5"))
+    assert (sonnet_55.source, sonnet_55.taken, sonnet_55.row) == (
+        "built-in (taken 2026-11-30)", "2026-11-30", "anthropic:claude-sonnet-5-5")
+    # The issue's cases: none of these is its family's older model, each is "cost unknown".
+    for spec in ("openai:gpt-5-pro", "openai:o3-pro", "anthropic:claude-opus-4-9", "anthropic:claude-opus-4-1-fast",
+                 "anthropic:claude-sonnet-4-5-2025", "anthropic:claude-sonnet-4-5-latest"):
+        match = prices.match(parse_model_spec(spec))
+        assert match.price is None and match.reason.startswith(f"cost unknown for {spec}: "), spec
+        assert "[prices]" in match.reason
+    # OpenAI's rows could not be confirmed from OpenAI's own pages in the 2026-12-01 review: none is built in.
+    assert not [row for row in prices.prices if row.startswith("openai:")]
     assert prices.lookup(parse_model_spec("openai:llama3@http://localhost:11434/v1")) is None
-    assert prices.lookup(parse_model_spec("openai:gpt-4.1@http://proxy.internal/v1")) is None  # not OpenAI's price
+    # The user's [prices] entry is the user's word for that spec as written (and its dated snapshots).
     extended = load_prices({"openai:llama3@http://localhost:11434/v1": {"input": 0, "output": 0},
-                            "openai:gpt-4.1-mini": {"input": 0.5, "output": 2}})
+                            "openai:gpt-4.1-mini": {"input": 0.5, "output": 2},
+                            "anthropic:claude-sonnet-5-5": {"input": 1, "output": 2}})
     assert extended.lookup(parse_model_spec("openai:llama3@http://localhost:11434/v1")).cost(10**6, 10**6) == 0
-    assert extended.lookup(parse_model_spec("openai:gpt-4.1-mini")).input == 0.5
+    assert extended.lookup(parse_model_spec("openai:llama3@http://localhost:11435/v1")) is None  # another server
+    mini = extended.lookup(parse_model_spec("openai:gpt-4.1-mini-2025-04-14"))
+    assert (mini.input, mini.row, mini.source, mini.taken) == (0.5, "openai:gpt-4.1-mini", "probe.toml", None)
+    assert extended.lookup(parse_model_spec("openai:gpt-4.1-mini-fast")) is None
+    assert extended.lookup(parse_model_spec("anthropic:claude-sonnet-5-5")).input == 1  # overrides the table
     with pytest.raises(InputError, match="must be a number of USD >= 0"):
         load_prices({"openai:x": {"input": -1, "output": 1}})
     with pytest.raises(InputError, match="must be a model spec"):
         load_prices({"gpt-4": {"input": 1, "output": 1}})
+
+
+def test_list_prices_apply_only_on_the_providers_own_endpoint():
+    prices = load_prices()
+    spec = parse_model_spec("anthropic:claude-sonnet-5-5")
+    own = resolve(spec, {})
+    assert (own.url, own.source, own.own) == ("https://api.anthropic.com", "default", True)
+    assert prices.match(spec, own).price.input == 2.0
+    proxy = resolve(spec, {"ANTHROPIC_BASE_URL": "https://llm-proxy.internal/anthropic"})
+    assert (proxy.url, proxy.source, proxy.own) == (
+        "https://llm-proxy.internal/anthropic", "environment ANTHROPIC_BASE_URL", False)
+    match = prices.match(spec, proxy)
+    assert match.price is None
+    assert match.reason.startswith("cost unknown for anthropic:claude-sonnet-5-5: its calls go to "
+                                   "https://llm-proxy.internal/anthropic (from environment ANTHROPIC_BASE_URL), "
+                                   "not to Anthropic's own endpoint")
+    # The provider's own host written out is still its own endpoint; a look-alike host is not.
+    assert resolve(spec, {"ANTHROPIC_BASE_URL": "https://api.anthropic.com/"}).own
+    assert not resolve(spec, {"ANTHROPIC_BASE_URL": "https://api.anthropic.com.evil.example"}).own
+    assert not resolve(spec, {"ANTHROPIC_BASE_URL": "http://api.anthropic.com"}).own
+    assert not resolve(parse_model_spec("anthropic:claude-sonnet-5-5@https://api.anthropic.com:8443"), {}).own
+    # Batch prices follow the same rule: half of a price that applies, nothing where none does.
+    assert prices.match(spec, own).price.batch == 0.5
 
 
 def test_usage_tokens_for_both_apis():
@@ -61,6 +99,9 @@ def test_dry_run_prices_the_plan_without_a_call(tmp_path):
     assert not (tmp_path / "runs").exists()
     assert "120 model calls and 30 retrievals" in result.stdout
     assert "cost unknown" in result.stdout  # the local model has no price: never a guess
+    # Which row priced each model, and when it was taken; why the other has none, naming it.
+    assert "price of anthropic:claude-sonnet-4-5: row anthropic:claude-sonnet-4-5 (built-in, taken 2026-11-30)" in result.stdout
+    assert "cost unknown for openai:m@http://127.0.0.1:9/v1: its calls go to http://127.0.0.1:9/v1 (from spec)" in result.stdout
     data = json.loads(CliRunner().invoke(main, ["run", probeset(tmp_path), "--prompt", PROMPT, "--model",
                                                 "anthropic:claude-sonnet-4-5", "-n", "3", "--max-tokens", "100",
                                                 "--dry-run", "--format", "json"]).stdout)
@@ -70,6 +111,11 @@ def test_dry_run_prices_the_plan_without_a_call(tmp_path):
     assert arm["input_tokens"] >= 30 * prompt_tokens
     assert arm["cost_usd"] == pytest.approx((arm["input_tokens"] * 3 + 3000 * 15) / 1e6)
     assert data["cost_usd"] == arm["cost_usd"]
+    assert arm["price"] == {
+        "row": "anthropic:claude-sonnet-4-5", "input": 3.0, "output": 15.0, "cache_read": 0.3, "cache_write": 3.75,
+        "source": "built-in (taken 2026-11-30)", "taken": "2026-11-30", "rule": None}
+    assert arm["cost_unknown"] is None and data["cost_unknown"] == []
+    assert arm["endpoint"] == {"url": "https://api.anthropic.com", "from": "default", "provider_own": True}
 
 
 def test_max_cost_refuses_a_plan_estimated_above_it(tmp_path):
@@ -80,10 +126,27 @@ def test_max_cost_refuses_a_plan_estimated_above_it(tmp_path):
     assert "above --max-cost $0.00" in result.stderr and not (tmp_path / "runs").exists()
 
 
-def test_max_cost_needs_a_price(tmp_path):
-    result = CliRunner().invoke(main, ["run", "--retrieval", "none", probeset(tmp_path), "--prompt", PROMPT, "--model",
-                                       "openai:m@http://127.0.0.1:9/v1", "--max-cost", "5"])
-    assert result.exit_code == 2 and "--max-cost needs a price" in result.stderr
+def test_max_cost_refuses_to_start_on_an_unknown_price_in_one_sentence(tmp_path, retrieval_server):
+    config = write_config(tmp_path / "probe.toml", retrieval_server.url)
+    for spec in ("openai:gpt-5-pro", "anthropic:claude-opus-4-9", "openai:m@http://127.0.0.1:9/v1"):
+        result = CliRunner().invoke(main, ["run", probeset(tmp_path), "--prompt", PROMPT, "--model", spec,
+                                           "--config", str(config), "--max-cost", "5",
+                                           "--runs-dir", str(tmp_path / "runs")])
+        assert result.exit_code == 2, result.output
+        (line,) = result.stderr.splitlines()
+        assert line.startswith(f"error: --max-cost refuses to start: cost unknown for {spec}: ")
+        assert f'"{spec}" = {{ input = USD, output = USD }}' in line  # says how to give the price
+    assert retrieval_server.requests == [] and not (tmp_path / "runs").exists()  # refused before anything
+    # Both models are named when both lack a price.
+    result = CliRunner().invoke(main, ["run", "--retrieval", "none", probeset(tmp_path), "--prompt", PROMPT,
+                                       "-m", "openai:gpt-5-pro", "-m", "openai:o3-pro", "--max-cost", "5"])
+    assert result.exit_code == 2 and "openai:gpt-5-pro" in result.stderr and "openai:o3-pro" in result.stderr
+    # A [prices] entry gives the price: the estimate is then checked against the cap.
+    (tmp_path / "priced.toml").write_text('[retrieval]\nkind = "none"\n[prices]\n'
+                                          '"openai:gpt-5-pro" = { input = 15, output = 120 }\n')
+    result = CliRunner().invoke(main, ["run", probeset(tmp_path), "--prompt", PROMPT, "-m", "openai:gpt-5-pro",
+                                       "--config", str(tmp_path / "priced.toml"), "--max-cost", "0.01"])
+    assert result.exit_code == 2 and "above --max-cost $0.01" in result.stderr
 
 
 def test_max_cost_stops_scheduling_when_recorded_usage_reaches_it(tmp_path):

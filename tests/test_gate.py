@@ -396,18 +396,6 @@ def test_boschloo_in_numpy_matches_scipy():
             assert tests.boschloo_p(k1, n1, k2, n2) == pytest.approx(expected, rel=1e-9, abs=1e-12)
 
 
-def test_the_sequential_simulation_uses_the_rules_e_value():
-    from promptprobe.stats.sequential import mixture_e_value
-
-    b_higher = np.array([[0, 3, 8], [2, 5, 10]])
-    discordant = np.array([[1, 4, 9], [4, 10, 12]])
-    expected = [
-        [math.log(mixture_e_value(s, d)) for s, d in zip(row_s, row_d, strict=True)]
-        for row_s, row_d in zip(b_higher, discordant, strict=True)
-    ]
-    assert power.log_mixture_e(b_higher, discordant, 0.5) == pytest.approx(np.array(expected), abs=1e-9)
-
-
 # -- compare stays fast -------------------------------------------------------------------------
 
 

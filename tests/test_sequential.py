@@ -1,10 +1,14 @@
-"""`probe run --until-decided`: rounds against the local test server, the e-value against its
-reference values, the run directory, report/compare/resume on a sequential run, and the plan."""
+"""`probe run --until-decided`: the exact boundary against brute-force enumeration of every
+fair-coin walk, the run against the local test server, the run directory, report/compare/resume
+on a sequential run, and the plan against an independent simulation of the run's own rule."""
 
 import itertools
 import json
 import math
+import random
+from fractions import Fraction
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 from conftest import run_dir_of, write_probeset
@@ -12,70 +16,215 @@ from servers import LocalServer, Reply
 
 from promptprobe.cli import main
 from promptprobe.jsonio import read_jsonl
-from promptprobe.stats.sequential import decide, mixture_e_value
+from promptprobe.stats.sequential import (
+    _walk,
+    budget,
+    coupled_rates,
+    design_point_counts,
+    first_decisions,
+    look,
+    rounds_for_power,
+)
 
-# ../shared/reference/statistics.md: the uniform mixture e = 2^d B(s+1, d-s+1).
+# -- the boundary, exactly --------------------------------------------------------------------
+
+
+def every_walk(discordant):
+    """Every sequence of fair coins for these per-round discordant counts, as per-round counts
+    of pairs favouring B (one row per sequence, each with probability 2^-total)."""
+    total = sum(discordant)
+    coins = np.array(list(itertools.product([0, 1], repeat=total)), dtype=np.int64)
+    edges = np.cumsum([0, *discordant])
+    b_higher = np.stack([coins[:, edges[i] : edges[i + 1]].sum(axis=1) for i in range(len(discordant))], axis=1)
+    return np.tile(discordant, (len(coins), 1)), b_higher
+
+
+def undecided_path(discordant):
+    """B-favouring counts that keep the lead at 0 or 1: a walk that never decides."""
+    lead, b_higher = 0, []
+    for d in discordant:
+        b = (d + (1 if lead <= 0 else -1) * (d % 2)) // 2
+        b_higher.append(b)
+        lead += 2 * b - d
+    return b_higher
+
+
+WALKS = [
+    ([2, 3, 1, 4], 0.2, 4, 1),
+    ([3, 3, 3, 3, 3], 0.1, 5, 2),
+    ([1, 4, 0, 5, 2, 3], 0.25, 6, 1),
+    ([5, 5, 5], 0.05, 3, 1),
+    ([4, 4, 4, 4], 0.3, 4, 2),
+    ([4, 6, 5], 0.05, 3, 2),
+]
+
+
+@pytest.mark.parametrize("discordant,alpha,cap,min_rounds", WALKS)
+def test_the_boundary_spends_exactly_what_enumeration_of_every_walk_gives(discordant, alpha, cap, min_rounds):
+    counts, b_higher = every_walk(discordant)
+    stops, _ = first_decisions(counts, b_higher, alpha, cap, min_rounds)
+    looks = list(_walk([discordant], [undecided_path(discordant)], alpha, cap, min_rounds))
+    assert len(looks) == len(discordant)  # the reference walk never decides
+    for k, seen in enumerate(looks, start=1):
+        crossed = Fraction(int(((stops > 0) & (stops <= k)).sum()), len(stops))  # exact
+        assert float(crossed) == pytest.approx(seen.spent[0], abs=1e-15)
+        assert crossed <= Fraction(budget(alpha, k, cap))  # at most alpha·(k/C)^1.5 by round k
+    assert Fraction(int((stops > 0).sum()), len(stops)) <= Fraction(alpha)
+
+
+@pytest.mark.parametrize("discordant,alpha,cap,min_rounds", WALKS)
+def test_the_boundary_is_the_nearest_the_budget_allows(discordant, alpha, cap, min_rounds):
+    # A boundary one pair nearer (or any boundary where there is none) would spend more than the
+    # budget of its look: no alpha is left unused that the walk's discreteness could spend.
+    counts, b_higher = every_walk(discordant)
+    stops, _ = first_decisions(counts, b_higher, alpha, cap, min_rounds)
+    lead = np.abs(np.cumsum(2 * b_higher - counts, axis=1))
+    looks = list(_walk([discordant], [undecided_path(discordant)], alpha, cap, min_rounds))
+    total = len(counts)
+    for k, seen in enumerate(looks, start=1):
+        if k < min_rounds:
+            continue
+        alive = (stops == 0) | (stops >= k)
+        nearer = int(seen.needed[0]) - 1 if seen.needed[0] else int(lead[alive, k - 1].max())
+        if nearer < 1:
+            continue
+        before = Fraction(int(((stops > 0) & (stops < k)).sum()), total)
+        wider = Fraction(int((alive & (lead[:, k - 1] >= nearer)).sum()), total)
+        assert before + wider > Fraction(budget(alpha, k, cap))
+
+
+def test_false_alarms_over_random_discordant_counts_by_exact_enumeration():
+    # 2 questions with rates 0.3 and 0.8 under both arms, 3 rounds: every outcome of every
+    # (question, round, arm), weighted by its probability; alpha 0.25 so the cap can decide.
+    alpha, cap, rates = 0.25, 3, [0.3, 0.8]
+    cells = [(q, r) for r in range(cap) for q in range(len(rates))]
+    outcomes = list(itertools.product([(0, 0), (0, 1), (1, 0), (1, 1)], repeat=len(cells)))
+    weights, discordant, b_higher = [], [], []
+    for outcome in outcomes:
+        weight = Fraction(1)
+        per_round_d, per_round_b = [0] * cap, [0] * cap
+        for (q, r), (a, b) in zip(cells, outcome, strict=True):
+            p = Fraction(rates[q]).limit_denominator(10)
+            weight *= (p if a else 1 - p) * (p if b else 1 - p)
+            per_round_d[r] += a != b
+            per_round_b[r] += b and not a
+        weights.append(weight)
+        discordant.append(per_round_d)
+        b_higher.append(per_round_b)
+    stops, _ = first_decisions(np.array(discordant), np.array(b_higher), alpha, cap, 1)
+    false_alarm = sum(w for w, s in zip(weights, stops, strict=True) if s > 0)
+    assert sum(weights) == 1 and 0 < false_alarm <= alpha
+
+
+def test_the_stage_wise_p_is_valid_and_decides_exactly_when_the_rule_does():
+    discordant, alpha, cap = [3, 4, 3, 4], 0.2, 4
+    counts, b_higher = every_walk(discordant)
+    p_at_stop = np.ones(len(counts))
+    decided = np.zeros(len(counts), dtype=bool)
+    for k, seen in enumerate(_walk(counts, b_higher, alpha, cap, 1), start=1):
+        stopping = seen.decided | (k == cap)
+        p_at_stop[seen.rows[stopping]] = seen.p_value[stopping]
+        decided[seen.rows[seen.decided]] = True
+        assert np.all(seen.p_value[seen.decided] <= budget(alpha, k, cap))
+        assert np.all(seen.p_value[~seen.decided] > budget(alpha, k, cap) * (1 - 1e-12))
+    assert np.array_equal(decided, p_at_stop <= alpha)
+    for u in np.unique(p_at_stop):  # P(p <= u) <= u under the null, exactly
+        assert Fraction(int((p_at_stop <= u).sum()), len(p_at_stop)) <= Fraction(float(u)) * (1 + Fraction(1, 10**9))
+
+
+def test_one_run_looks_as_the_simulated_batch_decides():
+    rng = np.random.default_rng(5)
+    discordant = rng.binomial(6, 0.5, size=(200, 8))
+    b_higher = rng.binomial(discordant, 0.7)
+    stops, directions = first_decisions(discordant, b_higher, 0.05, 8, 2)
+    for i in range(200):
+        rounds = stops[i] or 8
+        seen = look(list(discordant[i, :rounds]), list(b_higher[i, :rounds]), 0.05, 8, 2)
+        assert seen.round == rounds and seen.stop
+        assert seen.decision == ({1: "B>A", -1: "A>B"}.get(int(directions[i])))
+
+
+def test_a_decided_run_cannot_take_another_round():
+    with pytest.raises(ValueError, match="already decided at round 2"):
+        look([6, 6, 6], [6, 6, 3], 0.05, 10, 2)
+
+
+def test_the_cap_is_the_fewest_rounds_with_the_power_asked():
+    cap = rounds_for_power(0.4, 6, trials=400)
+    discordant, b_higher = design_point_counts(0.4, 6, range(1, cap.rounds + 1), 400, 20261130)
+
+    def power(rounds):
+        stops, directions = first_decisions(discordant[:, :rounds], b_higher[:, :rounds], 0.05, rounds, 2)
+        return ((stops > 0) & (directions > 0)).mean()
+
+    assert power(cap.rounds) == cap.power >= 0.8 > power(cap.rounds - 1)
+
+
+def test_questions_are_paired_within_each_simulated_run():
+    # Each question keeps its place under both arms: every run's mean difference is the effect,
+    # give or take the effect's own spread over questions (whole-array ranks made it wander).
+    rates_a, rates_b = coupled_rates(np.random.default_rng(3), 0.5, 0.6, 0.2, (4000, 12))
+    for rates, mean in ((rates_a, 0.5), (rates_b, 0.6)):
+        assert rates.mean() == pytest.approx(mean, abs=0.005)
+        assert rates.var() == pytest.approx(0.2 * mean * (1 - mean), rel=0.05)  # the ICC
+    assert np.all(np.argsort(rates_a, axis=1) == np.argsort(rates_b, axis=1))
+    assert (rates_b - rates_a).mean(axis=1).std() < 0.01
+
+
+# Reference values of the uniform mixture e = 2^d B(s+1, d-s+1), of the rule before the exact boundary
+# (the benchmark shows it beside the boundary that replaced it).
 UNIFORM = [((8, 8), 28.4444), ((7, 8), 3.5556), ((10, 12), 4.7739), ((15, 20), 3.2206)]
 
 
-@pytest.mark.parametrize("sd,e", UNIFORM)
-def test_uniform_mixture_reference_values(sd, e):
-    s, d = sd
-    assert mixture_e_value(s, d, a=1.0) == pytest.approx(e, abs=1e-4)
+def test_the_mixture_the_boundary_replaced_keeps_its_reference_values():
+    from promptprobe.stats.power import log_mixture_e
+
+    s, d = np.array([sd[0] for sd, _ in UNIFORM]), np.array([sd[1] for sd, _ in UNIFORM])
+    assert np.exp(log_mixture_e(s, d, 1.0)) == pytest.approx([e for _, e in UNIFORM], abs=1e-4)
+    kt = [math.exp(d * math.log(2) + math.lgamma(s + 0.5) + math.lgamma(d - s + 0.5) - math.lgamma(d + 1)
+                   - 2 * math.lgamma(0.5) + math.lgamma(1)) for s, d in ((0, 1), (3, 4), (8, 10))]
+    assert np.exp(log_mixture_e(np.array([0, 3, 8]), np.array([1, 4, 10]), 0.5)) == pytest.approx(kt, rel=1e-9)
 
 
-@pytest.mark.parametrize("a", [1.0, 0.5])
-@pytest.mark.parametrize("d", [1, 5, 12, 20])
-def test_the_mixture_has_mean_one_under_the_null(a, d):
-    # A nonnegative martingale with mean 1 (Ville): the sum over every sequence of d fair coins.
-    mean = sum(math.comb(d, s) * 0.5**d * mixture_e_value(s, d, a) for s in range(d + 1))
-    assert mean == pytest.approx(1.0, abs=1e-12)
+# -- runs ---------------------------------------------------------------------------------------
 
 
-def test_the_kt_mixture_by_enumeration_of_sequences():
-    # e for s of d is the ratio of the KT probability of the sequence to 2^-d, for any order.
-    def kt_probability(sequence):
-        p, ones = 1.0, 0
-        for i, x in enumerate(sequence):
-            p1 = (ones + 0.5) / (i + 1)
-            p *= p1 if x else 1 - p1
-            ones += x
-        return p
+def prompt_replies(rates: dict[str, float], fail=lambda name, q: False):
+    """Replies to prompts named by `VERSION=name`: each question's replies carry the header in
+    the stated share of calls (deterministic: in round r when r * rate crosses a whole number)."""
+    seen: dict = {}
 
-    for sequence in itertools.product([0, 1], repeat=7):
-        s = sum(sequence)
-        assert mixture_e_value(s, 7) == pytest.approx(kt_probability(sequence) * 2**7, rel=1e-12)
+    def reply(request):
+        name = request.json["messages"][0]["content"].split("=")[1].strip()
+        key = (name, request.json["messages"][-1]["content"])
+        if fail(*key):
+            return Reply(status=400, body=b'{"error": {"message": "bad request"}}')
+        seen[key] = seen.get(key, 0) + 1
+        count = seen[key]
+        present = math.floor(count * rates[name]) > math.floor((count - 1) * rates[name])
+        return Reply("[[ANSWER]]\nok" if present else "ok, no header")
 
-
-def test_decide_needs_the_threshold_and_takes_the_direction():
-    assert decide(8, 8, 0.05, a=1.0) == "B>A"  # 28.4 >= 20
-    assert decide(0, 8, 0.05, a=1.0) == "A>B"
-    assert decide(7, 8, 0.05, a=1.0) is None  # 3.6 < 20
+    return reply
 
 
-def two_prompt_run(tmp_path, rates: dict[str, float], *extra: str, cases: int = 6):
-    """Prompts a and b; each case's replies carry the header in the stated share of calls."""
+def two_prompt_run(tmp_path, rates: dict[str, float], *extra: str, cases: int = 6, fail=lambda name, q: False,
+                   server=None):
+    """Prompts a and b (and more) on `cases` questions against `server`, or a server of their own."""
     tmp_path.mkdir(parents=True, exist_ok=True)
     probeset = write_probeset(tmp_path / "p.toml", [(f"c{i}", f"question {i}", None) for i in range(cases)])
     prompts = []
     for name in rates:
         (tmp_path / f"{name}.md").write_text(f"VERSION={name}\n")
         prompts += ["--prompt", str(tmp_path / f"{name}.md")]
-    seen: dict = {}
 
-    def reply(request):
-        name = request.json["messages"][0]["content"].split("=")[1].strip()
-        key = (name, request.json["messages"][-1]["content"])
-        seen[key] = seen.get(key, 0) + 1
-        # Deterministic: the header in round r when r * rate crosses a whole number.
-        count = seen[key]
-        present = math.floor(count * rates[name]) > math.floor((count - 1) * rates[name])
-        return Reply("[[ANSWER]]\nok" if present else "ok, no header")
+    def invoke(url):
+        return CliRunner().invoke(main, ["run", "--retrieval", "none", str(probeset), *prompts, "--model", f"openai:m@{url}/v1",
+                                         "--until-decided", "--runs-dir", str(tmp_path / "runs"), *extra])
 
-    with LocalServer(reply) as server:
-        result = CliRunner().invoke(main, ["run", "--retrieval", "none", str(probeset), *prompts, "--model", f"openai:m@{server.url}/v1",
-                                           "--until-decided", "--runs-dir", str(tmp_path / "runs"), *extra])
-    return result
+    if server is not None:
+        return invoke(server.url)
+    with LocalServer(prompt_replies(rates, fail)) as own:
+        return invoke(own.url)
 
 
 def test_clearly_different_prompts_stop_early_with_the_right_verdict(tmp_path):
@@ -85,8 +234,13 @@ def test_clearly_different_prompts_stop_early_with_the_right_verdict(tmp_path):
     run = run_dir_of(result)
     rounds = read_jsonl(run / "sequential.jsonl")
     assert [r["round"] for r in rounds] == [1, 2]  # 6 discordant pairs a round; --min-rounds 2
-    assert rounds[-1]["decision"] == "B>A" and rounds[-1]["stop"] is True
-    assert rounds[-1]["e_value"] >= 20 and rounds[-1]["b_higher_total"] == 12
+    first, last = rounds
+    assert first["lead_needed"] is None and first["decision"] is None  # round 1 is not looked at
+    assert last["decision"] == "B>A" and last["stop"] is True and last["b_higher_total"] == 12
+    assert last["lead"] == 12 >= last["lead_needed"]
+    # 12 of 12 pairs one way: 2 of the 4096 equally likely walks; by round 2 of 10 the rule may
+    # have spent 0.05·(2/10)^1.5.
+    assert last["p_value"] == pytest.approx(2 / 4096) and last["alpha_budget"] == pytest.approx(0.05 * 0.2**1.5)
     samples = read_jsonl(run / "samples.jsonl")
     assert sorted(s["sample_id"] for s in samples) == sorted(
         f"c{i}.r{r}.a{a}" for i in range(6) for r in (1, 2) for a in (1, 2))  # exactly the completed rounds
@@ -94,14 +248,15 @@ def test_clearly_different_prompts_stop_early_with_the_right_verdict(tmp_path):
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["sequential"]["max_rounds"] == 10 and manifest["status"] == "complete"
     said = result.stdout.replace("\n  ", " ")  # lines wrapped at the terminal's width, joined
-    assert "sequential on header_present: B>A (b's rate is higher), decided at round 2 (cap 10 rounds); e = " in said
+    assert ("sequential on header_present: B>A (b's rate is higher), decided at round 2 (cap 10 rounds); "
+            f"B leads by 12 of 12 discordant pairs (decides at {last['lead_needed']}); p = 0.000488") in said
     compare = CliRunner().invoke(main, ["compare", f"{run}#prompt=a", f"{run}#prompt=b", "--json"])
     data = json.loads(compare.stdout)
     assert data["design"] == "sequential" and data["verdict"] == "B>A"
-    assert data["p_value"] == pytest.approx(1 / rounds[-1]["e_value"])  # the anytime-valid p
+    assert data["p_value"] == pytest.approx(last["p_value"])  # the stage-wise exact p
     assert any("fixed-n tests after optional stopping are not valid" in n for n in data["notes"])
     reverse = json.loads(CliRunner().invoke(main, ["compare", f"{run}#prompt=b", f"{run}#prompt=a", "--json"]).stdout)
-    assert reverse["verdict"] == "A>B"
+    assert reverse["verdict"] == "A>B" and reverse["p_value"] == data["p_value"]
 
 
 def test_equal_prompts_run_to_the_cap_and_are_indistinguishable(tmp_path):
@@ -110,9 +265,10 @@ def test_equal_prompts_run_to_the_cap_and_are_indistinguishable(tmp_path):
     rounds = read_jsonl(run_dir_of(result) / "sequential.jsonl")
     assert len(rounds) == 4 and rounds[-1]["decision"] == "indistinguishable" and rounds[-1]["stop"]
     assert all(r["decision"] is None for r in rounds[:-1])
+    assert rounds[-1]["p_value"] == 1.0 and rounds[-1]["discordant_total"] == 0
     assert len(read_jsonl(run_dir_of(result) / "samples.jsonl")) == 4 * 6 * 2
-    assert "sequential on header_present: indistinguishable at the cap of 4 rounds; e = " in result.stdout.replace(
-        "\n  ", " ")
+    assert ("sequential on header_present: indistinguishable at the cap of 4 rounds; no lead of 0 discordant "
+            "pairs") in result.stdout.replace("\n  ", " ")
 
 
 def test_only_two_arms(tmp_path):
@@ -121,24 +277,31 @@ def test_only_two_arms(tmp_path):
 
 
 def test_the_default_cap_is_shown_before_the_run_and_comes_from_detect(tmp_path):
-    from promptprobe.stats.sequential import rounds_for_power
-
     result = two_prompt_run(tmp_path, {"a": 0.0, "b": 1.0})
     assert result.exit_code == 0, result.output
     cap = rounds_for_power(0.15, 6)
-    assert f"or at the cap of {cap.rounds} rounds ({cap.rounds * 6} samples per arm" in result.stderr
-    assert "decide a 15-point difference in" in result.stderr
+    said = result.stderr.replace("\n", " ")
+    assert f"or at the cap of {cap.rounds} rounds ({cap.rounds * 6} samples per arm" in said
+    assert f"decide a 15-point difference in {100 * cap.power:.0f}% of simulated runs" in said
     manifest = json.loads((run_dir_of(result) / "manifest.json").read_text())
     assert manifest["sequential"]["max_rounds"] == cap.rounds and manifest["sequential"]["detect"] == 0.15
+    assert manifest["sequential"]["spending"] == "alpha·(k/C)^1.5" and "mixture" not in manifest["sequential"]
     wider = two_prompt_run(tmp_path / "wider", {"a": 0.0, "b": 1.0}, "--detect", "40")
-    assert f"the cap of {rounds_for_power(0.4, 6).rounds} rounds" in wider.stderr
+    assert f"the cap of {rounds_for_power(0.4, 6).rounds} rounds" in wider.stderr.replace("\n", " ")
     assert rounds_for_power(0.4, 6).rounds < cap.rounds
 
 
-def test_resume_continues_the_rounds(tmp_path):
-    result = two_prompt_run(tmp_path, {"a": 0.5, "b": 0.5}, "--max-rounds", "3")
-    run = run_dir_of(result)
-    # Take the run back to the middle of round 2 as if it had been killed there.
+def test_failed_samples_are_counted_of_the_samples_recorded_not_of_the_cap(tmp_path):
+    # Prompt a fails on question 0 every time; the run decides at round 2 of a cap of 10.
+    result = two_prompt_run(tmp_path, {"a": 0.0, "b": 1.0}, "--max-rounds", "10", "--max-attempts", "1",
+                            fail=lambda name, question: name == "a" and question.endswith("question 0"))
+    assert result.exit_code == 1, result.output
+    assert "error: 2 of 24 samples failed after retries" in result.stderr
+    rounds = read_jsonl(run_dir_of(result) / "sequential.jsonl")
+    assert rounds[-1]["round"] == 2 and rounds[-1]["decision"] == "B>A"  # a failure counts against its arm
+
+
+def interrupt_after_round_one_and_a_half(run):
     samples = read_jsonl(run / "samples.jsonl")
     keep = [s for s in samples if s["repeat"] == 1] + [s for s in samples if s["repeat"] == 2][:5]
     (run / "samples.jsonl").write_text("".join(json.dumps(s) + "\n" for s in keep))
@@ -146,24 +309,95 @@ def test_resume_continues_the_rounds(tmp_path):
     manifest = json.loads((run / "manifest.json").read_text())
     manifest["status"] = "interrupted"
     (run / "manifest.json").write_text(json.dumps(manifest))
-    with LocalServer(lambda r: Reply("ok, no header")) as server:
-        manifest["models"][0]["spec"] = f"openai:m@{server.url}/v1"
-        manifest["arms"] = [dict(a, model=manifest["models"][0]["spec"]) for a in manifest["arms"]]
-        (run / "manifest.json").write_text(json.dumps(manifest))
-        resumed = CliRunner().invoke(main, ["run", "--resume", str(run)])
+    return manifest
+
+
+def resume(run):
+    return CliRunner().invoke(main, ["run", "--resume", str(run)])
+
+
+def test_resume_continues_the_rounds_and_says_the_cap(tmp_path):
+    with LocalServer(prompt_replies({"a": 0.5, "b": 0.5})) as server:  # a resumed run calls where it started
+        result = two_prompt_run(tmp_path, {"a": 0.5, "b": 0.5}, "--max-rounds", "3", server=server)
+        run = run_dir_of(result)
+        interrupt_after_round_one_and_a_half(run)
+        compared = json.loads(CliRunner().invoke(main, ["compare", f"{run}#prompt=a", f"{run}#prompt=b", "--json"]).stdout)
+        assert compared["verdict"] == "indistinguishable" and compared["p_value"] == 1.0  # not stopped by its rule
+        resumed = resume(run)
     assert resumed.exit_code == 0, resumed.output
+    assert "or at the cap of 3 rounds" in resumed.stderr.replace("\n", " ")
     rounds = read_jsonl(run / "sequential.jsonl")
     assert [r["round"] for r in rounds] == [1, 2, 3] and rounds[-1]["decision"] == "indistinguishable"
     assert len(read_jsonl(run / "samples.jsonl")) == 3 * 6 * 2
 
 
-def test_plan_sequential():
+def test_a_run_recorded_under_the_mixture_rule_is_read_but_not_continued(tmp_path):
+    with LocalServer(prompt_replies({"a": 0.0, "b": 1.0})) as server:
+        result = two_prompt_run(tmp_path, {"a": 0.0, "b": 1.0}, "--max-rounds", "3", server=server)
+        run = run_dir_of(result)
+        manifest = interrupt_after_round_one_and_a_half(run)
+        old = manifest["sequential"]
+        for key in ("rule", "spending"):
+            old.pop(key)
+        old.update(mixture="Beta(0.5, 0.5)", threshold=20.0)
+        first = {"round": 1, "pairs": 6, "discordant": 6, "b_higher": 6, "a_higher": 0, "discordant_total": 6,
+                 "b_higher_total": 6, "e_value": 128.0, "decision": None, "worse": False, "stop": False}
+        line = dict(first, round=2, discordant_total=12, b_higher_total=12, e_value=9170.0, decision="B>A", stop=True)
+        (run / "sequential.jsonl").write_text(json.dumps(first) + "\n" + json.dumps(line) + "\n")
+        manifest["status"] = "complete"
+        (run / "manifest.json").write_text(json.dumps(manifest))
+        data = json.loads(CliRunner().invoke(main, ["compare", f"{run}#prompt=a", f"{run}#prompt=b", "--json"]).stdout)
+        assert data["verdict"] == "B>A" and data["p_value"] == pytest.approx(1 / 9170) and data["e_value"] == 9170.0
+        report = CliRunner().invoke(main, ["report", str(run)])
+        assert "decided at round 2 (cap 3 rounds); e = 9.17e+03 >= 20" in report.stdout.replace("\n  ", " ")
+        (run / "sequential.jsonl").write_text(json.dumps(first) + "\n")
+        manifest["status"] = "interrupted"
+        (run / "manifest.json").write_text(json.dumps(manifest))
+        resumed = resume(run)
+    assert resumed.exit_code == 2 and "recorded under the mixture e-value of an earlier promptprobe" in resumed.stderr
+
+
+# -- the plan --------------------------------------------------------------------------------------
+
+
+def test_plan_sequential_says_what_it_costs_beside_the_fixed_plan_of_the_same_power():
     result = CliRunner().invoke(main, ["plan", "--sequential", "--p1", "0.9", "--p2", "0.5", "--cases", "10",
                                        "--format", "json"])
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     assert 2 <= data["rounds"]["median"] <= data["rounds"]["p90"] <= data["max_rounds"]
     assert data["samples_per_arm"]["median"] == 10 * data["rounds"]["median"]
-    assert data["decided_share"] > 0.9 and data["fixed_rounds"] >= 1
+    assert data["samples_per_arm"]["mean"] == pytest.approx(10 * data["rounds"]["mean"])
+    assert data["power"] > 0.9 and data["fixed_rounds"] >= 1
+    assert data["fixed_same_power"]["power"] == min(0.99, data["power"]) and data["fixed_same_power"]["rounds"] >= 1
     text = CliRunner().invoke(main, ["plan", "--sequential", "--p1", "0.9", "--p2", "0.5", "--cases", "10"]).output
-    assert "samples per arm to a decision: median" in text and "90th percentile" in text
+    assert "samples per arm to the stop: mean" in text and "a fixed paired plan with the same power" in text
+
+
+def test_the_plan_is_what_an_independent_simulation_of_the_runs_rule_gives():
+    # The run's own per-round `look`, driven one simulated run at a time on Python's random
+    # numbers (not the plan's vectorised simulation), reproduces the plan's mean and power.
+    from promptprobe.views.sequential_plan import plan_sequential
+
+    p1, p2, cases, detect = 0.3, 0.7, 6, 0.4
+    plan = plan_sequential(p1, p2, cases, 0.0, detect=detect)
+    cap, trials = plan["max_rounds"], 400
+    rng = random.Random(11)
+    rounds_taken, right = [], 0
+    for _ in range(trials):
+        discordant, b_higher = [], []
+        while True:
+            a = [rng.random() < p1 for _ in range(cases)]
+            b = [rng.random() < p2 for _ in range(cases)]
+            discordant.append(sum(x != y for x, y in zip(a, b, strict=True)))
+            b_higher.append(sum(y and not x for x, y in zip(a, b, strict=True)))
+            seen = look(discordant, b_higher, 0.05, cap, 2)
+            if seen.stop:
+                break
+        rounds_taken.append(seen.round)
+        right += seen.decision == "B>A"
+    mean = np.mean(rounds_taken) * cases
+    error = 1.96 * math.hypot(np.std(rounds_taken) * cases / math.sqrt(trials), plan["samples_per_arm"]["mean_error"] / 1.96)
+    assert abs(mean - plan["samples_per_arm"]["mean"]) <= 1.5 * error
+    power_error = 1.96 * math.sqrt(plan["power"] * (1 - plan["power"]) * (1 / trials + 1 / plan["trials"]))
+    assert abs(right / trials - plan["power"]) <= 1.5 * power_error + 1e-9

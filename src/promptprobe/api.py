@@ -341,7 +341,7 @@ def run(
     two arms in rounds until the sequential test decides). `prompts` are files, or `NAME=FILE`;
     `models` are specs (default: the config's); `retrieval="none"` probes without retrieval;
     `poll_interval`: seconds between looks at a batch in progress (`batch`; default 30)."""
-    from .config import load_config, with_retrieval
+    from .config import Precedence, load_config, models_setting, with_retrieval
     from .engine.run import ProbeRun, options_from
     from .limits import argument_problem
     from .probeset import load_probeset
@@ -360,9 +360,12 @@ def run(
     if problems:
         raise InputError("; ".join(problems))
     target = with_retrieval(load_config(config), retrieval)
+    loaded = load_probeset(probeset)
+    precedence = Precedence.of(target, loaded, given_as="argument")
     options = options_from(
         target.run,
         folder_of(runs_dir),
+        precedence=precedence,
         repeats=repeats,
         max_tokens=max_tokens,
         temperature=temperature,
@@ -374,7 +377,7 @@ def run(
         max_cost=max_cost,
     )
     specs = target.models_for(models)
-    loaded = load_probeset(probeset)
+    options.settings["models"] = models_setting(models, specs, precedence)
     versions = [load_prompt(str(p)) for p in prompts]
     if until_decided:
         from .engine.sequential import SequentialRule, SequentialRun

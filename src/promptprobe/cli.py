@@ -184,45 +184,42 @@ def main() -> None:
 # -- check / classify ---------------------------------------------------------------------
 
 
-@main.command(epilog="Example: probe check probes/*.toml prompts/*.md")
-@click.argument(
-    "paths", metavar="PROBESET_OR_PROMPT...", nargs=-1, required=True, type=click.Path(path_type=Path)
-)
+@main.command(epilog="Example: probe check probe.toml probes/*.toml prompts/*.md")
+@click.argument("paths", metavar="FILE...", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option(
     "--config",
     "config_path",
     type=click.Path(path_type=Path),
-    help="A probe.toml whose [vars] the prompts may use (default ./probe.toml when there is one).",
+    help="The target config to check, whose [vars] the prompts may use (default ./probe.toml when there "
+    "is one).",
 )
 @output_options(("table", "md", "json"))
 @handle_errors
 def check(paths: tuple[Path, ...], config_path: Path | None, fmt: str, output: Path | None) -> None:
-    """Validate probe sets (.toml: schema, unknown keys, regexes, duplicate ids and questions) and
-    prompts (any other file: placeholders, and a value for each variable in every case).
+    """Validate the target config (probe.toml: every problem at once, with the key meant for a
+    near miss such as [retreival]), probe sets (.toml: schema, unknown keys, regexes, duplicate
+    ids and questions) and prompts (any other file: placeholders, and a value for each variable
+    in every case).
 
-    Every problem of a file is reported at once, each naming the file and the case or line.
+    A .toml file named probe.toml, or with the target's tables and no [[case]], is checked as a
+    target config. Every problem of a file is reported at once, each naming the file and the
+    case, table or line.
     """
-    from .check import check_files
+    from .check import check_files, describe
 
     results = check_files(list(paths), config_path)
     if fmt == "json":
         emit(dumps_pretty({"probesets": results}), output)
     elif fmt == "md":
-        lines = ["| file | ok | cases | repeats | problems |", "|---|---|---:|---:|---|"]
+        lines = ["| file | kind | ok | cases | repeats | problems |", "|---|---|---|---:|---:|---|"]
         for r in results:
             problems = "<br>".join(p.replace("|", "\\|") for p in r.get("problems", [])) or "-"
             ok = "yes" if r["ok"] else "no"
             counts = f"{r.get('cases', '-')} | {r.get('repeats', '-')}"
-            lines.append(f"| {r['path']} | {ok} | {counts} | {problems} |")
+            lines.append(f"| {r['path']} | {r['kind']} | {ok} | {counts} | {problems} |")
         emit("\n".join(lines), output)
     else:
-        oks = [
-            f"ok: {r['name']} ({r['cases']} cases, {r['repeats']} repeats)"
-            if r["kind"] == "probe set"
-            else f"ok: prompt {r['name']} ({r['path']})"
-            for r in results
-            if r["ok"]
-        ]
+        oks = [describe(r) for r in results if r["ok"]]
         if oks:
             emit("\n".join(oks), output)
         for result in results:
@@ -462,7 +459,7 @@ def interruptible(cancel: Callable[[], None]) -> Iterator[list[int]]:
     "-n",
     "--repeats",
     type=click.IntRange(*LIMITS["repeats"]),
-    help="Repeats per case (default: config, then probe set).",
+    help="Repeats per case (default: the probe set's repeats, else [run] repeats, else 3).",
 )
 @click.option(
     "--config", "config_path", type=click.Path(path_type=Path), help="Target config (default ./probe.toml)."
@@ -521,7 +518,18 @@ def interruptible(cancel: Callable[[], None]) -> Iterator[list[int]]:
     callback=finite,
     help="Requests per minute per provider (default: no limit).",
 )
-@click.option("--dry-run", is_flag=True, help="Print the plan, tokens and cost; call nothing.")
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Print the plan, tokens and cost: fetches each question's retrieval once (read-only) to "
+    "count the passages, calls no model.",
+)
+@click.option(
+    "--no-retrieval-fetch",
+    "no_retrieval_fetch",
+    is_flag=True,
+    help="With --dry-run or --max-cost: estimate without fetching the retrieval (the passages are left out).",
+)
 @click.option(
     "--max-cost",
     type=click.FloatRange(min=0),
@@ -613,6 +621,7 @@ def run(
     max_retry_wait: float | None,
     rpm: float | None,
     dry_run: bool,
+    no_retrieval_fetch: bool,
     max_cost: float | None,
     yes: bool,
     batch: bool | None,
@@ -646,17 +655,18 @@ def run(
         return
     if probeset_path is None:
         raise InputError("give a probe set (probe run PROBESET --prompt FILE), or --resume RUN")
-    from .config import load_config, with_retrieval
+    from .config import Precedence, load_config, models_setting, with_retrieval
     from .engine.run import options_from
-    from .probeset import load_probeset
     from .prompts import load_prompt
 
     config = with_retrieval(load_config(config_path), retrieval_kind, dry_run)
-    probeset = load_probeset(probeset_path)
+    probeset = _probeset(probeset_path)
     prompts = [load_prompt(p) for p in prompt_paths]
+    precedence = Precedence.of(config, probeset)
     options = options_from(
         config.run,
         runs_dir_of(runs_dir),
+        precedence=precedence,
         repeats=repeats,
         max_tokens=max_tokens,
         temperature=temperature,
@@ -676,13 +686,18 @@ def run(
         yes=yes,
     )
     models = config.models_for(model_specs)
+    options.settings["models"] = models_setting(model_specs, models, precedence)
     if dry_run:
         from .engine.dryrun import dry_run as price_plan
         from .engine.dryrun import render_dry_run
 
-        result = price_plan(probeset, prompts, models, config, options)
+        result = price_plan(probeset, prompts, models, config, options, fetch=not no_retrieval_fetch)
         emit(dumps_pretty(result) if fmt == "json" else render_dry_run(result), output)
         return
+    if no_retrieval_fetch and max_cost is None:
+        raise InputError(
+            "--no-retrieval-fetch is for the estimate of --dry-run or --max-cost: give one of them"
+        )
     if until_decided:
         from .engine.sequential import SequentialRule, SequentialRun
 
@@ -696,16 +711,27 @@ def run(
     from .engine.run import ProbeRun
 
     if max_cost is not None:
-        from .engine.dryrun import dry_run as price_plan
+        from .engine.dryrun import check_max_cost
 
-        estimate = price_plan(probeset, prompts, models, config, options)
-        if estimate["cost_usd"] is not None and estimate["cost_usd"] > max_cost:
-            raise InputError(
-                f"the estimated cost ${estimate['cost_usd']:.2f} is above --max-cost ${max_cost:.2f} "
-                "(probe run --dry-run shows how it is made up)"
-            )
+        check_max_cost(probeset, prompts, models, config, options, fetch=not no_retrieval_fetch)
     runner = ProbeRun(probeset, prompts, models, config, options)
     _execute(runner, fmt, runner.plan.samples, output)
+
+
+def _probeset(path: Path) -> Any:
+    """The probe set at `path`; a target config given in its place is said to be one."""
+    from .check import looks_like_target
+    from .probeset import ProbeSetInvalid, load_probeset
+
+    try:
+        return load_probeset(path)
+    except ProbeSetInvalid:
+        if looks_like_target(path):
+            raise InputError(
+                f"{path} is a target config (probe.toml), not a probe set: give it as --config {path}, "
+                "and the probe set (the questions) first"
+            ) from None
+        raise
 
 
 def _given(ctx: click.Context, name: str) -> bool:
@@ -763,6 +789,7 @@ def _resume(ctx: click.Context, resume_path: Path, fmt: str, output: Path | None
             detect=sequential.get("detect", DEFAULT_DETECT),
         )
         runner = SequentialRun(runner, rule)
+        click.echo(runner.describe(), err=True)
     _execute(runner, fmt, runner.plan.samples, output)
 
 
@@ -818,7 +845,7 @@ def _execute(runner: Any, fmt: str, total: int, output: Path | None = None) -> N
         sys.exit(1)
     if outcome.errors:
         echo_error(
-            f"{outcome.errors} of {outcome.planned} samples failed after retries "
+            f"{outcome.errors} of {outcome.recorded} samples failed after retries "
             f"(see {outcome.path / 'samples.jsonl'}); they stay in every denominator"
         )
         sys.exit(1)

@@ -4,7 +4,7 @@ what the checks look for, and the run's defaults."""
 import hashlib
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -14,7 +14,7 @@ from .errors import InputError
 from .limits import range_problem
 from .models import ModelSpec
 from .providers import parse_spec
-from .tomlfile import check_keys, parse_toml, read_input
+from .tomlfile import check_keys, did_you_mean, parse_toml, read_input, unknown_keys
 
 RETRIEVAL_KINDS = ("http", "python", "none", "local")
 RETRIEVAL_KEYS = {
@@ -64,6 +64,7 @@ class RunSettings:
     umask: int | None = None  # None: private (directories 0700, files 0600)
     batch: bool = False  # through the providers' batch APIs
     cache: bool = False  # prompt caching marks (Anthropic)
+    given: frozenset[str] = frozenset()  # the keys [run] itself sets (the rest are defaults)
 
 
 @dataclass(frozen=True)
@@ -94,6 +95,87 @@ class TargetConfig:
     def base_dir(self) -> Path:
         """Relative paths in the config (a local document folder) are relative to its file."""
         return self.path.parent if self.path else Path.cwd()
+
+
+class ConfigInvalid(InputError):
+    """Every problem found in one target config, one line each."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("\n".join(problems))
+        self.problems = problems
+
+
+class _Problems:
+    """Collects a config's problems so that all of them are reported at once."""
+
+    def __init__(self) -> None:
+        self.items: list[str] = []
+
+    def attempt(self, check: Callable[[], Any], default: Any = None) -> Any:
+        """`check()`, or `default` with its problem noted."""
+        try:
+            return check()
+        except ConfigInvalid as exc:
+            self.items.extend(exc.problems)
+        except InputError as exc:
+            self.items.append(str(exc))
+        return default
+
+    def keys(self, table: dict[str, Any], allowed: set[str], where: str) -> None:
+        message = unknown_keys(table, allowed, where)
+        if message:
+            self.items.append(message)
+
+
+FROM_PROBESET = "probe set"
+FROM_DEFAULT = "default"
+
+
+@dataclass(frozen=True)
+class Precedence:
+    """Where each run setting comes from, the first that gives it: the command's flags (or the
+    Python API's arguments), the probe set (its `repeats`), the target's [run], the default."""
+
+    run: RunSettings = field(default_factory=RunSettings)
+    probeset_repeats: int | None = None  # the probe set's own `repeats`, when its file says one
+    given_as: str = "flag"
+    run_label: str = "probe.toml [run]"
+
+    def choose(self, name: str, given: Any, default: Any = None) -> tuple[Any, str]:
+        """(value, where it came from) for setting `name`, `given` on the command line or None."""
+        if given is not None:
+            return given, self.given_as
+        if name == "repeats" and self.probeset_repeats is not None:
+            return self.probeset_repeats, FROM_PROBESET
+        if name in self.run.given:
+            return getattr(self.run, name), self.run_label
+        configured = getattr(self.run, name, None)
+        return (configured if default is None else default), FROM_DEFAULT
+
+    @staticmethod
+    def of(config: "TargetConfig", probeset: Any = None, given_as: str = "flag") -> "Precedence":
+        """The precedence of a run of `probeset` (a ProbeSet, or None) on `config`."""
+        label = f"{config.path.name if config.path else 'probe.toml'} [run]"
+        repeats = probeset.repeats if probeset is not None and probeset.repeats_given else None
+        return Precedence(config.run, repeats, given_as, label)
+
+
+def settle_repeats(
+    config: "TargetConfig", probeset: Any, given: int | None, record: dict[str, dict[str, Any]]
+) -> tuple[int, dict[str, dict[str, Any]]]:
+    """The repeats of a run of `probeset` (a ProbeSet), and the settings `record` with where they
+    came from: `given` is the options' repeats (settled already when `record` says from where)."""
+    source = record.get("repeats", {}).get("from") if given is not None else None
+    repeats, found = Precedence.of(config, probeset, "argument").choose("repeats", given, probeset.repeats)
+    return repeats, {**record, "repeats": {"value": repeats, "from": source or found}}
+
+
+def models_setting(
+    specs: Sequence[str], models: Sequence[ModelSpec], precedence: Precedence
+) -> dict[str, Any]:
+    """The `models` entry of a run's settings record."""
+    source = precedence.given_as if specs else precedence.run_label if models else FROM_DEFAULT
+    return {"value": [m.spec for m in models], "from": source}
 
 
 def _table(data: dict[str, Any], key: str, where: str) -> dict[str, Any]:
@@ -129,116 +211,143 @@ def _function(table: dict[str, Any], where: str, required: bool) -> str | None:
     return function
 
 
-def _retrieval(table: dict[str, Any], where: str) -> dict[str, Any]:
+def _retrieval(table: dict[str, Any], where: str, problems: _Problems) -> dict[str, Any]:
     where = f"{where} [retrieval]"
     kind = table.get("kind", "none")
     if kind not in RETRIEVAL_KINDS:
-        raise InputError(f"{where}: 'kind' must be one of {', '.join(RETRIEVAL_KINDS)}, got {kind!r}")
-    check_keys(table, RETRIEVAL_KEYS[kind], f'{where} (kind = "{kind}")')
+        problems.items.append(
+            f"{where}: 'kind' must be one of {', '.join(RETRIEVAL_KINDS)}, got {kind!r}"
+            + did_you_mean(kind, set(RETRIEVAL_KINDS))
+        )
+        return {"kind": "none"}
+    problems.keys(table, RETRIEVAL_KEYS[kind], f'{where} (kind = "{kind}")')
     if kind == "http":
         url = table.get("url")
         if not isinstance(url, str) or not url.startswith(("http://", "https://")):
-            raise InputError(f"{where}: 'url' must be an http(s) URL, got {url!r}")
+            problems.items.append(f"{where}: 'url' must be an http(s) URL, got {url!r}")
         method = table.get("method", "POST")
         if method not in ("POST", "GET"):
-            raise InputError(f'{where}: \'method\' must be "POST" or "GET", got {method!r}')
+            problems.items.append(f'{where}: \'method\' must be "POST" or "GET", got {method!r}')
         for key in ("results", "id", "text", "score"):
-            _typed(table, key, str, where)
+            problems.attempt(lambda key=key: _typed(table, key, str, where))
         for key in ("body", "headers"):
-            _typed(table, key, dict, where)
-        _typed(table, "timeout", (int, float), where, 0)
+            problems.attempt(lambda key=key: _typed(table, key, dict, where))
+        problems.attempt(lambda: _typed(table, "timeout", (int, float), where, 0))
     if kind == "python":
-        _function(table, where, required=True)
+        problems.attempt(lambda: _function(table, where, required=True))
     if kind == "local":
         if not isinstance(table.get("path"), str):
-            raise InputError(f"{where}: 'path' must name a folder of documents")
-        _typed(table, "k", int, where, 1)
+            problems.items.append(f"{where}: 'path' must name a folder of documents")
+        problems.attempt(lambda: _typed(table, "k", int, where, 1))
     return dict(table, kind=kind)
 
 
-def _models(value: Any, where: str) -> tuple[ModelSpec, ...]:
+def _models(value: Any, where: str, problems: _Problems) -> tuple[ModelSpec, ...]:
+    """The models that parse; each one that does not is a problem of its own."""
     if not isinstance(value, list):
-        raise InputError(f"{where}: 'models' must be a list of model specs")
-    specs = []
-    for item in value:
-        try:
-            if isinstance(item, str):
-                specs.append(parse_spec(item))
-            elif isinstance(item, dict):
-                check_keys(item, MODEL_KEYS, f"model {item.get('spec', '?')!r}")
-                if not isinstance(item.get("spec"), str):
-                    raise InputError("a model table needs 'spec'")
-                cloud = {key: _typed(item, key, str, "model") for key in ("api_version", "region", "project")}
-                specs.append(parse_spec(item["spec"], _typed(item, "api_key_env", str, "model"), **cloud))
-            else:
-                raise InputError("each model is a spec string or { spec, api_key_env, ... }")
-        except InputError as exc:
-            raise InputError(f"{where}: {exc}") from None
-    return tuple(specs)
+        problems.items.append(f"{where}: 'models' must be a list of model specs")
+        return ()
+    specs = [problems.attempt(lambda item=item: _model(item, where)) for item in value]
+    return tuple(spec for spec in specs if spec is not None)
 
 
-def _checks(data: dict[str, Any], where: str) -> CheckSettings:
-    header_table = _table(data, "header", where)
-    check_keys(header_table, HEADER_KEYS, f"{where} [header]")
-    markers = header_table.get("markers", list(HeaderConfig().markers))
-    if not isinstance(markers, list):
-        raise InputError(f"{where} [header]: 'markers' must be a list of strings")
+def _model(item: Any, where: str) -> ModelSpec:
     try:
-        header = HeaderConfig(
-            markers=tuple(markers),
-            no_answer=header_table.get("no_answer", HeaderConfig().no_answer),
-            allow_leading_whitespace=bool(
-                _typed(header_table, "allow_leading_whitespace", bool, f"{where} [header]")
-            ),
-        )
+        if isinstance(item, str):
+            return parse_spec(item)
+        if isinstance(item, dict):
+            check_keys(item, MODEL_KEYS, f"model {item.get('spec', '?')!r}")
+            if not isinstance(item.get("spec"), str):
+                raise InputError("a model table needs 'spec'")
+            cloud = {key: _typed(item, key, str, "model") for key in ("api_version", "region", "project")}
+            return parse_spec(item["spec"], _typed(item, "api_key_env", str, "model"), **cloud)
+        raise InputError("each model is a spec string or { spec, api_key_env, ... }")
     except InputError as exc:
-        raise InputError(f"{where} [header]: {exc}") from None
+        raise InputError(f"{where}: {exc}") from None
+
+
+def _checks(data: dict[str, Any], where: str, problems: _Problems) -> CheckSettings:
+    header_table = problems.attempt(lambda: _table(data, "header", where), {})
+    problems.keys(header_table, HEADER_KEYS, f"{where} [header]")
+    header = problems.attempt(lambda: _header(header_table, f"{where} [header]"), HeaderConfig())
     filter_config = None
     if "filter" in data:
-        table = _table(data, "filter", where)
-        check_keys(table, FILTER_KEYS, f"{where} [filter]")
-        function = _function(table, f"{where} [filter]", required=True)
-        status = _typed(table, "no_answer_status", str, f"{where} [filter]") or "no_answer"
-        filter_config = FilterConfig(function, status)  # type: ignore[arg-type]
+        table = problems.attempt(lambda: _table(data, "filter", where), {})
+        problems.keys(table, FILTER_KEYS, f"{where} [filter]")
+        function = problems.attempt(lambda: _function(table, f"{where} [filter]", required=True))
+        status = problems.attempt(lambda: _typed(table, "no_answer_status", str, f"{where} [filter]"))
+        if function:
+            filter_config = FilterConfig(function, status or "no_answer")
     citations = None
     if "citations" in data:
-        table = _table(data, "citations", where)
-        check_keys(table, CITATION_KEYS, f"{where} [citations]")
-        pattern = _typed(table, "pattern", str, f"{where} [citations]")
-        try:
-            citations = CitationConfig(pattern) if pattern else CitationConfig()
-        except InputError as exc:
-            raise InputError(f"{where}: {exc}") from None
-    user = _user_checks(data.get("check", []), where)
+        table = problems.attempt(lambda: _table(data, "citations", where), {})
+        problems.keys(table, CITATION_KEYS, f"{where} [citations]")
+        citations = problems.attempt(lambda: _citations(table, where))
+    user = _user_checks(data.get("check", []), where, problems)
     return CheckSettings(header=header, filter=filter_config, citations=citations, user=user)
 
 
-def _user_checks(value: Any, where: str) -> tuple[UserCheckConfig, ...]:
-    """[[check]] tables: a name, a function, a direction and a description each."""
-    from .checks import METRICS
+def _header(table: dict[str, Any], where: str) -> HeaderConfig:
+    markers = table.get("markers", list(HeaderConfig().markers))
+    if not isinstance(markers, list):
+        raise InputError(f"{where}: 'markers' must be a list of strings")
+    leading = bool(_typed(table, "allow_leading_whitespace", bool, where))
+    try:
+        return HeaderConfig(
+            markers=tuple(markers),
+            no_answer=table.get("no_answer", HeaderConfig().no_answer),
+            allow_leading_whitespace=leading,
+        )
+    except InputError as exc:
+        raise InputError(f"{where}: {exc}") from None
 
+
+def _citations(table: dict[str, Any], where: str) -> CitationConfig:
+    pattern = _typed(table, "pattern", str, f"{where} [citations]")
+    try:
+        return CitationConfig(pattern) if pattern else CitationConfig()
+    except InputError as exc:
+        raise InputError(f"{where}: {exc}") from None
+
+
+def _user_checks(value: Any, where: str, problems: _Problems) -> tuple[UserCheckConfig, ...]:
+    """[[check]] tables: a name, a function, a direction and a description each."""
     if not isinstance(value, list) or not all(isinstance(item, dict) for item in value):
-        raise InputError(f"{where}: [[check]] must be tables, each with name and function")
+        problems.items.append(f"{where}: [[check]] must be tables, each with name and function")
+        return ()
     found: list[UserCheckConfig] = []
     for index, table in enumerate(value, 1):
-        label = f"{where} [[check]] {table.get('name', index)!r}"
-        check_keys(table, CHECK_KEYS, label)
-        name = table.get("name")
-        if not isinstance(name, str) or not re.fullmatch(r"[a-z][a-z0-9_]{0,63}", name):
-            raise InputError(
-                f"{label}: 'name' must be lower-case letters, digits and _ (a metric name), got {name!r}"
-            )
-        if name in METRICS:
-            raise InputError(f"{label}: {name} is a built-in metric; give your check another name")
-        if any(c.name == name for c in found):
-            raise InputError(f"{label}: two checks are called {name}")
-        function = _function(table, label, required=True)
-        higher = table.get("higher_is_better", True)
-        if not isinstance(higher, bool):
-            raise InputError(f"{label}: 'higher_is_better' must be true or false")
-        description = _typed(table, "description", str, label) or ""
-        found.append(UserCheckConfig(name, function, higher, description))  # type: ignore[arg-type]
+        check = problems.attempt(lambda index=index, table=table: _user_check(index, table, where, found))
+        if check is not None:
+            found.append(check)
     return tuple(found)
+
+
+def _user_check(
+    index: int, table: dict[str, Any], where: str, found: list[UserCheckConfig]
+) -> UserCheckConfig:
+    from .checks import METRICS
+
+    label = f"{where} [[check]] {table.get('name', index)!r}"
+    problems = _Problems()
+    problems.keys(table, CHECK_KEYS, label)
+    name = table.get("name")
+    if not isinstance(name, str) or not re.fullmatch(r"[a-z][a-z0-9_]{0,63}", name):
+        problems.items.append(
+            f"{label}: 'name' must be lower-case letters, digits and _ (a metric name), got {name!r}"
+        )
+    elif name in METRICS:
+        problems.items.append(f"{label}: {name} is a built-in metric; give your check another name")
+    elif any(c.name == name for c in found):
+        problems.items.append(f"{label}: two checks are called {name}")
+    function = problems.attempt(lambda: _function(table, label, required=True))
+    higher = table.get("higher_is_better", True)
+    if not isinstance(higher, bool):
+        problems.items.append(f"{label}: 'higher_is_better' must be true or false")
+    description = problems.attempt(lambda: _typed(table, "description", str, label)) or ""
+    if problems.items:
+        raise ConfigInvalid(problems.items)
+    return UserCheckConfig(name, function, higher, description)  # type: ignore[arg-type]
 
 
 def _umask(value: Any, where: str) -> int | None:
@@ -255,63 +364,82 @@ def _umask(value: Any, where: str) -> int | None:
 
 
 def parse_config(data: dict[str, Any], path: Path | None, sha256: str | None = None) -> TargetConfig:
+    """The target config in `data`; ConfigInvalid lists every problem at once, each naming the
+    table and key (with the key meant, for a near miss such as [retreival])."""
     where = str(path) if path else "config"
-    check_keys(data, TOP_KEYS, where)
-    retrieval = _retrieval(_table(data, "retrieval", where), where)
-    assemble = _table(data, "assemble", where)
-    check_keys(assemble, ASSEMBLE_KEYS, f"{where} [assemble]")
-    function = _function(assemble, f"{where} [assemble]", required=False)
-    checks = _checks(data, where)
-    run_table = _table(data, "run", where)
-    run_where = f"{where} [run]"
-    check_keys(run_table, RUN_KEYS, run_where)
-    defaults = RunSettings()
+    problems = _Problems()
+    problems.keys(data, TOP_KEYS, where)
 
-    def number(key: str, kind: type | tuple[type, ...], minimum: float | None, default: Any) -> Any:
-        value = _typed(run_table, key, kind, run_where, minimum)
-        return default if value is None else value
+    def table(key: str) -> dict[str, Any]:
+        return problems.attempt(lambda: _table(data, key, where), {})  # type: ignore[no-any-return]
 
-    run = RunSettings(
-        models=_models(run_table.get("models", []), run_where),
-        repeats=_typed(run_table, "repeats", int, run_where, 1),
-        max_tokens=number("max_tokens", int, 1, defaults.max_tokens),
-        concurrency=number("concurrency", int, 1, defaults.concurrency),
-        temperature=_typed(run_table, "temperature", (int, float), run_where, 0),
-        seed=_typed(run_table, "seed", int, run_where),
-        timeout=float(number("timeout", (int, float), 0.001, defaults.timeout)),
-        max_attempts=number("max_attempts", int, 1, defaults.max_attempts),
-        max_retry_wait=float(number("max_retry_wait", (int, float), 0, defaults.max_retry_wait)),
-        rpm=float(number("rpm", (int, float), 0, defaults.rpm)),
-        stream=bool(_typed(run_table, "stream", bool, run_where)),
-        batch=bool(_typed(run_table, "batch", bool, run_where)),
-        cache=bool(_typed(run_table, "cache", bool, run_where)),
-        umask=_umask(run_table.get("umask"), run_where),
-    )
-    prices = _table(data, "prices", where)
+    retrieval = _retrieval(table("retrieval"), where, problems)
+    assemble = table("assemble")
+    problems.keys(assemble, ASSEMBLE_KEYS, f"{where} [assemble]")
+    function = problems.attempt(lambda: _function(assemble, f"{where} [assemble]", required=False))
+    checks = _checks(data, where, problems)
+    run = _run(table("run"), f"{where} [run]", problems)
+    prices = table("prices")
     if prices:
         from .engine.cost import load_prices
 
-        load_prices(prices, f"{where} [prices]")  # refuse a bad price now, not mid-run
-    variables = _variables(_table(data, "vars", where), f"{where} [vars]")
+        for key, value in prices.items():  # refuse a bad price now, not mid-run
+            problems.attempt(lambda key=key, value=value: load_prices({key: value}, f"{where} [prices]"))
+    variables = _variables(table("vars"), f"{where} [vars]", problems)
+    if problems.items:
+        raise ConfigInvalid(problems.items)
     return TargetConfig(
         path, sha256, retrieval, function, checks, run, prices, "retrieval" in data, variables
     )
 
 
-def _variables(table: dict[str, Any], where: str) -> dict[str, str]:
+def _run(run_table: dict[str, Any], where: str, problems: _Problems) -> RunSettings:
+    problems.keys(run_table, RUN_KEYS, where)
+    defaults = RunSettings()
+
+    def value(key: str, kind: type | tuple[type, ...], minimum: float | None = None) -> Any:
+        found = problems.attempt(lambda: _typed(run_table, key, kind, where, minimum))
+        return getattr(defaults, key) if found is None else found
+
+    return RunSettings(
+        models=_models(run_table.get("models", []), where, problems),
+        repeats=problems.attempt(lambda: _typed(run_table, "repeats", int, where, 1)),
+        max_tokens=value("max_tokens", int, 1),
+        concurrency=value("concurrency", int, 1),
+        temperature=problems.attempt(lambda: _typed(run_table, "temperature", (int, float), where, 0)),
+        seed=problems.attempt(lambda: _typed(run_table, "seed", int, where)),
+        timeout=float(value("timeout", (int, float), 0.001)),
+        max_attempts=value("max_attempts", int, 1),
+        max_retry_wait=float(value("max_retry_wait", (int, float), 0)),
+        rpm=float(value("rpm", (int, float), 0)),
+        stream=bool(value("stream", bool)),
+        batch=bool(value("batch", bool)),
+        cache=bool(value("cache", bool)),
+        umask=problems.attempt(lambda: _umask(run_table.get("umask"), where)),
+        given=frozenset(key for key in run_table if key in RUN_KEYS),
+    )
+
+
+def _variables(table: dict[str, Any], where: str, problems: _Problems) -> dict[str, str]:
     """Prompt variables: names as in {{NAME}}, values strings (numbers are written as text)."""
     from .prompts import SOURCES
 
     variables = {}
     for name, value in table.items():
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) or name == SOURCES:
-            raise InputError(
+            problems.items.append(
                 f"{where}: {name!r} cannot be a variable name (letters, digits and _; not sources)"
             )
-        if isinstance(value, bool) or not isinstance(value, str | int | float):
-            raise InputError(f"{where}: {name} must be text, got {value!r}")
-        variables[name] = str(value)
+        elif isinstance(value, bool) or not isinstance(value, str | int | float):
+            problems.items.append(f"{where}: {name} must be text, got {value!r}")
+        else:
+            variables[name] = str(value)
     return variables
+
+
+def prompt_variables(table: dict[str, Any]) -> dict[str, str]:
+    """The sound variables of a [vars] table (the others are left out: `probe check` reports them)."""
+    return _variables(table, "[vars]", _Problems())
 
 
 def load_config(path: str | Path | None) -> TargetConfig:

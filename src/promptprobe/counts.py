@@ -20,8 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from . import endpoints
 from .checks import METRICS, CheckSettings, Metric, metrics_for
-from .engine.cost import PriceTable, load_prices, split_usage
+from .endpoints import Endpoint
+from .engine.cost import PriceMatch, PriceTable, load_prices, split_usage
 from .engine.store import iter_samples, load_manifest, run_state
 from .errors import InputError
 from .jsonio import iter_jsonl, loads
@@ -411,15 +413,24 @@ def _child(send: Any, counter: _Counter, path: Path, start: int, end: int, last:
 
 
 def _pricer(prices: PriceTable, manifest: dict[str, Any]) -> Callable[[str], Any]:
-    specs = {m["spec"]: model_of(m) for m in manifest.get("models", [])}
-    cache: dict[str, Any] = {}
+    matches = pricing(manifest, prices)
 
     def price_of(model: str) -> Any:
-        if model not in cache:
-            cache[model] = prices.lookup(specs[model]) if model in specs else None
-        return cache[model]
+        return matches[model][1].price if model in matches else None
 
     return price_of
+
+
+def pricing(
+    manifest: dict[str, Any], prices: PriceTable | None = None
+) -> dict[str, tuple[Endpoint, PriceMatch]]:
+    """Each model of a run: where its calls went (as recorded) and its price there, or why none."""
+    prices = prices or load_prices(manifest.get("prices") or {})
+    went = endpoints.of_run(manifest)
+    return {
+        m["spec"]: (went[m["spec"]], prices.match(model_of(m), went[m["spec"]]))
+        for m in manifest.get("models", [])
+    }
 
 
 class _Slot:

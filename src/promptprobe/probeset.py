@@ -82,6 +82,7 @@ class ProbeSet:
     cases: tuple[Case, ...]
     repeats: int = 3
     description: str = ""
+    repeats_given: bool = False  # the file says `repeats` (else 3 is the default)
 
 
 class ProbeSetInvalid(InputError):
@@ -305,6 +306,7 @@ def parse_probeset(source: bytes, path: Path) -> ProbeSet:
         cases=tuple(cases),
         repeats=repeats,
         description=description,
+        repeats_given="repeats" in data,
     )
 
 

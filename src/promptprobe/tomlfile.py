@@ -1,5 +1,6 @@
 """Reading TOML files users write, with errors that name the file and the line."""
 
+import difflib
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -37,12 +38,18 @@ def parse_toml(data: bytes, path: Path) -> dict[str, Any]:
 
 def unknown_keys(table: dict[str, Any], allowed: set[str], where: str) -> str | None:
     """The message for keys not in `allowed` (None when there are none)."""
-    unknown = sorted(set(table) - allowed)
+    unknown = sorted(set(table) - allowed, key=str)
     if not unknown:
         return None
-    names = ", ".join(repr(k) for k in unknown)
+    names = ", ".join(f"{k!r}{did_you_mean(k, allowed)}" for k in unknown)
     expected = ", ".join(sorted(allowed))
     return f"{where}: unknown key {names} (expected one of: {expected})"
+
+
+def did_you_mean(word: object, choices: set[str]) -> str:
+    """` (did you mean 'x'?)` for the closest of `choices` to a mistyped key, else ''."""
+    close = difflib.get_close_matches(str(word), sorted(choices), n=1, cutoff=0.7)
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def check_keys(table: dict[str, Any], allowed: set[str], where: str) -> None:

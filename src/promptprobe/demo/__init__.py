@@ -371,7 +371,6 @@ def run_demo(
     try:
         model = parse_model_spec(f"openai:acme-helpdesk@{server.url}")
         options = RunOptions(
-            repeats=config.run.repeats,
             concurrency=config.run.concurrency,
             params=GenerationParams(stream=stream),
             runs_dir=runs_dir,
@@ -388,7 +387,8 @@ def run_demo(
         server.stop()
     a, b = (f"{outcome.path}#prompt={name}" for name in PROMPTS)
     report = render_report(build_report(outcome.path))
-    comparison = render_comparison(compare_runs(a, b, ["header_present"]))
+    compared = compare_runs(a, b, ["header_present"])
+    comparison = render_comparison(compared)
     why = render_why(explain(a, "header_present"), top=3)
     seq_a, seq_b = (f"{decided.path}#prompt={name}" for name in PROMPTS)
     seq_result = compare_runs(seq_a, seq_b, ["header_present"])["results"][0]
@@ -412,12 +412,37 @@ def run_demo(
             wrap(
                 f"sequential: {judgement(seq_result)}: {seq_result['verdict']}, decided at round "
                 f"{seq_view['rounds']} (cap {seq_view['max_rounds']} rounds): {decided.recorded} samples "
-                f"({per_arm} per arm) against {outcome.planned} for the fixed plan above "
-                f"(e = {seq_result.get('e_value', 0):.3g}, decides at {1 / rule.alpha:g})"
+                f"({per_arm} per arm). {_same_power(compared['results'][0], rule)}"
             ),
         ]
     )
     return DemoResult(outcome.path, text, outcome.errors + decided.errors)
+
+
+def _same_power(fixed: dict[str, Any], rule: Any) -> str:
+    """The sequential rule against the fixed paired plan of the same power, at the rates (and the
+    spread between questions) the fixed run measured."""
+    from ..views.sequential_plan import plan_sequential
+
+    rate_a, rate_b = fixed["a"]["rate"], fixed["b"]["rate"]
+    cases = len(fixed["paired"]["cases"])
+    repeats = fixed["a"]["n"] // cases
+    icc = sum(max(0.0, (fixed[arm]["deff"] - 1) / (repeats - 1)) for arm in ("a", "b")) / 2
+    plan = plan_sequential(
+        rate_a, rate_b, cases, icc, rule.alpha, min_rounds=rule.min_rounds, detect=rule.detect
+    )
+    rates = f"{100 * rate_a:.0f}% vs {100 * rate_b:.0f}%, ICC {icc:.2f}"
+    said = (
+        f"At the rates above ({rates}) the rule decides with {100 * plan['power']:.0f}% power after "
+        f"{plan['samples_per_arm']['mean']:.0f} samples per arm on average (simulated)"
+    )
+    same = plan["fixed_same_power"]
+    if not same or not same["rounds"]:
+        return said
+    return (
+        f"{said}; a fixed paired plan with {100 * same['power']:.0f}% power takes "
+        f"{same['rounds'] * cases} per arm ({same['rounds']} repeat{'s' if same['rounds'] > 1 else ''})"
+    )
 
 
 def _batch_count(run_dir: Path) -> int:

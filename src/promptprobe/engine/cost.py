@@ -1,9 +1,16 @@
 """What a run costs: the price table (packaged `prices.toml`, extended by `[prices]` in
 probe.toml), the cost of recorded usage, and a dry run's estimate before any call is made.
 
-Estimates count about 4 characters per token on the rendered prompt, the history and the
-question (passages are not fetched in a dry run) and assume every reply uses `max_tokens`, so
-they are an upper bound on the output side. A model without a price is "cost unknown".
+A price is never guessed. A built-in row applies only to its exact model id, or to a dated
+snapshot of it (`claude-sonnet-4-5-20250929` is `claude-sonnet-4-5`, `gpt-4.1-mini-2025-04-14` is
+`gpt-4.1-mini`: the one rule, SNAPSHOT below), and only when the calls go to that provider's own
+endpoint (not a proxy, a local server or an `OPENAI_BASE_URL` elsewhere). A `[prices]` entry is
+the user's word for that spec as written (`@URL` included) and wins. Anything else is "cost
+unknown", with the reason (`PriceMatch.reason`), and `--max-cost` refuses to start on it.
+
+Estimates count about 4 characters per token on the messages a call would send (the rendered
+prompt with the passages a dry run fetched, the history, the question) and assume every reply
+uses `max_tokens`, so they are an upper bound on the output side.
 
 Cached input is priced at the cache rates (read, and for Anthropic the write), and a sample sent
 through a batch API at the batch rate (half price at both providers when the table was taken);
@@ -11,19 +18,29 @@ through a batch API at the batch rate (half price at both providers when the tab
 """
 
 import math
-from dataclasses import dataclass
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from ..endpoints import Endpoint, resolve
 from ..errors import InputError
-from ..models import ModelSpec
+from ..models import ModelSpec, parse_model_spec
 from ..tomlfile import parse_toml
 
 CHARS_PER_TOKEN = 4
 
 
 PRICE_KEYS = ("input", "output", "cache_read", "cache_write", "batch")
+PROVIDER_NAMES = {"openai": "OpenAI", "anthropic": "Anthropic", "azure": "Azure", "bedrock": "Bedrock"}
+# The one dated-snapshot rule: a model id that is a priced id plus its release date is priced as
+# that id (Anthropic: MODEL-YYYYMMDD; OpenAI: MODEL-YYYY-MM-DD). Nothing else is inferred.
+SNAPSHOT = {
+    "anthropic": re.compile(r"(?P<base>.+)-(?:19|20)\d{2}(?:0[1-9]|1[0-2])(?:0[1-9]|[12]\d|3[01])"),
+    "openai": re.compile(r"(?P<base>.+)-(?:19|20)\d{2}-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12]\d|3[01])"),
+}
 
 
 @dataclass(frozen=True)
@@ -62,6 +79,28 @@ class Price:
     cache_read: float | None = None  # USD per million cached input tokens read (None: as input)
     cache_write: float | None = None  # USD per million input tokens written to the cache
     batch: float = 1.0  # the share of the price a batch request pays
+    row: str = ""  # the table row it is: "anthropic:claude-sonnet-4-5", a [prices] key
+    taken: str | None = None  # when the built-in row was copied from the provider's page
+    rule: str | None = None  # how the model matched a row other than its own id
+
+    def to_dict(self, batch: bool = False) -> dict[str, Any]:
+        """The price as dry runs and reports show it: which row, from where, of when."""
+        return {
+            "row": self.row,
+            "input": self.input,
+            "output": self.output,
+            "cache_read": self.cache_read,
+            "cache_write": self.cache_write,
+            "source": self.source,
+            "taken": self.taken,
+            "rule": self.rule,
+            **({"batch": self.batch} if batch else {}),
+        }
+
+    def describe(self) -> str:
+        """`ROW (built-in, 2026-11-30)`, as tables show it."""
+        where = f"built-in, {self.taken}" if self.taken else "[prices]"
+        return f"{self.row} ({where}{', ' + self.rule if self.rule else ''})"
 
     def cost(self, input_tokens: int, output_tokens: int) -> float:
         return (input_tokens * self.input + output_tokens * self.output) / 1_000_000
@@ -84,21 +123,111 @@ class Price:
 
 
 @dataclass(frozen=True)
+class PriceMatch:
+    """The price of one model, or why there is none (naming the model)."""
+
+    price: Price | None
+    reason: str | None = None
+
+
+@dataclass(frozen=True)
 class PriceTable:
-    prices: dict[str, Price]
+    prices: dict[str, Price]  # built-in rows, by "provider:model"
     taken: str
+    extra: dict[str, Price] = field(default_factory=dict)  # [prices] entries, by their key
 
-    def lookup(self, spec: ModelSpec) -> Price | None:
-        """The price of the longest key the spec starts with (`provider:model...`)."""
-        best: tuple[int, Price] | None = None
-        for key, price in self.prices.items():
-            if spec.spec == key or (spec.base_url is None and spec.spec.startswith(key)):
-                if best is None or len(key) > best[0]:
-                    best = (len(key), price)
-        return best[1] if best else None
+    def lookup(self, spec: ModelSpec, endpoint: Endpoint | None = None) -> Price | None:
+        return self.match(spec, endpoint).price
+
+    def match(self, spec: ModelSpec, endpoint: Endpoint | None = None) -> PriceMatch:
+        """The price of `spec` when its calls go to `endpoint` (default: where they would go from
+        this process, `endpoints.resolve`): a [prices] entry for the spec as written, else a
+        built-in row for its exact id (or the snapshot rule) on the provider's own endpoint."""
+        for key, price in self.extra.items():
+            rule = _same_model(spec, key)
+            if rule is not None:
+                return PriceMatch(price if not rule else _with_rule(price, rule))
+        endpoint = endpoint or resolve(spec)
+        fix = f'give it under [prices] in probe.toml ("{spec.spec}" = {{ input = USD, output = USD }})'
+        if not endpoint.own:
+            provider = PROVIDER_NAMES.get(spec.provider, spec.provider)
+            return PriceMatch(
+                None,
+                f"cost unknown for {spec.spec}: its calls go to {endpoint.describe()}, not to "
+                f"{provider}'s own endpoint where list prices apply; {fix}",
+            )
+        row = f"{spec.provider}:{spec.model}"
+        if row in self.prices:
+            return PriceMatch(self.prices[row])
+        base = snapshot_base(spec.provider, spec.model)
+        if base is not None and f"{spec.provider}:{base}" in self.prices:
+            return PriceMatch(_with_rule(self.prices[f"{spec.provider}:{base}"], f"dated snapshot of {base}"))
+        return PriceMatch(
+            None,
+            f"cost unknown for {spec.spec}: no built-in price for the exact model id {spec.model}; {fix}",
+        )
 
 
-def _price(value: Any, where: str, source: str, rates: dict[str, float] | None = None) -> Price:
+def price_sentence(
+    model: str, endpoint: dict[str, Any], price: dict[str, Any] | None, reason: str | None
+) -> str:
+    """What a model costs and where its calls go, in words (dry run and report say it alike)."""
+    if price is None:
+        return reason or f"cost unknown for {model}"
+    taken = f"built-in, taken {price['taken']}" if price.get("taken") else "probe.toml [prices]"
+    rule = f", {price['rule']}" if price.get("rule") else ""
+    where = endpoint.get("url") or "an address its SDK works out"
+    return (
+        f"price of {model}: row {price['row']} ({taken}{rule}), ${price['input']:g} in / "
+        f"${price['output']:g} out per million tokens; calls to {where} (from {endpoint.get('from')})"
+    )
+
+
+def refuse_unknown(table: PriceTable, models: Sequence[ModelSpec]) -> None:
+    """--max-cost cannot cap what it cannot price: an InputError naming each model without a price."""
+    reasons = [r for r in (table.match(m).reason for m in dict.fromkeys(models)) if r]
+    if reasons:
+        raise InputError(f"--max-cost refuses to start: {'; '.join(reasons)}")
+
+
+def snapshot_base(provider: str, model: str) -> str | None:
+    """The model id a dated snapshot id is a snapshot of (None when it is not one)."""
+    pattern = SNAPSHOT.get(provider)
+    found = pattern.fullmatch(model) if pattern else None
+    return found.group("base") if found else None
+
+
+def _same_model(spec: ModelSpec, key: str) -> str | None:
+    """'' when a [prices] key names exactly this spec, a rule when it names what this spec is a
+    dated snapshot of (same endpoint), else None."""
+    if key == spec.spec:
+        return ""
+    try:
+        keyed = parse_model_spec(key)
+    except InputError:
+        return None
+    same_url = (keyed.base_url or "").rstrip("/") == (spec.base_url or "").rstrip("/")
+    if keyed.provider != spec.provider or not same_url:
+        return None
+    if keyed.model == spec.model:
+        return ""
+    if snapshot_base(spec.provider, spec.model) == keyed.model:
+        return f"dated snapshot of {keyed.model}"
+    return None
+
+
+def _with_rule(price: Price, rule: str) -> Price:
+    return replace(price, rule=rule)
+
+
+def _price(
+    value: Any,
+    where: str,
+    source: str,
+    rates: dict[str, float] | None = None,
+    row: str = "",
+    taken: str | None = None,
+) -> Price:
     """`{ input, output }` in USD per million tokens, optionally `cache_read`, `cache_write` (USD
     per million) and `batch` (the share a batch request pays); missing ones from `rates`, the
     provider's multipliers of the input price."""
@@ -122,13 +251,13 @@ def _price(value: Any, where: str, source: str, rates: dict[str, float] | None =
     rates = rates or {}
     for key in ("cache_read", "cache_write"):
         if key not in numbers and key in rates:
-            numbers[key] = numbers["input"] * rates[key]
+            numbers[key] = round(numbers["input"] * rates[key], 10)  # 0.3, not 0.30000000000000004
     if "batch" not in numbers and "batch" in rates:
         numbers["batch"] = rates["batch"]
-    return Price(numbers.pop("input"), numbers.pop("output"), source, **numbers)
+    return Price(numbers.pop("input"), numbers.pop("output"), source, row=row, taken=taken, **numbers)
 
 
-def load_prices(extra: dict[str, Any] | None = None, where: str = "probe.toml [prices]") -> PriceTable:
+def load_prices(extra: Mapping[str, Any] | None = None, where: str = "probe.toml [prices]") -> PriceTable:
     data = parse_toml(
         resources.files("promptprobe").joinpath("prices.toml").read_bytes(), Path("prices.toml")
     )
@@ -141,15 +270,18 @@ def load_prices(extra: dict[str, Any] | None = None, where: str = "probe.toml [p
             f"prices.toml {provider}.{model}",
             f"built-in (taken {taken_by_provider[provider]})",
             rates.get(provider),
+            row=f"{provider}:{model}",
+            taken=taken_by_provider[provider],
         )
         for provider, table in data.items()
         for model, value in table.items()
     }
+    added = {}
     for key, value in (extra or {}).items():
         if ":" not in key:
             raise InputError(f'{where}: key {key!r} must be a model spec such as "openai:gpt-4.1-mini"')
-        prices[key] = _price(value, f"{where} {key!r}", "probe.toml", rates.get(key.split(":", 1)[0]))
-    return PriceTable(prices, taken)
+        added[key] = _price(value, f"{where} {key!r}", "probe.toml", rates.get(key.split(":", 1)[0]), row=key)
+    return PriceTable(prices, taken, added)
 
 
 def usage_tokens(usage: dict[str, Any] | None) -> tuple[int, int]:

@@ -1,18 +1,65 @@
-"""`probe run --dry-run`: the plan, and its estimated tokens and cost, without a single call.
+"""`probe run --dry-run`: the plan, and its estimated tokens and cost, before any model is called.
+
+The retrieval is fetched once per question (read-only: nothing is written) so that the estimate
+counts the passages, usually most of a RAG call's input; `fetch=False` skips it and the result
+says so. Apart from that nothing is called: no model, no batch API, no credential lookup (the
+models' endpoints are worked out by the SDKs' rules, not by building clients). The messages are
+assembled as the run would assemble them ([assemble] function included) and counted at about 4
+characters a token; every reply is assumed to use `max_tokens`, an upper bound.
 
 Memory does not depend on the number of repeats: each case is priced once per arm.
 """
 
+import threading
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from ..config import TargetConfig
+from ..assemble import AssembleError, default_messages, production_assembler
+from ..config import TargetConfig, settle_repeats
+from ..endpoints import protect, resolve
+from ..errors import InputError, StartError
 from ..models import ModelSpec
-from ..probeset import ProbeSet
-from ..prompts import PromptVersion, render_prompt
-from .cost import Tokens, estimate_tokens, load_prices
+from ..probeset import Case, ProbeSet
+from ..prompts import PromptVersion, check_prompts, fill
+from ..retrievers import Passage, RetrievalError, make_retriever
+from .cost import Tokens, estimate_tokens, load_prices, price_sentence, refuse_unknown
 from .plan import make_arms
+from .retry import Attempted, RetryPolicy, call_with_retries
 from .run import LARGE_PLAN, RunOptions
+
+# A dry run gives a retrieval that fails one quick retry, not the run's full patience.
+FETCH_POLICY = RetryPolicy(max_attempts=2, backoff_initial=0.5, max_retry_wait=2.0)
+NO_FETCH = "--no-retrieval-fetch"
+
+
+def fetch_passages(
+    probeset: ProbeSet, config: TargetConfig, concurrency: int = 8, policy: RetryPolicy = FETCH_POLICY
+) -> dict[str, list[Passage]]:
+    """Each question's passages, retrieved once through the target's retrieval path (nothing is
+    written). A retrieval that fails is a StartError naming the case, as a run's would be."""
+    retriever = make_retriever(config.retrieval, config.base_dir)
+
+    def fetch(case: Case) -> list[Passage]:
+        try:
+            passages, _, _ = call_with_retries(
+                lambda: retriever.retrieve(case.question, case.history),
+                policy,
+                threading.Event(),
+                retryable_kinds=(RetrievalError,),
+            )
+        except Attempted as failure:
+            raise StartError(
+                f"dry run: the retrieval failed for case {case.id!r} ({failure.error}); nothing else was "
+                f"called ({NO_FETCH} prices the plan without the passages)"
+            ) from None
+        return list(passages)
+
+    try:
+        with ThreadPoolExecutor(max_workers=max(1, min(concurrency, len(probeset.cases)))) as pool:
+            return dict(zip((c.id for c in probeset.cases), pool.map(fetch, probeset.cases), strict=True))
+    finally:
+        retriever.close()
 
 
 def dry_run(
@@ -21,22 +68,32 @@ def dry_run(
     models: Sequence[ModelSpec],
     config: TargetConfig,
     options: RunOptions,
+    fetch: bool = True,
 ) -> dict[str, Any]:
+    problems = check_prompts(prompts, probeset.cases, config.vars)
+    if problems:
+        raise InputError("\n".join(problems))
     arms = make_arms(prompts, models)
-    repeats = options.repeats or config.run.repeats or probeset.repeats
+    repeats, settings = settle_repeats(config, probeset, options.repeats, options.settings)
     prices = load_prices(config.prices)
+    kind = config.retrieval.get("kind", "none")
+    fetched = fetch_passages(probeset, config, options.concurrency) if fetch and kind != "none" else None
+    function = config.assemble_function
+    assemble = production_assembler(function) if function else default_messages
     max_tokens = options.params.max_tokens
     rows = []
     total_cost: float | None = 0.0
     for arm in arms:
-        system = estimate_tokens(render_prompt(arm.prompt, []))
         per_case = [
-            system + estimate_tokens(case.question) + sum(estimate_tokens(t["content"]) for t in case.history)
+            _input_tokens(assemble, arm.prompt, case, (fetched or {}).get(case.id, []), config.vars)
             for case in probeset.cases
         ]
         input_tokens = sum(per_case) * repeats
         output_tokens = max_tokens * len(probeset.cases) * repeats
-        price = prices.lookup(arm.model)
+        protect(arm.model)
+        endpoint = resolve(arm.model)
+        match = prices.match(arm.model, endpoint)
+        price = match.price
         cost = price.cost_of(Tokens(input_tokens, 0, 0, output_tokens), options.batch) if price else None
         if cost is None:
             total_cost = None
@@ -50,17 +107,14 @@ def dry_run(
                 "input_tokens": input_tokens,
                 "output_tokens_max": output_tokens,
                 "cost_usd": cost,
-                "price": None
-                if price is None
-                else {
-                    "input": price.input,
-                    "output": price.output,
-                    "source": price.source,
-                    **({"batch": price.batch} if options.batch else {}),
-                },
+                "price": None if price is None else price.to_dict(options.batch),
+                "cost_unknown": match.reason,
+                "endpoint": endpoint.to_dict(),
             }
         )
     calls = sum(r["calls"] for r in rows)
+    passages = sum(len(p) for p in (fetched or {}).values())
+    passage_tokens = sum(estimate_tokens(p.text) for ps in (fetched or {}).values() for p in ps)
     return {
         "probeset": probeset.name,
         "cases": len(probeset.cases),
@@ -68,31 +122,94 @@ def dry_run(
         "arms": rows,
         "calls": calls,
         "retrievals": len(probeset.cases) * repeats,
+        "retrieval": {
+            "kind": kind,
+            "fetched": fetched is not None,
+            "questions": len(fetched) if fetched is not None else 0,
+            "passages": passages,
+            "passage_tokens": passage_tokens,
+            "skipped": None if fetched is not None or kind == "none" else f"{NO_FETCH} was given",
+        },
         "cost_usd": total_cost,
+        "cost_unknown": [r["cost_unknown"] for r in rows if r["cost_unknown"]],
+        "settings": settings,
         "needs_yes": calls > LARGE_PLAN,
-        "notes": [
-            "input tokens are estimated at 4 characters a token on the prompt, history and question; "
-            "retrieved passages are not fetched in a dry run and come on top",
-            f"output tokens assume every reply uses max_tokens ({max_tokens}): an upper bound",
-            *(
-                ["priced at the batch rate (--batch): each price times its batch share"]
-                if options.batch
-                else []
-            ),
-        ],
+        "notes": _notes(kind, fetched is not None, max_tokens, options.batch),
     }
 
 
+def check_max_cost(
+    probeset: ProbeSet,
+    prompts: Sequence[PromptVersion],
+    models: Sequence[ModelSpec],
+    config: TargetConfig,
+    options: RunOptions,
+    fetch: bool = True,
+) -> dict[str, Any]:
+    """Before a run with --max-cost: refuse a model without a price (before any retrieval), then
+    a plan estimated above the cap; the estimate when it is within."""
+    assert options.max_cost is not None
+    refuse_unknown(load_prices(config.prices), models)
+    estimate = dry_run(probeset, prompts, models, config, options, fetch=fetch)
+    if estimate["cost_usd"] > options.max_cost:
+        raise InputError(
+            f"the estimated cost ${estimate['cost_usd']:.2f} is above --max-cost ${options.max_cost:.2f} "
+            "(probe run --dry-run shows how it is made up)"
+        )
+    return estimate
+
+
+def _input_tokens(
+    assemble: Any, prompt: PromptVersion, case: Case, passages: list[Passage], variables: dict[str, str]
+) -> int:
+    """The estimated input tokens of one call: the messages as the run would assemble them."""
+    text = fill(prompt.text, {**variables, **case.variables})
+    try:
+        messages = assemble(text, case.question, passages, case.history)
+    except AssembleError as exc:
+        raise InputError(f"dry run: case {case.id!r}: {exc}") from None
+    return sum(estimate_tokens(m["content"]) for m in messages)
+
+
+def _notes(kind: str, fetched: bool, max_tokens: int, batch: bool) -> list[str]:
+    if kind == "none":
+        retrieval = "input tokens are estimated at 4 characters a token on the messages (no retrieval)"
+    elif fetched:
+        retrieval = (
+            "input tokens are estimated at 4 characters a token on the messages, with the passages "
+            "each question's retrieval returned now (fetched once per question, read-only)"
+        )
+    else:
+        retrieval = (
+            f"retrieval was not fetched ({NO_FETCH}): input tokens leave out the passages, which come on top"
+        )
+    return [
+        retrieval,
+        f"output tokens assume every reply uses max_tokens ({max_tokens}): an upper bound",
+        *(["priced at the batch rate (--batch): each price times its batch share"] if batch else []),
+    ]
+
+
 def render_dry_run(result: dict[str, Any]) -> str:
-    from ..views.tables import table
+    from ..views.tables import table, wrap
 
     def money(value: float | None) -> str:
         return "cost unknown" if value is None else f"${value:,.4f}"
 
+    retrieval = result["retrieval"]
     lines = [
         f"dry run: {result['probeset']}, {result['cases']} cases x {result['repeats']} repeats, "
         f"{len(result['arms'])} arms: {result['calls']:,} model calls and "
         f"{result['retrievals']:,} retrievals",
+    ]
+    if retrieval["fetched"]:
+        lines.append(
+            f"retrieval fetched once per question ({retrieval['questions']} questions, "
+            f"{retrieval['passages']} passages, about {retrieval['passage_tokens']:,} tokens)"
+        )
+    elif retrieval["skipped"]:
+        lines.append(f"retrieval not fetched ({retrieval['skipped']}): the estimate leaves out the passages")
+    lines += [
         "",
         table(
             [
@@ -111,7 +228,27 @@ def render_dry_run(result: dict[str, Any]) -> str:
         "",
         f"estimated total: {money(result['cost_usd'])}",
     ]
+    seen: set[str] = set()
+    for row in result["arms"]:
+        if row["model"] not in seen:
+            seen.add(row["model"])
+            lines.append(price_sentence(row["model"], row["endpoint"], row["price"], row["cost_unknown"]))
+    lines.append(_settings_line(result["settings"]))
     lines += [f"note: {n}" for n in result["notes"]]
     if result["needs_yes"]:
         lines.append("this plan is over 100,000 calls: probe run needs --yes to start it")
-    return "\n".join(lines)
+    return wrap("\n".join(lines))
+
+
+def _settings_line(settings: dict[str, Any]) -> str:
+    """`settings: repeats 5 (probe set), max_tokens 100 (flag); the rest defaults`."""
+
+    def shown(value: Any) -> str:
+        if isinstance(value, list):
+            return ", ".join(str(v) for v in value) or "none"
+        return str(value)
+
+    chosen = [
+        f"{name} {shown(s['value'])} ({s['from']})" for name, s in settings.items() if s["from"] != "default"
+    ]
+    return "settings: " + ("; ".join(chosen) + "; the rest defaults" if chosen else "all defaults")

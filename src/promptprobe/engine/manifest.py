@@ -5,6 +5,7 @@ start, at its end, and at every resume."""
 import os
 from typing import TYPE_CHECKING, Any
 
+from ..endpoints import model_record
 from ..production import code_fingerprint
 from ..prompts import PromptVersion
 from ..retrievers import redact
@@ -42,7 +43,7 @@ def run_manifest(
             {"name": p.name, "path": str(p.path), "sha256": p.sha256, "copy": prompt_copy(p)}
             for p in dict.fromkeys(a.prompt for a in run.plan.arms)
         ],
-        "models": [m.to_dict() for m in dict.fromkeys(a.model for a in run.plan.arms)],
+        "models": [model_record(m) for m in dict.fromkeys(a.model for a in run.plan.arms)],
         "arms": [a.to_dict() for a in run.plan.arms],
         "parameters": {
             "max_tokens": params.max_tokens,
@@ -69,6 +70,7 @@ def run_manifest(
         "checks": run.settings.to_dict(),
         "code": code_fingerprint(run.settings.functions()),
         "prices": config.prices,
+        "settings": getattr(run, "provenance", {}),
         "repeats": run.plan.repeats,
         "seed": run.seed,
         "counts": counts,

@@ -13,15 +13,16 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from .. import endpoints
 from ..checks import CheckSettings
-from ..config import RunSettings, TargetConfig, load_config
+from ..config import Precedence, RunSettings, TargetConfig, load_config, settle_repeats
 from ..errors import InputError, ProbeError, StartError
 from ..jsonio import iter_jsonl, loads
 from ..models import ModelSpec, model_of
 from ..probeset import ProbeSet, parse_probeset
 from ..prompts import PromptVersion, check_prompts, prompt_from_bytes
 from ..providers.base import GenerationParams
-from .cost import PriceTable, load_prices
+from .cost import PriceTable, load_prices, refuse_unknown
 from .executor import Executor, Retrieved
 from .manifest import prompt_copy, run_manifest
 from .parts import RunParts
@@ -35,7 +36,7 @@ LARGE_PLAN = 100_000  # model calls above which a run asks for --yes
 
 @dataclass
 class RunOptions:
-    repeats: int | None = None  # None: the config's, else the probe set's
+    repeats: int | None = None  # None: the probe set's, else the config's [run], else 3
     params: GenerationParams = field(default_factory=GenerationParams)
     concurrency: int = 8
     max_attempts: int = 6
@@ -52,6 +53,7 @@ class RunOptions:
     batch: bool = False  # send the calls through the providers' batch APIs
     poll_interval: float = 30.0  # seconds between looks at a batch in progress
     cancel_batches: bool = False  # (resume) cancel the batches still running, submit nothing new
+    settings: dict[str, dict[str, Any]] = field(default_factory=dict)  # {name: {value, from}}
 
     def policy(self) -> RetryPolicy:
         return RetryPolicy(self.max_attempts, self.backoff_initial, self.max_retry_wait, self.sleep)
@@ -78,36 +80,45 @@ def options_from(
     top_k: int | None = None,
     share: bool = False,
     yes: bool = False,
+    precedence: Precedence | None = None,
 ) -> RunOptions:
-    """How a run calls, from flags (or API arguments) over the config's [run]: a value given (not
-    None) wins over the config, which wins over the defaults."""
+    """How a run calls, by one precedence (config.Precedence): a value given here (not None)
+    wins over the probe set's own (repeats), which wins over the config's [run], which wins over
+    the defaults. `settings` on the options records each value and where it came from."""
+    order = precedence or Precedence(settings)
+    record: dict[str, dict[str, Any]] = {}
 
-    def chosen(value: Any, configured: Any) -> Any:
-        return value if value is not None else configured
+    def chosen(name: str, value: Any, default: Any = None) -> Any:
+        value, source = order.choose(name, value, default)
+        record[name] = {"value": value, "from": source}
+        return value
 
     params = GenerationParams(
-        max_tokens=chosen(max_tokens, settings.max_tokens),
-        temperature=chosen(temperature, settings.temperature),
-        seed=chosen(seed, settings.seed),
-        stream=chosen(stream, settings.stream),
-        timeout=chosen(timeout, settings.timeout),
-        cache=chosen(cache, settings.cache),
+        max_tokens=chosen("max_tokens", max_tokens),
+        temperature=chosen("temperature", temperature),
+        seed=chosen("seed", seed),
+        stream=chosen("stream", stream),
+        timeout=chosen("timeout", timeout),
+        cache=chosen("cache", cache),
     )
+    umask = chosen("umask", 0o022 if share else None, PRIVATE_UMASK)
+    record["umask"]["value"] = f"{umask:03o}"
     return RunOptions(
-        repeats=chosen(repeats, settings.repeats),
+        repeats=chosen("repeats", repeats),
         params=params,
-        concurrency=chosen(concurrency, settings.concurrency),
-        max_attempts=chosen(max_attempts, settings.max_attempts),
-        max_retry_wait=chosen(max_retry_wait, settings.max_retry_wait),
-        rpm=chosen(rpm, settings.rpm),
+        concurrency=chosen("concurrency", concurrency),
+        max_attempts=chosen("max_attempts", max_attempts),
+        max_retry_wait=chosen("max_retry_wait", max_retry_wait),
+        rpm=chosen("rpm", rpm),
         runs_dir=runs_dir,
         seed=params.seed,
-        umask=0o022 if share else chosen(settings.umask, PRIVATE_UMASK),
+        umask=umask,
         max_cost=max_cost,
         top_k=top_k,
         yes=yes,
-        batch=chosen(batch, settings.batch),
-        poll_interval=chosen(poll_interval, RunOptions.poll_interval),
+        batch=chosen("batch", batch),
+        poll_interval=poll_interval if poll_interval is not None else RunOptions.poll_interval,
+        settings=record,
     )
 
 
@@ -145,7 +156,8 @@ class ProbeRun:
             raise InputError("\n".join(problems))
         arms = make_arms(prompts, models)
         self.seed = options.seed if options.seed is not None else random.SystemRandom().randrange(2**32)
-        repeats = options.repeats or config.run.repeats or probeset.repeats
+        # Where each setting came from (options_from says it for the others): the manifest keeps it.
+        repeats, self.provenance = settle_repeats(config, probeset, options.repeats, options.settings)
         self.plan = Plan(probeset.cases, tuple(arms), repeats, self.seed)
         if self.plan.samples > LARGE_PLAN and not options.yes:
             raise InputError(
@@ -156,12 +168,7 @@ class ProbeRun:
         self.cancel_event = threading.Event()
         self.prices: PriceTable = load_prices(config.prices)
         if options.max_cost is not None:
-            unknown = [m.spec for m in models if self.prices.lookup(m) is None]
-            if unknown:
-                raise InputError(
-                    f"--max-cost needs a price for every model; none is known for {', '.join(unknown)} "
-                    "(add it under [prices] in probe.toml)"
-                )
+            refuse_unknown(self.prices, models)
         self.parts = RunParts(list(models), config, self.settings, options)
         self.store: RunStore | None = None
         self.skip: Callable[[str], bool] = lambda sid: False
@@ -508,6 +515,12 @@ def _resume(
             "from the run itself: give no --prompt"
         )
     recorded_models = [model_of(m) for m in manifest["models"]]
+    moved = endpoints.changed(manifest["models"], recorded_models)
+    if moved:
+        raise InputError(
+            f"{path}: {'; '.join(moved)}: a resumed run calls where it started "
+            "(set the endpoint back as it was, or start a new run)"
+        )
     if models is not None and sorted(m.spec for m in models) != sorted(m.spec for m in recorded_models):
         raise InputError("the models given differ from the ones this run used; give no --model")
     target = manifest.get("target") or {}
@@ -550,6 +563,10 @@ def _resume(
         top_k=settings.top_k,
         yes=True,
         batch=parameters.get("batch", False),
+        settings={
+            **(manifest.get("settings") or {}),
+            **{name: {"value": value, "from": "flag (resume)"} for name, value in changes.items()},
+        },
     )
     resumed = ResumedRun(
         path,

@@ -11,8 +11,8 @@ simulated with the test itself (vectorised over many simulated probes at once).
   p-value that is already far below any alpha). Tests check it against `stratified_exact`.
 - `permutation_p_batch`: the case permutation test's p for many probes at once (the same
   subsets of cases as the verdict's test, one matrix product).
-- `sequential_stops`: when the sequential rule stops, for rates with no question-to-question
-  spread (ICC 0), by drawing each round's discordant pairs directly.
+- `log_mixture_e`: the Beta mixture e-value the sequential rule used before its exact boundary
+  (the benchmark compares with it).
 """
 
 import math
@@ -259,50 +259,3 @@ def log_mixture_e(b_higher: Any, discordant: Any, a: float) -> Any:
         - lg_2a[discordant]
         - log_beta_aa
     )
-
-
-def first_decisions(
-    b_higher: Any, discordant: Any, alpha: float, a: float, min_rounds: int
-) -> tuple[Any, Any]:
-    """From cumulative (trials, rounds) counts of B-only and discordant pairs: per trial the round
-    the mixture e-value first reached 1/alpha (0: never) and its direction (+1 B's rate higher)."""
-    import numpy as np
-
-    from .tests import DECISION_TOLERANCE
-
-    reached = log_mixture_e(b_higher, discordant, a) >= math.log(1 / alpha) - DECISION_TOLERANCE
-    reached[:, : min_rounds - 1] = False
-    stopped = reached.any(axis=1)
-    first = np.where(stopped, reached.argmax(axis=1) + 1, 0)
-    index = np.clip(first - 1, 0, b_higher.shape[1] - 1)
-    rows = np.arange(b_higher.shape[0])
-    direction = np.sign(2 * b_higher[rows, index] - discordant[rows, index])
-    return first, np.where(stopped, direction, 0)
-
-
-def sequential_stops(
-    p1: float,
-    p2: float,
-    cases: int,
-    alpha: float,
-    min_rounds: int,
-    max_rounds: int,
-    trials: int,
-    seed: int,
-    a: float,
-) -> tuple[Any, Any]:
-    """Per simulated run with every question at rate p1 under A and p2 under B (ICC 0): the
-    round the rule stopped at (0: not within max_rounds) and the sign of its decision (+1 B's
-    rate higher)."""
-    import numpy as np
-
-    rng = np.random.default_rng(seed)
-    b_only, a_only = p2 * (1 - p1), p1 * (1 - p2)
-    discordant_rate = b_only + a_only
-    if discordant_rate == 0:
-        return np.zeros(trials, dtype=int), np.zeros(trials, dtype=int)
-    discordant = rng.binomial(cases, discordant_rate, size=(trials, max_rounds))
-    b_higher = rng.binomial(discordant, b_only / discordant_rate)
-    discordant = np.cumsum(discordant, axis=1)
-    b_higher = np.cumsum(b_higher, axis=1)
-    return first_decisions(b_higher, discordant, alpha, a, min_rounds)

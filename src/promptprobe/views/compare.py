@@ -409,12 +409,7 @@ def _apply_sequential(
         decision = _flip(decision)
     if arm_a.label != rule["a"]:  # the user put the arms the other way round
         decision = _flip(decision)
-    # The anytime-valid p-value: 1 / the largest e-value at a round where the rule could stop.
-    evidence = [
-        line.get("e_value") or 0.0 for line in lines if line.get("round", 0) >= rule.get("min_rounds", 1)
-    ]
-    e_max = max(evidence, default=0.0)
-    p_value = min(1.0, 1 / e_max) if e_max > 0 else 1.0
+    p_value, test, evidence = _sequential_evidence(rule, lines)
     sign = {"B>A": 1, "A>B": -1}.get(decision, _sign(result))
     if decision != "indistinguishable" and sign != _sign(result):
         result["notes"].append(
@@ -425,18 +420,40 @@ def _apply_sequential(
         design="sequential",
         verdict=decision,
         _sign=sign,
-        test="sequential e-value on discordant pairs (anytime-valid)",
+        test=test,
         p_value=p_value,
         p_adjusted=p_value,
         e_value=last.get("e_value"),
         worse=is_worse(decision, result["higher_is_better"]),
     )
     result["notes"].append(
-        f"the verdict is the sequential decision after round {last.get('round')} "
-        f"(e = {last.get('e_value', 0):.3g}, threshold {rule['threshold']:g}; p = 1/e = {p_value:.3g}, valid "
-        "however often it was checked); fixed-n tests after optional stopping are not valid and are shown "
-        "for reference only"
+        f"the verdict is the sequential decision after round {last.get('round')} ({evidence}, valid however "
+        "often it was checked); fixed-n tests after optional stopping are not valid and are shown for "
+        "reference only"
     )
+
+
+def _sequential_evidence(rule: dict[str, Any], lines: list[dict[str, Any]]) -> tuple[float, str, str]:
+    """(p, the test's name, what it saw) of a sequential run: the exact boundary's stage-wise p
+    where the run stopped, or an earlier run's 1 / the largest mixture e-value."""
+    last = lines[-1]
+    if "lead" not in last:
+        looks = [line for line in lines if line.get("round", 0) >= rule.get("min_rounds", 1)]
+        e_max = max((line.get("e_value") or 0.0 for line in looks), default=0.0)
+        p_value = min(1.0, 1 / e_max) if e_max > 0 else 1.0
+        said = f"e = {last.get('e_value', 0):.3g}, threshold {rule['threshold']:g}; p = 1/e = {p_value:.3g}"
+        return p_value, "sequential e-value on discordant pairs (anytime-valid)", said
+    test = "exact sequential boundary on discordant pairs (alpha spent over the rounds to the cap)"
+    lead = abs(last["lead"])
+    needed = last.get("lead_needed")
+    said = (
+        f"the leading arm was ahead by {lead} of {last['discordant_total']} discordant pairs, "
+        + (f"the boundary there {needed}" if needed else "no boundary yet")
+    )
+    if not last.get("stop"):
+        # Stopped by hand before the rule stopped it: no p-value is valid yet; 1 decides nothing.
+        return 1.0, test, said + "; the run stopped before its rule did, so p is shown as 1"
+    return last["p_value"], test, said + f"; stage-wise exact p = {last['p_value']:.3g}"
 
 
 def compare_runs(

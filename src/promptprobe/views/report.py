@@ -7,7 +7,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from ..counts import ArmCounts, CountsTable, build_counts
+from ..counts import ArmCounts, CountsTable, build_counts, pricing
+from ..engine.cost import PriceMatch, price_sentence
 from ..jsonio import dumps_pretty
 from ..stats.intervals import clustered_rate
 from .tables import fit_table, table, wrap
@@ -54,6 +55,10 @@ def _percentile(values: list[float], q: float) -> float | None:
     position = (len(ordered) - 1) * q
     low, high = math.floor(position), math.ceil(position)
     return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def _price(match: PriceMatch) -> dict[str, Any]:
+    return {"price": match.price.to_dict() if match.price else None, "cost_unknown": match.reason}
 
 
 def _usage(arm: ArmCounts) -> dict[str, Any]:
@@ -165,15 +170,22 @@ def sequential_view(counts: CountsTable) -> dict[str, Any] | None:
     if not rule:
         return None
     rounds = counts.sequential
-    last = rounds[-1] if rounds else None
+    last = rounds[-1] if rounds else {}
     return {
         "rule": rule,
         "rounds": len(rounds),
         "max_rounds": rule.get("max_rounds"),
-        "decision": last.get("decision") if last else None,
-        "e_value": last.get("e_value") if last else None,
+        "decision": last.get("decision"),
+        "stopped": bool(last.get("stop")),
+        # The exact boundary: the lead, the lead that decides, the stage-wise p.
+        "discordant": last.get("discordant_total"),
+        "lead": last.get("lead"),
+        "lead_needed": last.get("lead_needed"),
+        "p_value": last.get("p_value"),
+        "alpha_budget": last.get("alpha_budget"),
+        # The mixture e-value of earlier runs (None on runs under the exact boundary).
+        "e_value": last.get("e_value"),
         "threshold": rule.get("threshold"),
-        "stopped": bool(last and last.get("stop")),
     }
 
 
@@ -192,6 +204,10 @@ def build_report(counts: CountsTable | str | Path, by_tag: bool = False) -> dict
         "classification": counts.classification,
         "checks": counts.settings.to_dict(),
         "arms": [_arm(arm, counts, by_tag) for arm in counts.arms],
+        "models": [
+            {"model": model, "endpoint": endpoint.to_dict(), **_price(match)}
+            for model, (endpoint, match) in pricing(counts.manifest).items()
+        ],
         "retrieval": retrieval_view(counts),
         "sequential": sequential_view(counts),
         "warnings": counts.warnings,
@@ -229,17 +245,26 @@ def _short_arm_names(a: str | None, b: str | None) -> tuple[str | None, str | No
     return parts_a.get(differing[0]), parts_b.get(differing[0])
 
 
+def _evidence(view: dict[str, Any]) -> str:
+    """`B leads by 12 of 12 discordant pairs (decides at 11); p = 0.000488` (or an old run's e)."""
+    if view.get("lead") is None:
+        e, threshold = view.get("e_value"), view.get("threshold")
+        if e is None:
+            return "no round finished"
+        return f"e = {e:.3g} {'>=' if threshold is not None and e >= threshold else '<'} {threshold:g}"
+    lead, pairs, needed = view["lead"], view["discordant"], view["lead_needed"]
+    ahead = f"B leads by {lead}" if lead > 0 else (f"A leads by {-lead}" if lead < 0 else "no lead")
+    bound = f"decides at {needed}" if needed else "no lead could decide yet"
+    return f"{ahead} of {pairs} discordant pairs ({bound}); p = {view['p_value']:.3g}"
+
+
 def sequential_sentence(view: dict[str, Any]) -> str:
-    """`sequential on METRIC: B>A (B's rate higher), decided at round 2 (cap 18 rounds); e = ...`."""
+    """`sequential on METRIC: B>A (B's rate is higher), decided at round 2 (cap 18 rounds); B leads
+    by 12 of 12 discordant pairs (decides at 11); p = ...`."""
     rounds, cap = view["rounds"], view["max_rounds"]
     rule = view.get("rule") or {}
     decision = view["decision"] or "undecided"
-    e, threshold = view["e_value"], view["threshold"]
-    evidence = (
-        f"e = {e:.3g} {'>=' if e is not None and e >= threshold else '<'} {threshold:g}"
-        if e is not None
-        else "no round finished"
-    )
+    evidence = _evidence(view)
     where = f"sequential on {rule['metric']}" if rule.get("metric") else "sequential"
     if view["stopped"] and decision != "indistinguishable":
         names = _short_arm_names(rule.get("a"), rule.get("b"))
@@ -332,6 +357,10 @@ def render_report(report: dict[str, Any], fmt: str = "table", width: int | None 
             optional=("latency p90", "latency median", ("tokens in", "tokens out")),
             width=width,
         ),
+    ]
+    out += [
+        price_sentence(m["model"], m["endpoint"], m["price"], m["cost_unknown"])
+        for m in report.get("models", [])
     ]
     batched = sum(arm["usage"].get("batch_samples") or 0 for arm in report["arms"])
     if batched:

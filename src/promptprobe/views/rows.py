@@ -12,6 +12,7 @@ import io
 from pathlib import Path
 from typing import Any
 
+from .. import endpoints
 from ..checks import metrics_for
 from ..counts import merged_samples, settings_of
 from ..engine.cost import usage_tokens
@@ -26,6 +27,7 @@ FIXED = [
     "arm",
     "prompt",
     "model",
+    "endpoint",
     "case_id",
     "repeat",
     "header",
@@ -55,6 +57,7 @@ def sample_rows(
     _, chosen = select_samples(run_dir, sample, case, header)
     wanted = {record["sample_id"] for record in chosen}
     arms = {(a["prompt"], a["model"]): a.get("arm") for a in manifest["arms"]}
+    went = endpoints.of_run(manifest)
     rows = []
     for record in merged_samples(run_dir, number, lambda message: None):
         if record["sample_id"] not in wanted:
@@ -68,6 +71,7 @@ def sample_rows(
             "arm": arms.get((record["prompt"], record["model"])),
             "prompt": record["prompt"],
             "model": record["model"],
+            "endpoint": went[record["model"]].url if record["model"] in went else None,
             "case_id": record["case_id"],
             "repeat": record["repeat"],
             "header": (record.get("header") or {}).get("header") if not error else "error",

@@ -1,10 +1,16 @@
-"""`probe plan --sequential`: how many samples `--until-decided` takes to a decision, by simulating
-the same rule with a fixed seed, with the cap `--detect` gives it and the fixed paired plan."""
+"""`probe plan --sequential`: what `--until-decided` costs at given rates, by simulating the run's
+own rule (stats.sequential, the same code a run decides with) with a fixed seed: the cap
+`--detect` gives it, the mean samples to the stop and the power, each with its Monte Carlo error,
+beside the fixed paired plan of the same power."""
 
+import math
 from typing import Any
 
 from ..stats.planning import paired_repeats
-from ..stats.sequential import KT, SEQUENTIAL_TRIALS, rounds_for_power, simulate_rounds
+from ..stats.sequential import SEQUENTIAL_TRIALS, rounds_for_power, simulate_rounds
+
+# A fixed plan for more power than this is not searched (it needs many repeats to gain little).
+MAX_FIXED_POWER = 0.99
 
 
 def plan_sequential(
@@ -19,13 +25,21 @@ def plan_sequential(
 ) -> dict[str, Any]:
     import numpy as np
 
-    cap = rounds_for_power(detect, cases, alpha, 0.8, min_rounds, KT)
+    cap = rounds_for_power(detect, cases, alpha, 0.8, min_rounds)
     max_rounds = cap.rounds or cap.limit
-    fixed = paired_repeats(p1, p2, cases, icc, alpha, power).repeats if p1 != p2 else None
-    stops, directions = simulate_rounds(p1, p2, cases, icc, alpha, min_rounds, max_rounds, SEQUENTIAL_TRIALS)
+    trials = SEQUENTIAL_TRIALS
+    stops, directions = simulate_rounds(p1, p2, cases, icc, alpha, min_rounds, max_rounds, trials)
     rounds = np.where(stops > 0, stops, max_rounds)
     samples = rounds * cases  # per arm
-    wrong = (directions != 0) & (directions != np.sign(p2 - p1)) if p1 != p2 else directions != 0
+    right = (stops > 0) & (directions == np.sign(p2 - p1)) if p1 != p2 else np.zeros(trials, dtype=bool)
+    wrong = (stops > 0) & ~right
+    achieved = float(right.mean())
+    fixed = same_power = None
+    if p1 != p2:
+        fixed = paired_repeats(p1, p2, cases, icc, alpha, power).repeats
+        if achieved >= 0.5:  # a plan's power lies in [0.5, 1)
+            level = min(MAX_FIXED_POWER, achieved)
+            same_power = {"power": level, "rounds": paired_repeats(p1, p2, cases, icc, alpha, level).repeats}
     return {
         "p1": p1,
         "p2": p2,
@@ -41,37 +55,61 @@ def plan_sequential(
             "p90": float(np.percentile(rounds, 90)),
         },
         "samples_per_arm": {
+            "mean": float(samples.mean()),
+            "mean_error": float(1.96 * samples.std() / math.sqrt(trials)),
             "median": float(np.median(samples)),
             "p90": float(np.percentile(samples, 90)),
         },
+        "power": achieved if p1 != p2 else None,
+        "power_error": float(1.96 * math.sqrt(achieved * (1 - achieved) / trials)) if p1 != p2 else None,
         "decided_share": float((stops > 0).mean()),
         "wrong_direction_share": float(wrong.mean()),
         "fixed_rounds": fixed,
-        "trials": SEQUENTIAL_TRIALS,
+        "fixed_same_power": same_power,
+        "trials": trials,
     }
 
 
 def render_sequential_plan(result: dict[str, Any]) -> str:
+    from .tables import wrap
+
     r, samples = result["rounds"], result["samples_per_arm"]
-    cases = result["cases"]
-    cap = result["max_rounds"]
+    cases, cap = result["cases"], result["max_rounds"]
+    rates = f"{100 * result['p1']:.0f}% vs {100 * result['p2']:.0f}%"
     lines = [
-        f"--until-decided at {100 * result['p1']:.0f}% vs {100 * result['p2']:.0f}% with {cases} cases "
-        f"(ICC {result['icc']:g}, alpha {result['alpha']:g}), simulated {result['trials']} times:",
-        f"  samples per arm to a decision: median {samples['median']:.0f}, 90th percentile "
-        f"{samples['p90']:.0f} (rounds: median {r['median']:.0f}, 90th percentile {r['p90']:.0f}; a round "
-        f"asks each of the {cases} cases once per arm)",
-        f"  decided within the cap of {cap} rounds (--detect {100 * result['detect']:g}): "
-        f"{100 * result['decided_share']:.0f}%",
+        f"--until-decided at {rates} with {cases} cases (ICC {result['icc']:g}, alpha {result['alpha']:g}), "
+        f"simulated {result['trials']} times with the run's own rule:",
+        f"- samples per arm to the stop: mean {samples['mean']:.0f} (±{samples['mean_error']:.0f}), median "
+        f"{samples['median']:.0f}, 90th percentile {samples['p90']:.0f} (rounds: mean {r['mean']:.1f}; "
+        f"a round asks each of the {cases} cases once per arm)",
     ]
+    cap_words = f"the cap of {cap} rounds (--detect {100 * result['detect']:g})"
+    if result["power"] is None:
+        lines.append(
+            f"- equal rates: a false alarm (a decision either way) within {cap_words} in "
+            f"{100 * result['decided_share']:.1f}% of runs (at most alpha)"
+        )
+    else:
+        wrong = 100 * result["wrong_direction_share"]
+        lines.append(
+            f"- power (decided the right way within {cap_words}): {100 * result['power']:.1f}% "
+            f"(±{100 * result['power_error']:.1f}); the wrong way: {wrong:.1f}%"
+        )
     if not result["cap_reached"]:
         lines.append(
-            f"  --detect {100 * result['detect']:g} would need more than {cap} rounds for 80% power; "
+            f"- --detect {100 * result['detect']:g} would need more than {cap} rounds for 80% power; "
             "the simulation stopped there"
+        )
+    same = result["fixed_same_power"]
+    if same and same["rounds"]:
+        fixed = same["rounds"] * cases
+        lines.append(
+            f"- a fixed paired plan with the same power ({100 * same['power']:.0f}%): {same['rounds']} "
+            f"repeats ({fixed} samples per arm; the sequential mean is {samples['mean'] / fixed:.2f}x that)"
         )
     if result["fixed_rounds"]:
         lines.append(
-            f"  a fixed paired plan with 80% power: {result['fixed_rounds']} repeats "
+            f"- a fixed paired plan with 80% power: {result['fixed_rounds']} repeats "
             f"({result['fixed_rounds'] * cases} samples per arm)"
         )
-    return "\n".join(lines)
+    return wrap("\n".join(lines))

@@ -5,6 +5,7 @@ import unicodedata
 from pathlib import Path
 from typing import Any
 
+from .. import endpoints
 from ..engine.store import load_run
 from ..errors import InputError
 from ..jsonio import dumps_pretty, iter_jsonl
@@ -177,6 +178,7 @@ def export(
         if key in wanted and (r.get("error") is None or key not in retrievals):
             retrievals[key] = r
     prompts = {p["name"]: p["sha256"] for p in manifest["prompts"]}
+    went = endpoints.of_run(manifest)  # where each model's calls went, as recorded
     items = []
     for record in chosen:
         raw = _raw(run_dir, record)
@@ -185,6 +187,7 @@ def export(
                 "sample": record,
                 "question": questions.get(record["case_id"]),
                 "prompt_sha256": prompts.get(record["prompt"]),
+                "endpoint": went[record["model"]].to_dict() if record["model"] in went else None,
                 "retrieval": retrievals.get((record["case_id"], record["repeat"])),
                 "raw_text": raw.decode("utf-8", "surrogateescape") if raw is not None else None,
                 "raw_base64": base64.b64encode(raw).decode("ascii") if raw is not None else None,
@@ -214,6 +217,7 @@ def export(
             ("question", item["question"]),
             ("prompt", f"{record['prompt']} (sha256 {item['prompt_sha256']})"),
             ("model", record["model"]),
+            ("endpoint", went[record["model"]].describe() if record["model"] in went else None),
             ("provider-reported model", response.get("model")),
             ("request id", response.get("request_id")),
             ("stop reason", response.get("stop_reason")),
