@@ -200,7 +200,7 @@ def test_lgamma_and_the_deviance_constant_match_scipy():
 
     x = np.geomspace(1e-6, 1e7, 4000)
     assert np.max(np.abs(lgamma(x) - gammaln(x)) / np.maximum(1, np.abs(gammaln(x)))) < 1e-11
-    assert betabinomial.DEVIANCE_80 == pytest.approx(sp.chi2.ppf(0.8, 1), rel=1e-14)
+    assert betabinomial.DEVIANCE_LIMIT == pytest.approx(sp.chi2.ppf(betabinomial.UPPER_LEVEL, 1), rel=1e-14)
 
 
 @pytest.mark.parametrize("n,mu,rho", [(5, 0.3, 0.2), (20, 0.9, 0.01), (1, 0.7, 0.5), (10, 0.5, 0.999), (7, 0.2, 0.0)])
