@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .betabinomial import lgamma
 from .inversion import invert
 
 THETA_LIMIT = 30.0  # an odds ratio of e^30: rates 0 and 1 to double precision
@@ -34,7 +35,8 @@ Case = tuple[int, int, int, int]  # (a, nA, b, nB)
 
 
 def _log_choose(n: int, k: np.ndarray) -> np.ndarray:
-    return np.array([math.lgamma(n + 1) - math.lgamma(x + 1) - math.lgamma(n - x + 1) for x in k])
+    k = np.asarray(k, dtype=float)
+    return lgamma(np.array([n + 1.0]))[0] - lgamma(k + 1) - lgamma(n - k + 1)
 
 
 @dataclass(frozen=True)

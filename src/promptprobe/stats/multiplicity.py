@@ -137,7 +137,10 @@ class _Table:
     p: np.ndarray
 
     def __call__(self, totals: np.ndarray) -> np.ndarray:
-        return self.p[np.clip(totals - self.offset, 0, len(self.p) - 1)]
+        """The p of each total; 0 beyond the support kept (as the verdict's test says there)."""
+        index = totals - self.offset
+        inside = (index >= 0) & (index < len(self.p))
+        return np.where(inside, self.p[np.clip(index, 0, len(self.p) - 1)], 0.0)
 
 
 def p_table(cases: Sequence[tuple[int, int, int, int]]) -> tuple[_Table, int]:

@@ -218,7 +218,7 @@ def _family(results: list[dict[str, Any]], patterns: Patterns | None) -> Adjuste
         return Adjusted(family_adjusted(raw).p_adjusted, HOLM, reason=reason)
     family = family_adjusted(raw, patterns)
     pairs = zip(family.raw or raw, raw, strict=True)
-    if any(abs(x - y) > 1e-9 * max(x, y) for x, y in pairs):
+    if any(abs(x - y) > 1e-9 * max(x, y) + 1e-15 for x, y in pairs):
         # The patterns must give the very p-values the counts gave; if not, Holm on the counts'.
         reason = "the outcome patterns did not match the counts"
         return Adjusted(family_adjusted(raw).p_adjusted, HOLM, reason=reason)
