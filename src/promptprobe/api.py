@@ -253,7 +253,7 @@ def compare(
     runs_dir: str | Path | None = None,
 ) -> Comparison:
     """`probe compare A B`: A the baseline, B the candidate, each `RUN` or `RUN#prompt=NAME` /
-    `RUN#model=SPEC`. Several metrics (or `all_metrics`) are one Holm-adjusted family."""
+    `RUN#model=SPEC`. Several metrics (or `all_metrics`) are one adjusted family."""
     from .runref import resolve_selector
     from .views.compare import compare_runs
 
