@@ -33,10 +33,18 @@ import time
 
 import numpy as np
 
-from promptprobe.stats.betabinomial import UPPER_LEVEL, BetaBinomialTest, fit_null
+from promptprobe.stats.betabinomial import (
+    DEVIANCE_LIMIT,
+    RHO_GRID,
+    UPPER_LEVEL,
+    BetaBinomialTest,
+    _fit_mu,
+    _tail_p,
+)
 from promptprobe.stats.betabinomial import _design as bb_design
 from promptprobe.stats.distributions import betainc
 from promptprobe.stats.effect import mean_of_cases
+from promptprobe.stats.generalisation import ConditionalSignTest
 from promptprobe.stats.intervals import anova, clustered_rate, newcombe, t_critical, wilson_crit
 from promptprobe.stats.simulation import (
     paired_counts,
@@ -147,14 +155,7 @@ def monte_carlo_error(rate, trials):
 # -- arms with unequal repeats ---------------------------------------------------------------
 
 # (cases, repeats) of A, then of B
-UNPAIRED_DESIGNS = (
-    (8, 1, 8, 20),
-    (20, 1, 5, 10),
-    (20, 1, 5, 20),
-    (5, 1, 5, 20),
-    (10, 1, 10, 10),
-    (10, 1, 10, 20),
-)
+UNPAIRED_DESIGNS = ((8, 1, 8, 20), (20, 1, 5, 10), (20, 1, 5, 20), (5, 1, 5, 20), (10, 1, 10, 10))
 # cases, A's repeats, B's repeats
 PAIRED_DESIGNS = ((12, 1, 10), (10, 1, 20), (20, 1, 10), (5, 1, 20))
 UNEQUAL_ICCS = (0.0, 0.2, 0.5, 0.8)
@@ -193,11 +194,28 @@ def welch_p(a, b) -> float:
     return betainc(df / 2, 0.5, df / (df + t * t))
 
 
-def icc_at_p(a, b, deviance: float) -> float:
-    """The beta-binomial test with the ICC at another point of its profile likelihood: deviance 0
-    is the maximum-likelihood point, 1.642 the upper end of the 80% interval."""
-    mu, rho = fit_null(bb_design(a, b), 0.0, deviance)
-    return BetaBinomialTest(a, b).p_at(0.0, rho)
+def profile_variants(a, b, deviances) -> list[float]:
+    """The beta-binomial test's p with the ICC at each deviance's end of its profile-likelihood
+    interval, from one profile (what fit_null does, once for all of them)."""
+    design = bb_design(a, b)
+    if (design.k == 0).all() or (design.k == design.n).all():
+        return [1.0] * len(deviances)
+    mus, profile = _fit_mu(design, 0.0, RHO_GRID)
+    found = profile.max() - profile
+    out = []
+    for limit in deviances:
+        inside = np.nonzero(2 * found <= limit)[0]
+        last = int(inside.max())
+        if last == len(RHO_GRID) - 1:
+            rho = float(RHO_GRID[last])
+        else:
+            d0, d1 = 2 * found[last], 2 * found[last + 1]
+            share = (limit - d0) / (d1 - d0) if d1 > d0 else 0.0
+            lo, hi = RHO_GRID[last], RHO_GRID[last + 1]
+            rho = float(lo + share * (hi - lo) if lo == 0 else lo * (hi / lo) ** share)
+        mu, _ = _fit_mu(design, 0.0, np.array([rho]))
+        out.append(_tail_p(design, float(mu[0]), float(mu[0]), rho))
+    return out
 
 
 def draw_unpaired(rng, design, icc, rate_a, rate_b, trials):
@@ -221,11 +239,12 @@ def unequal_unpaired_rows(rng, trials):
         for icc in UNEQUAL_ICCS:
             for rate in UNPAIRED_RATES:
                 hits = np.zeros(5)
-                for a, b in draw_unpaired(rng, design, icc, rate, rate, trials):
-                    shipped = unpaired_test(a, b).p_at(0.0)
+                for index, (a, b) in enumerate(draw_unpaired(rng, design, icc, rate, rate, trials)):
+                    shipped, at_80, at_point = profile_variants(a, b, (DEVIANCE_LIMIT, DEVIANCE_80, 0.0))
+                    if index < 5:  # the shared profile is the verdict's own test
+                        assert abs(shipped - unpaired_test(a, b).p_at(0.0)) < 1e-9
                     old = case_permutation([k / n for k, n in a], [k / n for k, n in b])
-                    others = (welch_p(a, b), icc_at_p(a, b, DEVIANCE_80), icc_at_p(a, b, 0.0))
-                    hits += [decides(p, 0.05) for p in (shipped, old, *others)]
+                    hits += [decides(p, 0.05) for p in (shipped, old, welch_p(a, b), at_80, at_point)]
                 shares = hits / trials
                 for name, value in zip(("shipped", "old", "welch", "80%", "point"), shares, strict=True):
                     worst[name] = max(worst.get(name, 0.0), value)
@@ -254,7 +273,8 @@ def unequal_power_rows(rng, trials):
                 rate_b - rate_a
             )
             test = BetaBinomialTest(a, b)
-            ps = (test.p_at(0.0), test.p_at(0.0, icc), icc_at_p(a, b, DEVIANCE_80), welch_p(a, b))
+            shipped, at_80 = profile_variants(a, b, (DEVIANCE_LIMIT, DEVIANCE_80))
+            ps = (shipped, test.p_at(0.0, icc), at_80, welch_p(a, b))
             hits += [right and decides(p, 0.05) for p in ps]
         cells = " | ".join(f"{x:.1%}" for x in hits / trials)
         print(f"| {g_a} x {n_a} | {g_b} x {n_b} | {icc:g} | {rate_a:g} vs {rate_b:g} | {cells} |", flush=True)
@@ -277,12 +297,17 @@ def unequal_paired_rows(rng, trials):
                 for t in range(trials):
                     a = [(int(k), n_a) for k in k_a[t]]
                     b = [(int(k), n_b) for k in k_b[t]]
-                    shipped = generalisation(a, b)
+                    # generalisation()'s "likely", without the interval it also computes
+                    cells = [(x, n_a, y, n_b) for (x, _), (y, _) in zip(a, b, strict=True)]
+                    test = ConditionalSignTest(cells)
+                    likely = test.up + test.down >= 5 and decides(test.p_value, 0.05)
+                    if t < 3:
+                        assert likely == generalisation(a, b).likely
                     diffs = [kb / n_b - ka / n_a for (ka, _), (kb, _) in zip(a, b, strict=True)]
                     up, down = sum(d > 0 for d in diffs), sum(d < 0 for d in diffs)
                     old = up + down >= 5 and decides(sign_test(up, down), 0.05)
                     verdict = paired_verdict(a, b).verdict != "indistinguishable"
-                    hits += [shipped.likely, old, verdict]
+                    hits += [likely, old, verdict]
                 shares = hits / trials
                 worst = np.maximum(worst, shares)
                 cells = " | ".join(f"{x:.1%}" for x in shares)
