@@ -13,11 +13,11 @@ SMALL = {
     "compare_speed.py": ["--pairs", "3"],
     "effect_coverage.py": ["--trials", "20"],
     "gate_family.py": ["--trials", "20"],
-    "plan_power.py": ["--trials", "20"],
+    "plan_power.py": ["--trials", "20", "--deep", "20"],
     "run_speed.py": ["--runs", "1"],
     "scale.py": ["--quick"],
     "sequential.py": ["--trials", "20"],
-    "verdict_rules.py": ["--trials", "20", "--power-trials", "20"],
+    "verdict_rules.py": ["--trials", "20", "--power-trials", "20", "--unequal-trials", "5", "--designs", "2"],
 }
 
 
