@@ -190,7 +190,7 @@ def fit_null(design: _Design, delta: float, limit: float = DEVIANCE_LIMIT) -> tu
     return float(mu[0]), float(rho)
 
 
-@lru_cache(maxsize=4096)
+@lru_cache(maxsize=64)  # a handful per p-value; kept small, a pmf may hold thousands of counts
 def _case_pmf(n: int, mu: float, rho: float) -> np.ndarray:
     """P(k) for k = 0..n of BB(n, mu, rho)."""
     k = np.arange(n + 1, dtype=float)
