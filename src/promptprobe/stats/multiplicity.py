@@ -31,7 +31,6 @@ always gives the same adjusted p-values.
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from itertools import product
 
 import numpy as np
 
@@ -164,10 +163,21 @@ def p_table(cases: Sequence[tuple[int, int, int, int]]) -> tuple[_Table, int]:
     return _Table(offset, np.minimum(1.0, cumulative[index])), observed
 
 
+def _compositions(total: int, bounds: Sequence[int]) -> list[tuple[int, ...]]:
+    """Every way to write `total` as a sum of len(bounds) counts, each within its bound."""
+    if not bounds:
+        return [()] if total == 0 else []
+    room = sum(bounds[1:])
+    return [
+        (first, *rest)
+        for first in range(max(0, total - room), min(bounds[0], total) + 1)
+        for rest in _compositions(total - first, bounds[1:])
+    ]
+
+
 def _support(stratum: _Stratum) -> tuple[np.ndarray, np.ndarray]:
     """Every way A's samples can fall over the stratum's patterns, with its probability."""
-    ranges = [range(min(int(c), stratum.n_a) + 1) for c in stratum.counts]
-    ways = [x for x in product(*ranges) if sum(x) == stratum.n_a]
+    ways = _compositions(stratum.n_a, [int(c) for c in stratum.counts])
     total = math.comb(int(stratum.counts.sum()), stratum.n_a)
     weights = [
         math.prod(math.comb(int(c), k) for c, k in zip(stratum.counts, x, strict=True)) / total for x in ways
