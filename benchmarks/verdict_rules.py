@@ -12,11 +12,11 @@ with the rule it replaced beside it, and the lowest coverage each interval metho
 over the sweep (the methods tried for `wilson_eff`).
 
 Then arms that asked their cases a different number of times (1 vs 10 and 1 vs 20 per case):
-- unpaired: false alarms of the shipped test (the beta-binomial test over cases, its ICC at the
-  upper end of its 99% profile-likelihood interval), of the case permutation it replaced there,
-  of a Welch t over cases with a binomial noise floor, and of the beta-binomial test with its ICC
-  at the upper end of the 80% interval or at its point estimate; then power against the same test
-  with the true ICC known (the ceiling);
+- unpaired: false alarms of the shipped test (the larger p of the beta-binomial test over cases
+  and the case permutation), of each alone (the permutation is the rule it replaced there), of
+  the beta-binomial test with every nuisance at its point estimate (a plain parametric
+  bootstrap), and of a Welch t over cases with a binomial noise floor; then power against the
+  beta-binomial test with the true ICC known (the ceiling);
 - paired: false alarms of the "would it generalise" line (likely: at least 5 cases moved and
   p <= alpha) with the conditional sign test (shipped) and the plain sign test it replaced, and of
   the paired verdict itself;
@@ -33,14 +33,7 @@ import time
 
 import numpy as np
 
-from promptprobe.stats.betabinomial import (
-    DEVIANCE_LIMIT,
-    RHO_GRID,
-    UPPER_LEVEL,
-    BetaBinomialTest,
-    _fit_mu,
-    _tail_p,
-)
+from promptprobe.stats.betabinomial import BetaBinomialTest, _fit_mu, _tail_p, fit_null
 from promptprobe.stats.betabinomial import _design as bb_design
 from promptprobe.stats.distributions import betainc
 from promptprobe.stats.effect import mean_of_cases
@@ -161,7 +154,6 @@ PAIRED_DESIGNS = ((12, 1, 10), (10, 1, 20), (20, 1, 10), (5, 1, 20))
 UNEQUAL_ICCS = (0.0, 0.2, 0.5, 0.8)
 UNEQUAL_RATES = (0.5, 0.8, 0.9, 0.95)  # paired; unpaired drops 0.9 (its test costs more)
 UNPAIRED_RATES = (0.5, 0.8, 0.95)
-DEVIANCE_80 = 1.6423744151498589  # scipy.stats.chi2.ppf(0.8, 1)
 UNPAIRED_POWER = (
     (8, 1, 8, 20, 0.2, 0.7, 0.9),
     (20, 1, 5, 10, 0.2, 0.6, 0.85),
@@ -194,28 +186,23 @@ def welch_p(a, b) -> float:
     return betainc(df / 2, 0.5, df / (df + t * t))
 
 
-def profile_variants(a, b, deviances) -> list[float]:
-    """The beta-binomial test's p with the ICC at each deviance's end of its profile-likelihood
-    interval, from one profile (what fit_null does, once for all of them)."""
+def naive_p(a, b) -> float:
+    """The beta-binomial test with every nuisance at its point estimate (ICC and mean at their
+    maximum likelihood), what a plain parametric bootstrap would do."""
     design = bb_design(a, b)
     if (design.k == 0).all() or (design.k == design.n).all():
-        return [1.0] * len(deviances)
-    mus, profile = _fit_mu(design, 0.0, RHO_GRID)
-    found = profile.max() - profile
-    out = []
-    for limit in deviances:
-        inside = np.nonzero(2 * found <= limit)[0]
-        last = int(inside.max())
-        if last == len(RHO_GRID) - 1:
-            rho = float(RHO_GRID[last])
-        else:
-            d0, d1 = 2 * found[last], 2 * found[last + 1]
-            share = (limit - d0) / (d1 - d0) if d1 > d0 else 0.0
-            lo, hi = RHO_GRID[last], RHO_GRID[last + 1]
-            rho = float(lo + share * (hi - lo) if lo == 0 else lo * (hi / lo) ** share)
-        mu, _ = _fit_mu(design, 0.0, np.array([rho]))
-        out.append(_tail_p(design, float(mu[0]), float(mu[0]), rho))
-    return out
+        return 1.0
+    mu, rho = fit_null(design, 0.0, 0.0)
+    return _tail_p(design, mu, mu, rho)
+
+
+def known_icc_p(a, b, icc) -> float:
+    """The ceiling: the beta-binomial test with the ICC known (mean at its maximum likelihood)."""
+    design = bb_design(a, b)
+    if (design.k == 0).all() or (design.k == design.n).all():
+        return 1.0
+    mu, _ = _fit_mu(design, 0.0, np.array([icc]))
+    return _tail_p(design, float(mu[0]), float(mu[0]), icc)
 
 
 def draw_unpaired(rng, design, icc, rate_a, rate_b, trials):
@@ -228,53 +215,55 @@ def draw_unpaired(rng, design, icc, rate_a, rate_b, trials):
 
 def unequal_unpaired_rows(rng, trials):
     print(f"\nunpaired, unequal repeats: false alarms, {trials} probes a cell (both arms at the same rate)")
-    shipped = f"beta-binomial, ICC at its {UPPER_LEVEL:.0%} upper end (shipped)"
     print(
-        f"| A (cases x repeats) | B | ICC | rate | {shipped} | case permutation (old) | Welch t over cases "
-        "| beta-binomial, ICC at its 80% upper end | beta-binomial, ICC at its point estimate |"
+        "| A (cases x repeats) | B | ICC | rate | shipped: beta-binomial and case permutation | "
+        "case permutation alone (old) | beta-binomial alone | beta-binomial at its point estimates | "
+        "Welch t over cases |"
     )
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
-    worst = {}
+    names = ("shipped", "permutation", "model", "naive", "welch")
+    worst = dict.fromkeys(names, 0.0)
     for design in UNPAIRED_DESIGNS:
         for icc in UNEQUAL_ICCS:
             for rate in UNPAIRED_RATES:
                 hits = np.zeros(5)
                 for index, (a, b) in enumerate(draw_unpaired(rng, design, icc, rate, rate, trials)):
-                    shipped, at_80, at_point = profile_variants(a, b, (DEVIANCE_LIMIT, DEVIANCE_80, 0.0))
-                    if index < 5:  # the shared profile is the verdict's own test
-                        assert abs(shipped - unpaired_test(a, b).p_at(0.0)) < 1e-9
+                    model = BetaBinomialTest(a, b).p_value
                     old = case_permutation([k / n for k, n in a], [k / n for k, n in b])
-                    hits += [decides(p, 0.05) for p in (shipped, old, welch_p(a, b), at_80, at_point)]
+                    shipped = max(model, old)
+                    if index < 5:  # the verdict's own test
+                        assert abs(shipped - unpaired_test(a, b).p_at(0.0)) < 1e-12
+                    hits += [decides(p, 0.05) for p in (shipped, old, model, naive_p(a, b), welch_p(a, b))]
                 shares = hits / trials
-                for name, value in zip(("shipped", "old", "welch", "80%", "point"), shares, strict=True):
-                    worst[name] = max(worst.get(name, 0.0), value)
+                for name, value in zip(names, shares, strict=True):
+                    worst[name] = max(worst[name], value)
                 g_a, n_a, g_b, n_b = design
                 cells = " | ".join(f"{x:.1%}" for x in shares)
                 print(f"| {g_a} x {n_a} | {g_b} x {n_b} | {icc:g} | {rate:g} | {cells} |", flush=True)
     error = monte_carlo_error(0.05, trials)
     print(
-        f"highest: shipped {worst['shipped']:.1%}, case permutation {worst['old']:.1%}, "
-        f"Welch {worst['welch']:.1%}, ICC at its 80% upper end {worst['80%']:.1%}, at its point estimate "
-        f"{worst['point']:.1%} (Monte Carlo error at 5%: ±{error:.1%})"
+        f"highest: shipped {worst['shipped']:.1%}, case permutation {worst['permutation']:.1%}, "
+        f"beta-binomial alone {worst['model']:.1%}, at its point estimates {worst['naive']:.1%}, "
+        f"Welch {worst['welch']:.1%} (Monte Carlo error at 5%: ±{error:.1%})"
     )
 
 
 def unequal_power_rows(rng, trials):
     print(f"\nunpaired, unequal repeats: power (decided the right way), {trials} probes a row")
     print(
-        "| A | B | ICC | rates A vs B | beta-binomial (shipped) | ceiling: the ICC known "
-        "| ICC at its 80% upper end | Welch t over cases |"
+        "| A | B | ICC | rates A vs B | shipped | beta-binomial alone | ceiling: the ICC known "
+        "| case permutation alone (not valid here) | Welch t over cases |"
     )
-    print("|---|---|---:|---|---:|---:|---:|---:|")
+    print("|---|---|---:|---|---:|---:|---:|---:|---:|")
     for g_a, n_a, g_b, n_b, icc, rate_a, rate_b in UNPAIRED_POWER:
-        hits = np.zeros(4)
+        hits = np.zeros(5)
         for a, b in draw_unpaired(rng, (g_a, n_a, g_b, n_b), icc, rate_a, rate_b, trials):
             right = np.sign(np.mean([k / n for k, n in b]) - np.mean([k / n for k, n in a])) == np.sign(
                 rate_b - rate_a
             )
-            test = BetaBinomialTest(a, b)
-            shipped, at_80 = profile_variants(a, b, (DEVIANCE_LIMIT, DEVIANCE_80))
-            ps = (shipped, test.p_at(0.0, icc), at_80, welch_p(a, b))
+            model = BetaBinomialTest(a, b).p_value
+            old = case_permutation([k / n for k, n in a], [k / n for k, n in b])
+            ps = (max(model, old), model, known_icc_p(a, b, icc), old, welch_p(a, b))
             hits += [right and decides(p, 0.05) for p in ps]
         cells = " | ".join(f"{x:.1%}" for x in hits / trials)
         print(f"| {g_a} x {n_a} | {g_b} x {n_b} | {icc:g} | {rate_a:g} vs {rate_b:g} | {cells} |", flush=True)

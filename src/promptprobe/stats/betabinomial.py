@@ -14,11 +14,12 @@ test on the pooled 8/8 vs 128/160 gives 0.36). This test models what the permuta
   beta-binomials, each arm's mean on its own integer lattice (the lcm of its repeats); the
   two-sided p is equal-tailed, 2·min(P(D* <= d), P(D* >= d)).
 - Nuisance: (mu, rho) fitted under the null by maximum likelihood (the profile over a grid of rho;
-  mu on a grid refined twice, the log-likelihood being concave in mu), and rho at the upper end of
-  its 99% profile-likelihood interval (deviance 6.635). A point estimate of rho rests on the few
+  mu on a grid refined twice, the log-likelihood being concave in mu). rho is taken at the upper
+  end of its 99% profile-likelihood interval (deviance 6.635): a point estimate rests on the few
   cases asked more than once and is near 0 by chance when they happen to agree, which makes the
-  many-repeat arm look precise; the upper ends of the 80% and 95% intervals still let the
-  weakest cells reach 5-6% (benchmarks/verdict_rules.py, docs/statistics.md).
+  many-repeat arm look precise. And the p is the largest over mu at its estimate and at the ends
+  of its 50% profile-likelihood interval (rho fixed; deviance 0.455): with few cases an extreme
+  arm's tail sits on the edge of alpha as the estimate of mu moves.
 - Shifted nulls, for the interval: mu_B = mu_A + delta with one rho, fitted the same way; p(delta)
   is the same tail rule. At delta = 0 it is the test.
 
@@ -42,7 +43,7 @@ RHO_GRID = np.concatenate([[0.0], np.geomspace(1e-4, 0.999, 31)])
 COARSE, FINE = 48, 16  # grid points for mu: a coarse grid, then twice a finer one around its best
 EDGE = 1e-9  # mu this close to 0 or 1 is 0 or 1
 LATTICE_LIMIT = 200_000  # an arm's mean is computed on at most this many lattice points
-TEST = "beta-binomial test over cases (unequal repeats)"
+TEST = "beta-binomial test over cases, with the case permutation (unequal repeats)"
 
 Counts = tuple[int, int]  # (successes, trials)
 
@@ -169,10 +170,11 @@ def _fit_mu(design: _Design, delta: float, rho: np.ndarray) -> tuple[np.ndarray,
     return mu, likelihood(mu[:, None])[:, 0]
 
 
-def fit_null(design: _Design, delta: float, limit: float = DEVIANCE_LIMIT) -> tuple[float, float]:
+def fit_null(design: _Design, delta: float, limit: float | None = None) -> tuple[float, float]:
     """(mu_a, rho) of the null B - A = delta: rho at the upper end of its 99% profile-likelihood
     interval (between grid points, where the deviance crosses 6.635 along log rho), mu_a its
     maximum-likelihood value there (`limit`: another deviance, for the benchmark's comparisons)."""
+    limit = DEVIANCE_LIMIT if limit is None else limit
     mus, profile = _fit_mu(design, delta, RHO_GRID)
     deviance = 2 * (profile.max() - profile)
     inside = np.nonzero(deviance <= limit)[0]
@@ -188,6 +190,33 @@ def fit_null(design: _Design, delta: float, limit: float = DEVIANCE_LIMIT) -> tu
     )
     mu, _ = _fit_mu(design, delta, np.array([rho]))
     return float(mu[0]), float(rho)
+
+
+def _mu_range(design: _Design, delta: float, mu_a: float, rho: float) -> list[float]:
+    """mu_a and the ends of its profile-likelihood interval at MU_DEVIANCE (rho fixed), found by
+    bisection from the maximum (the log-likelihood is concave in mu_a)."""
+    if MU_DEVIANCE <= 0:
+        return [mu_a]
+    likelihood = _Likelihood(design, delta, np.array([rho]))
+
+    def drop(mu: float) -> float:
+        return 2 * (top - float(likelihood(np.array([[mu]]))[0, 0]))
+
+    top = float(likelihood(np.array([[mu_a]]))[0, 0])
+    ends = []
+    for edge in (max(0.0, -delta) + EDGE, min(1.0, 1.0 - delta) - EDGE):
+        inside, outside = mu_a, edge
+        if drop(edge) <= MU_DEVIANCE:
+            ends.append(edge)
+            continue
+        for _ in range(30):
+            middle = (inside + outside) / 2
+            inside, outside = (middle, outside) if drop(middle) <= MU_DEVIANCE else (inside, middle)
+        ends.append(inside)
+    return [mu_a, *ends]
+
+
+MU_DEVIANCE = 0.4549364231195724  # the chi-square's median on one degree of freedom
 
 
 @lru_cache(maxsize=64)  # a handful per p-value; kept small, a pmf may hold thousands of counts
@@ -290,8 +319,10 @@ class BetaBinomialTest:
                 else:
                     mu, _ = _fit_mu(self.design, delta, np.array([rho]))
                     mu_a, rho_used = float(mu[0]), rho
-                mu_b = min(1.0, max(0.0, mu_a + delta))
-                self.cache[key] = _tail_p(self.design, mu_a, mu_b, rho_used)
+                self.cache[key] = max(
+                    _tail_p(self.design, mu, min(1.0, max(0.0, mu + delta)), rho_used)
+                    for mu in _mu_range(self.design, delta, mu_a, rho_used)
+                )
         return self.cache[key]
 
     def _edge(self, delta: float) -> float:

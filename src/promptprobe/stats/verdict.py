@@ -3,8 +3,9 @@
 - Paired design (the same questions on both sides): the stratified exact conditional test.
 - Unpaired design: the difference of the mean per-case rates, tested by exchanging whole cases
   between the arms when every case was asked equally often (exact: the cases are exchangeable),
-  and by the beta-binomial test over cases otherwise (promptprobe.stats.betabinomial: a case
-  asked once and one asked 20 times are not exchangeable). Its interval is that same test
+  and otherwise by the beta-binomial test over cases (promptprobe.stats.betabinomial: a case
+  asked once and one asked 20 times are not exchangeable) together with the case permutation:
+  the larger of the two p-values decides. Its interval is that same test
   inverted (shifted nulls, promptprobe.stats.inversion), so it excludes 0 exactly when the test
   decides, at whatever level it is asked for.
 - Generalisation (paired): the sign test over the cases that moved, conditional on each case's
@@ -85,10 +86,14 @@ class UnpairedTest:
 def unpaired_test(a: Sequence[Counts], b: Sequence[Counts], resamples: int | None = None) -> UnpairedTest:
     """The case permutation when every case was asked equally often, else the beta-binomial test."""
     model = BetaBinomialTest(a, b)
-    if not equal_repeats(a, b):
-        return UnpairedTest(BETA_BINOMIAL_TEST, model.p_at, model.estimate)
     options = {} if resamples is None else {"resamples": resamples}
     permutation = CasePermutation([k / n for k, n in a if n], [k / n for k, n in b if n], **options)
+    if not equal_repeats(a, b):
+        # Both must reject: the model fails where few cases leave its ICC uncertain (high ICC), the
+        # permutation where cases asked once meet cases asked often (low ICC); not both at once.
+        return UnpairedTest(
+            BETA_BINOMIAL_TEST, lambda delta: max(model.p_at(delta), permutation.p_at(delta)), model.estimate
+        )
 
     def p_at(delta: float) -> float:
         # Rates shifted by delta leave a case with no spread exactly where it was: 5 cases at 3/3
