@@ -88,9 +88,20 @@ def probeset(folder: Path) -> Path:
     return path
 
 
-def one_run(folder: Path) -> tuple[float, float]:
+CHECK = """
+def says_ok(sample):
+    return "ok" in (sample["text"] or "")
+"""
+
+
+def one_run(folder: Path, check: bool = False) -> tuple[float, float]:
     model = Model()
     runs = folder / "runs"
+    config: list[str] = []
+    if check:  # one [[check]] of yours, called in its worker process on every sample
+        (folder / "benchcheck.py").write_text(CHECK)
+        (folder / "probe.toml").write_text('[[check]]\nname = "says_ok"\nfunction = "benchcheck:says_ok"\n')
+        config = ["--config", str(folder / "probe.toml")]
     started = time.time()
     subprocess.run(
         [
@@ -111,6 +122,7 @@ def one_run(folder: Path) -> tuple[float, float]:
             str(runs),
             "--format",
             "json",
+            *config,
         ],
         check=True,
         stdout=subprocess.DEVNULL,
@@ -208,16 +220,63 @@ def dry_run_memory(folder: Path) -> float:
     return resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
 
 
+def check_call_cost(folder: Path, calls: int = 2000) -> tuple[float, float]:
+    """Milliseconds per sample of one [[check]] called in its worker process, and called directly
+    in this process: the price of isolating user code from the run."""
+    import os
+
+    sys.path.insert(0, str(ROOT / "src"))
+    from promptprobe.checks import build_checks, close_checks, run_checks
+    from promptprobe.checks.base import SampleView
+    from promptprobe.checks.settings import CheckSettings, UserCheckConfig
+    from promptprobe.probeset import load_probeset
+
+    (folder / "benchcheck.py").write_text(CHECK)
+    (folder / "p.toml").write_text('[[case]]\nid = "a"\nquestion = "How much is the Team plan?"\n')
+    cwd = os.getcwd()
+    os.chdir(folder)
+    try:
+        settings = CheckSettings(user=(UserCheckConfig("says_ok", "benchcheck:says_ok"),))
+        case = load_probeset(folder / "p.toml").cases[0]
+        text = "Team is $20 per user per month. " * 20
+        passages = [{"id": f"doc-{i}", "text": text, "score": 0.5} for i in range(5)]
+        response = {"stop_reason": "stop", "usage": {"prompt_tokens": 900, "completion_tokens": 40}}
+        view = SampleView(case, "[[ANSWER]]\nok " * 50, passages, response, settings, {})
+        checks = build_checks(settings)
+        try:
+            for _ in range(50):
+                run_checks(checks, view)  # warm
+            started = time.perf_counter()
+            for _ in range(calls):
+                run_checks(checks, view)
+            isolated = (time.perf_counter() - started) / calls * 1000
+        finally:
+            close_checks(checks)
+        sys.path.insert(0, str(folder))
+        import benchcheck  # type: ignore[import-not-found]
+
+        started = time.perf_counter()
+        for _ in range(calls):
+            benchcheck.says_ok({"text": view.text})
+        direct = (time.perf_counter() - started) / calls * 1000
+    finally:
+        os.chdir(cwd)
+    return isolated, direct
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()
     ideal = 240 * DELAY / 16
     results = []
+    checked = []
     floors = []
     for _ in range(args.runs):
         with tempfile.TemporaryDirectory() as folder:
             results.append(one_run(Path(folder)))
+        with tempfile.TemporaryDirectory() as folder:
+            checked.append(one_run(Path(folder), check=True))
         floors.append(sdk_alone())
 
     def median(values: list[float]) -> float:
@@ -231,11 +290,20 @@ def main() -> None:
     )
     print("| measure | seconds | over the ideal | target |")
     print("|---|---:|---:|---:|")
+    checked_whole = median([r[0] for r in checked])
     print(f"| whole `probe run` command | {whole:.2f} | {whole / ideal:.2f} | 1.4 |")
+    with_check = f"{checked_whole:.2f} | {checked_whole / ideal:.2f}"
+    print(f"| the same with one `[[check]]` of yours | {with_check} | 1.4 |")
     print(f"| first call to last record | {calls:.2f} | {calls / ideal:.2f} | 1.2 |")
     print(f"| openai SDK alone, whole script (floor) | {sdk_whole:.2f} | {sdk_whole / ideal:.2f} | - |")
     print(f"| openai SDK alone, first call to last reply | {sdk_calls:.2f} | {sdk_calls / ideal:.2f} | - |")
     print(f"\nprobe over the SDK alone: whole command {whole / sdk_whole:.2f}, calls {calls / sdk_calls:.2f}")
+    with tempfile.TemporaryDirectory() as folder:
+        isolated, direct = check_call_cost(Path(folder))
+    print(
+        f"\na [[check]] in its worker process: {isolated:.3f} ms per sample (the same function called "
+        f"in-process: {direct:.4f} ms; target under 1 ms)"
+    )
     with tempfile.TemporaryDirectory() as folder:
         print(
             f"\n--dry-run of a 1,000,000-sample plan: peak memory {dry_run_memory(Path(folder)):.0f} MB "

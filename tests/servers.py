@@ -38,17 +38,18 @@ class Reply:
     cut: int | None = None  # send only the first `cut` bytes of the body, then close
     reset: bool = False  # with `cut`: close with a TCP reset instead of a clean close
     content_type: str | None = None
+    model: str | None = None  # the model field as reported (default: the model asked for, dated)
 
 
 Responder = Callable[[Request], Reply]
 
 
-def anthropic_body(text: str, model: str, stop: str | None) -> bytes:
+def anthropic_body(text: str, model: str, stop: str | None, reported: str | None = None) -> bytes:
     message = {
         "id": "msg_test01",
         "type": "message",
         "role": "assistant",
-        "model": f"{model}-20990101",
+        "model": reported or f"{model}-20990101",
         "content": [{"type": "text", "text": text}],
         "stop_reason": stop or "end_turn",
         "stop_sequence": None,
@@ -57,12 +58,12 @@ def anthropic_body(text: str, model: str, stop: str | None) -> bytes:
     return json.dumps(message, ensure_ascii=False).encode()
 
 
-def openai_body(text: str, model: str, stop: str | None) -> bytes:
+def openai_body(text: str, model: str, stop: str | None, reported: str | None = None) -> bytes:
     completion = {
         "id": "chatcmpl-test01",
         "object": "chat.completion",
         "created": 1_764_000_000,
-        "model": f"{model}-2099-01-01",
+        "model": reported or f"{model}-2099-01-01",
         "choices": [
             {
                 "index": 0,
@@ -88,11 +89,11 @@ def pieces(text: str, size: int = 3) -> list[str]:
     return [text[i : i + size] for i in range(0, len(text), size)] or [""]
 
 
-def anthropic_stream(text: str, model: str, stop: str | None) -> bytes:
+def anthropic_stream(text: str, model: str, stop: str | None, reported: str | None = None) -> bytes:
     events: list[tuple[str | None, Any]] = [
         ("message_start", {"type": "message_start", "message": {
             "id": "msg_test01", "type": "message", "role": "assistant",
-            "model": f"{model}-20990101", "content": [], "stop_reason": None,
+            "model": reported or f"{model}-20990101", "content": [], "stop_reason": None,
             "stop_sequence": None, "usage": {"input_tokens": 120, "output_tokens": 1}}}),
         ("content_block_start", {"type": "content_block_start", "index": 0,
                                  "content_block": {"type": "text", "text": ""}}),
@@ -110,10 +111,10 @@ def anthropic_stream(text: str, model: str, stop: str | None) -> bytes:
     return sse(events)
 
 
-def openai_stream(text: str, model: str, stop: str | None) -> bytes:
+def openai_stream(text: str, model: str, stop: str | None, reported: str | None = None) -> bytes:
     def chunk(delta: dict, finish: str | None, usage: dict | None = None) -> dict:
         return {"id": "chatcmpl-test01", "object": "chat.completion.chunk",
-                "created": 1_764_000_000, "model": f"{model}-2099-01-01",
+                "created": 1_764_000_000, "model": reported or f"{model}-2099-01-01",
                 "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]
                 if usage is None else [], "usage": usage}
 
@@ -196,12 +197,12 @@ class LocalServer:
         if path.endswith(("/messages", "/invoke", ":rawPredict")):
             reply.headers.setdefault("request-id", "req_test_anthropic")
             if stream:
-                return anthropic_stream(reply.text, model, reply.stop), "text/event-stream"
-            return anthropic_body(reply.text, model, reply.stop), "application/json"
+                return anthropic_stream(reply.text, model, reply.stop, reply.model), "text/event-stream"
+            return anthropic_body(reply.text, model, reply.stop, reply.model), "application/json"
         reply.headers.setdefault("x-request-id", "req_test_openai")
         if stream:
-            return openai_stream(reply.text, model, reply.stop), "text/event-stream"
-        return openai_body(reply.text, model, reply.stop), "application/json"
+            return openai_stream(reply.text, model, reply.stop, reply.model), "text/event-stream"
+        return openai_body(reply.text, model, reply.stop, reply.model), "application/json"
 
     @property
     def url(self) -> str:
@@ -288,3 +289,40 @@ def http_response(body: bytes, status: str = "200 OK", content_type: str = "appl
     lines = [f"HTTP/1.1 {status}", f"content-type: {content_type}", f"content-length: {len(body)}",
              "connection: close", *(f"{k}: {v}" for k, v in (headers or {}).items())]
     return ("\r\n".join(lines) + "\r\n\r\n").encode() + body
+
+
+# -- a server that echoes the key ------------------------------------------------------------------
+
+
+def key_of(request: Request) -> str:
+    """The key a request carried (OpenAI's bearer token, Anthropic's x-api-key)."""
+    bearer = request.headers.get("authorization", "")
+    return request.headers.get("x-api-key") or bearer.removeprefix("Bearer ").strip()
+
+
+def mime_base64(data: bytes, column: int = 76) -> str:
+    """Base64 broken into lines of `column` characters (MIME), CRLF between them."""
+    import base64
+
+    text = base64.b64encode(data).decode("ascii")
+    return "\r\n".join(text[i : i + column] for i in range(0, len(text), column))
+
+
+def secret_forms(key: str) -> dict[str, str]:
+    """The encoded forms a hostile server may echo a key in (issue 25): every character
+    \\u-escaped (either case), only the punctuation \\u-escaped, every byte percent-encoded (either
+    case), and MIME-style base64 with the key at several alignments in the stream, so that the
+    line break falls at different places inside it (and the key's bytes at each of the three
+    offsets a base64 group can give them)."""
+    forms = {
+        "every character \\u-escaped": "".join(f"\\u{ord(c):04x}" for c in key),
+        "every character \\u-escaped (upper-case hex)": "".join(f"\\u{ord(c):04X}" for c in key),
+        "only the punctuation \\u-escaped": "".join(c if c.isalnum() else f"\\u{ord(c):04x}" for c in key),
+        "every byte percent-encoded": "".join(f"%{b:02X}" for b in key.encode()),
+        "every byte percent-encoded (lower case)": "".join(f"%{b:02x}" for b in key.encode()),
+    }
+    for prefix in (24, 40, 41, 42, 54, 55, 56):  # the 76-column break falls inside the key
+        forms[f"MIME base64, {prefix} bytes before the key"] = mime_base64(
+            b"Authorization-echo: " + b"x" * (prefix - 20) + key.encode() + b" (end)"
+        )
+    return forms

@@ -3,6 +3,7 @@ CLI's JSON; reports and comparisons render in Jupyter; the pytest helper fails w
 sentence; the example notebook runs; nothing but __all__ is public."""
 
 import ast
+import html
 import json
 import os
 import socket
@@ -198,8 +199,12 @@ def test_reports_and_comparisons_render_in_jupyter(two_prompt_run):
         assert "<svg" in fragment
         page = shown.html()
         assert fragment.split("</style>", 1)[1].strip().removesuffix("</div>").strip() in page  # the same HTML
-    assert "v2 is better than v1 on header_present" in promptprobe.compare(
-        f"{result.path}#prompt=v1", f"{result.path}#prompt=v2")._repr_html_()
+    comparison = promptprobe.compare(f"{result.path}#prompt=v1", f"{result.path}#prompt=v2")
+    shown = html.unescape(comparison._repr_html_())
+    words = comparison.to_dict()["words"]
+    assert words["verdict"] == "v2 better" and comparison.to_dict()["better_arm"] == "B"
+    # The notebook shows the compare object's own words: its verdict box and its sentence.
+    assert words["badge"] in shown and words["sentence"] in shown and words["badge"].startswith("v2 better on")
 
 
 def test_assert_not_worse_passes_or_fails_with_the_fail_sentence(two_prompt_run):
@@ -257,5 +262,5 @@ def test_the_example_notebook_runs(tmp_path, monkeypatch):
     result, comparison, plan = namespace["result"], namespace["comparison"], shown[3]
     assert result.status == "complete" and result.counts["recorded"] == 72
     assert "<svg" in shown[1]._repr_html_()  # the report, plotted with its own HTML
-    assert "always-header is better than exception-only on header_present" in shown[2]._repr_html_()
+    assert "always-header better on header_present" in shown[2]._repr_html_()
     assert comparison.to_dict()["family"] == len(comparison.results) and plan == cli_json("plan", "--p1", "0.85", "--p2", "1.0", "--cases", "12", "--icc", "0.5")

@@ -4,16 +4,18 @@ follow-up batches, Ctrl-C detaching, SIGKILL and resume re-attaching without sub
 anything twice, --cancel, Azure's paths, one batch per sequential round, batch prices, and
 prompt caching with what it saved."""
 
+import itertools
 import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import pytest
-from batch_server import BatchServer
+from batch_server import BatchServer, error_reply, html_reply, no_fault
 from click.testing import CliRunner
 from conftest import ROOT, run_dir_of, write_probeset
 from servers import LocalServer, Reply
@@ -205,7 +207,9 @@ def test_azure_batches_use_its_paths_and_api_version(tmp_path, monkeypatch):
         result = batch_run(tmp_path, f"azure:support-gpt4o@{server.url}")
     assert result.exit_code == 0, result.output
     paths = [r.path for r in server.requests]
-    assert paths[0].startswith("/openai/files?api-version=") and paths[1].startswith("/openai/batches?api-version=")
+    # The batch list once before anything is created, then the upload and the create.
+    assert paths[0].startswith("/openai/batches?api-version=") and paths[0].endswith("&limit=1")
+    assert paths[1].startswith("/openai/files?api-version=") and paths[2].startswith("/openai/batches?api-version=")
     assert all(r.headers.get("api-key") == "azure-secret-key-1234567890" for r in server.requests)
     uploaded = next(iter(server.files.values())).splitlines()
     assert json.loads(uploaded[0])["url"] == "/chat/completions" and json.loads(uploaded[0])["body"]["model"] == "support-gpt4o"
@@ -293,3 +297,394 @@ def test_caching_marks_the_prefix_and_the_report_says_what_it_saved(tmp_path, an
     assert arm["cost_usd"] == pytest.approx(6 * per_sample)
     assert arm["cache_saved_usd"] == pytest.approx(6 * (1000 * 3 - 1000 * 0.3) / 1e6)
     assert "caching saved" in CliRunner().invoke(main, ["report", str(run)]).stdout
+
+
+# -- a hostile batch server: submission is bounded -------------------------------------------------
+
+SPECS = {"openai": "openai:m@{url}/v1", "anthropic": "anthropic:claude-test@{url}"}
+ANTHROPIC_KEY = {"ANTHROPIC_API_KEY": "sk-ant-test-key-0123456789"}
+
+
+def run_batch(tmp_path: Path, api: str, server, *args: str, cases: int = 3):
+    """`probe run --batch` in-process against `server`, with a key for either API."""
+    return CliRunner(env=ANTHROPIC_KEY).invoke(main, [
+        "run", str(probeset(tmp_path, cases)), "--prompt", PROMPT, "-m", SPECS[api].format(url=server.url),
+        "--retrieval", "none", "--batch", "--poll-interval", "0.02", "-n", "2",
+        "--runs-dir", str(tmp_path / "runs"), *args])
+
+
+def resume(run: Path, *args: str):
+    return CliRunner(env=ANTHROPIC_KEY).invoke(main, ["run", "--resume", str(run), "--poll-interval", "0.02", *args])
+
+
+def failing(kind: str, reply: Reply, times: int | None = None):
+    """A fault: calls of `kind` answer `reply` (the first `times` of them; all when None), doing nothing."""
+    def fault(call_kind, n, handle, request):
+        if call_kind == kind and (times is None or n <= times):
+            return Reply(status=reply.status, body=reply.body, content_type=reply.content_type, cut=reply.cut)
+        return handle()
+    return fault
+
+
+def one_sentence_error(result) -> str:
+    lines = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert len(lines) == 1 and "Traceback" not in result.output, result.output
+    return lines[0]
+
+
+def all_samples(run: Path) -> dict[str, dict]:
+    samples = read_jsonl(run / "samples.jsonl")
+    ids = [s["sample_id"] for s in samples]
+    assert len(ids) == len(set(ids)), "a sample recorded twice"
+    return {s["sample_id"]: s for s in samples}
+
+
+def ledger_of(run: Path) -> list[dict]:
+    """batches.jsonl as its entries: the last line of each is its state."""
+    entries: dict[str, dict] = {}
+    for entry in read_jsonl(run / "batches.jsonl"):
+        entries[entry.get("submission") or entry["batch"]] = entry
+    return list(entries.values())
+
+
+PLANNED = sorted(f"c{i}.r{r}.a1" for i in range(3) for r in (1, 2))
+
+
+@pytest.mark.parametrize("api", ["openai", "anthropic"])
+def test_a_create_that_always_fails_is_retried_with_backoff_then_ends_the_run(tmp_path, api):
+    # The real backoff once (OpenAI); the Anthropic case waits at most 0.05 s between attempts.
+    quick = ["--max-retry-wait", "0.05"] if api == "anthropic" else []
+    with BatchServer(polls=1, fault=failing("create", error_reply(500))) as server:
+        result = run_batch(tmp_path, api, server, "--max-attempts", "3", *quick)
+    assert result.exit_code == 3, result.output
+    error = one_sentence_error(result)
+    assert "could not create a batch after 3 attempt(s)" in error and "HTTP 500" in error
+    assert "its 6 requests were not sent" in error and "nothing was recorded, so no run directory was kept" in error
+    assert server.calls["create"] == 3 and server.batches == {}
+    assert server.calls["upload"] == (1 if api == "openai" else 0)  # uploaded once, not once per attempt
+    # Before each retry, and once more at the end, the list is read for a batch a failed call made.
+    assert server.calls["list"] == 1 + 2 + 1
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+    waits = [later - earlier for earlier, later in itertools.pairwise(server.times["create"])]
+    if not quick:  # backoff: 1 s, then 2 s (at least: a loaded machine waits longer)
+        assert waits[0] >= 1.0 and waits[1] >= 2.0
+
+
+def test_a_server_without_the_batch_endpoints_stops_before_anything_starts(tmp_path):
+    import http.server
+
+    served: list[str] = []
+
+    class Files(http.server.SimpleHTTPRequestHandler):  # python3 -m http.server, counting requests
+        disable_nagle_algorithm = True
+
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, directory=str(tmp_path), **kwargs)
+
+        def log_request(self, *args):
+            served.append(self.requestline)
+
+        def log_message(self, *args):
+            """Quiet."""
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Files)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{httpd.server_address[1]}/v1"
+        result = CliRunner().invoke(main, ["run", str(probeset(tmp_path)), "--prompt", PROMPT, "-m", f"openai:m@{url}",
+                                           "--retrieval", "none", "--batch", "--runs-dir", str(tmp_path / "runs")])
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    assert result.exit_code == 3, result.output
+    error = one_sentence_error(result)
+    assert "does not speak the batch API (its batch list answered HTTP 404)" in error and "without --batch" in error
+    assert served == ["GET /v1/batches?limit=1 HTTP/1.1"]  # one look, nothing uploaded
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("status", [405, 501])
+def test_a_batch_list_refused_as_unknown_stops_before_anything_starts(tmp_path, status):
+    with BatchServer(polls=1, fault=failing("list", error_reply(status))) as server:
+        result = run_batch(tmp_path, "openai", server)
+    assert result.exit_code == 3
+    assert f"does not speak the batch API (its batch list answered HTTP {status})" in one_sentence_error(result)
+    looks = 2 if status >= 500 else 1  # a 5xx gets the preflight's one quick retry
+    assert server.calls["list"] == looks and server.calls["upload"] == 0 and not (tmp_path / "runs").exists()
+
+
+def test_an_upload_that_keeps_failing_ends_the_run_without_creating_anything(tmp_path):
+    with BatchServer(polls=1, fault=failing("upload", error_reply(503))) as server:
+        result = run_batch(tmp_path, "openai", server, "--max-attempts", "2", "--max-retry-wait", "0.05")
+    assert result.exit_code == 3
+    assert "could not upload a batch's 6 requests after 2 attempt(s)" in one_sentence_error(result)
+    assert server.calls["upload"] == 2 and server.calls["create"] == 0
+
+
+def test_a_create_that_fails_after_another_models_batch_went_out_keeps_that_batch_for_resume(tmp_path):
+    with BatchServer(polls=1, fault=lambda kind, n, handle, request: error_reply(500) if kind == "create" and n >= 2
+                     else handle()) as server:
+        result = CliRunner().invoke(main, [
+            "run", str(probeset(tmp_path)), "--prompt", PROMPT, "-m", f"openai:model-a@{server.url}/v1",
+            "-m", f"openai:model-b@{server.url}/v1", "--retrieval", "none", "--batch", "--poll-interval", "0.02",
+            "-n", "2", "--max-attempts", "2", "--max-retry-wait", "0.05", "--runs-dir", str(tmp_path / "runs")])
+        assert result.exit_code == 3, result.output
+        run = the_run(tmp_path)
+        error = one_sentence_error(result)
+        assert "could not create a batch after 2 attempt(s)" in error and f"probe run --resume {run} collects it" in error
+        (first,) = server.batches.values()
+        assert [e["batch"] for e in ledger_of(run) if e["batch"]] == [first.id]
+        assert json.loads((run / "manifest.json").read_text())["status"] == "failed"
+        server.fault = no_fault  # the provider recovers
+        resumed = resume(run)
+    assert resumed.exit_code == 0, resumed.output
+    assert len(all_samples(run)) == 12 and len(server.batches) == 2 and len(server.submitted) == 12
+
+
+# -- collecting never ends in a traceback ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("api", ["openai", "anthropic"])
+@pytest.mark.parametrize("fault", ["500 once", "cut once", "html retrieve once"])
+def test_a_transient_failure_while_collecting_is_retried(tmp_path, api, fault):
+    kind = "retrieve" if fault.startswith("html") else "download"
+    reply = {"500 once": error_reply(500), "html retrieve once": html_reply()}.get(fault)
+
+    def hostile(call_kind, n, handle, request):
+        if call_kind != kind or n > 1:
+            return handle()
+        if reply is not None:
+            return reply
+        full = handle()
+        cut = full.body.index(b"\n") + 10  # the first line whole, then the connection drops mid-line
+        return Reply(body=full.body, content_type=full.content_type, cut=cut)
+
+    with BatchServer(polls=1, fault=hostile) as server:
+        result = run_batch(tmp_path, api, server)
+    assert result.exit_code == 0, result.output
+    samples = all_samples(run_dir_of(result))
+    assert sorted(samples) == PLANNED and all(s["error"] is None for s in samples.values())
+    assert server.calls[kind] >= 2 and len(server.batches) == 1 and len(server.submitted) == 6
+
+
+@pytest.mark.parametrize("api", ["openai", "anthropic"])
+@pytest.mark.parametrize("fault", ["404", "cut always", "html retrieve always"])
+def test_results_that_cannot_be_read_stop_the_run_and_a_resume_collects_them(tmp_path, api, fault):
+    kind = "retrieve" if fault.startswith("html") else "download"
+
+    def hostile(call_kind, n, handle, request):
+        if call_kind != kind:
+            return handle()
+        if fault == "404":
+            return error_reply(404, "no such file")
+        if fault.startswith("html"):
+            return html_reply()
+        full = handle()
+        return Reply(body=full.body, content_type=full.content_type, cut=len(full.body) // 2)
+
+    with BatchServer(polls=1, fault=hostile) as server:
+        result = run_batch(tmp_path, api, server, "--max-attempts", "2", "--max-retry-wait", "0.05")
+        assert result.exit_code == 3, result.output
+        error = one_sentence_error(result)
+        run = the_run(tmp_path)
+        assert f"probe run --resume {run} collects it" in error
+        if kind == "retrieve":
+            assert "cannot read its state after 2 attempt(s)" in error and "not a valid API response" in error
+        else:
+            expected = "HTTP 404" if fault == "404" else "connection lost"
+            assert "ended but its results cannot be read" in error and expected in error
+        assert server.calls[kind] == (1 if fault == "404" else 2)  # a 404 is not retried
+        ledger = ledger_of(run)
+        assert len(ledger) == 1 and ledger[0]["collected"] is False
+        assert json.loads((run / "manifest.json").read_text())["status"] == "failed"
+        server.fault = no_fault  # the provider answers again
+        resumed = resume(run)
+    assert resumed.exit_code == 0, resumed.output
+    assert sorted(all_samples(run)) == PLANNED
+    assert len(server.batches) == 1 and len(server.submitted) == 6  # collected, never sent again
+
+
+ODD_LINES = {  # (the result line a case's first answer is, what its sample becomes)
+    "openai": [
+        (lambda cid: {"custom_id": cid, "response": {"status_code": "abc", "body": {}}, "error": None}, "bad_body"),
+        (lambda cid: {"custom_id": cid, "response": "x", "error": None}, "bad_body"),
+        (lambda cid: {"custom_id": cid, "response": None, "error": {"code": ["a"], "message": "m"}}, "bad_body"),
+        (lambda cid: {"custom_id": cid, "response": {"status_code": 200, "body": [1, 2]}, "error": None}, "bad_body"),
+        (lambda cid: {"custom_id": cid, "response": {"status_code": 500, "body": {"error": "down"}}}, "http_status"),
+        (lambda cid: b'{"custom_id": "' + cid.encode() + b'", "response": {"status_code": 200, "bo', "bad_body"),
+        (lambda cid: {"custom_id": [cid], "response": "x"}, "batch_missing"),
+    ],
+    "anthropic": [
+        (lambda cid: {"custom_id": cid, "result": "x"}, "bad_body"),
+        (lambda cid: {"custom_id": cid, "result": {"type": ["succeeded"]}}, "bad_body"),
+        (lambda cid: {"custom_id": cid, "result": {"type": "errored", "error": [1]}}, "bad_body"),
+        (lambda cid: {"custom_id": cid, "result": {"type": "succeeded", "message": "hi"}}, "bad_body"),
+        (lambda cid: {"custom_id": cid, "result": {"type": "errored", "error": {"error": "a string"}}}, "batch_error"),
+        (lambda cid: b'{"custom_id": "' + cid.encode() + b'", "result": {"ty', "bad_body"),
+        (lambda cid: {"custom_id": [cid], "result": "x"}, "batch_missing"),
+    ],
+}
+
+
+def odd_first_answers(api: str, lines: dict[int, bytes]):
+    """Case i's first result line is the i-th odd line; every later answer is a good one."""
+    def answer(custom_id, body):
+        case = int(question_of(body).split()[-1])
+        if case not in lines:
+            made = ODD_LINES[api][case][0](custom_id)
+            lines[case] = made if isinstance(made, bytes) else json.dumps(made).encode()
+            return ("line", lines[case])
+        return "[[ANSWER]]\nok"
+    return answer
+
+
+@pytest.mark.parametrize("api", ["openai", "anthropic"])
+def test_result_lines_that_cannot_be_read_are_bad_body_samples_with_their_bytes(tmp_path, api):
+    lines: dict[int, bytes] = {}
+    cases = len(ODD_LINES[api])
+    with BatchServer(polls=1, answer=odd_first_answers(api, lines)) as server:
+        result = run_batch(tmp_path, api, server, "--max-attempts", "1", "-n", "1", cases=cases)
+    assert result.exit_code == 1, result.output  # failed samples, reported; no traceback
+    assert "Traceback" not in result.output and "samples failed after retries" in result.stderr
+    run = run_dir_of(result)
+    samples = all_samples(run)
+    assert sorted(samples) == sorted(f"c{i}.r1.a1" for i in range(cases))
+    (batch_id,) = server.batches
+    for case, (_, expected) in enumerate(ODD_LINES[api]):
+        sample = samples[f"c{case}.r1.a1"]
+        assert sample["error"]["kind"] == expected, (case, sample["error"])
+        assert sample["attempts"] == 1 and sample["batch"] == batch_id and sample["raw"] is None
+        (attempt,) = sample["attempts_log"]
+        if expected == "batch_missing":  # its line names no request of ours: kept beside the batch
+            kept = (run / "raw" / f"{batch_id}.unmatched.jsonl").read_bytes()
+            assert kept == lines[case] + b"\n" and f"raw/{batch_id}.unmatched.jsonl" in sample["error"]["message"]
+        else:
+            assert attempt["body"] == lines[case].decode()  # the line's own bytes
+    assert len(server.submitted) == cases  # --max-attempts 1: nothing sent again
+
+
+@pytest.mark.parametrize("api", ["openai", "anthropic"])
+def test_a_line_that_cannot_be_read_goes_out_again_in_a_follow_up_batch(tmp_path, api):
+    lines: dict[int, bytes] = {}
+    cases = len(ODD_LINES[api])
+    with BatchServer(polls=1, answer=odd_first_answers(api, lines)) as server:
+        result = run_batch(tmp_path, api, server, "--max-attempts", "2", "-n", "1", cases=cases)
+    samples = all_samples(run_dir_of(result))
+    assert result.exit_code == 0, result.output
+    for case in range(cases):  # every odd line may be a passing fault: each goes out once more
+        sample = samples[f"c{case}.r1.a1"]
+        assert sample["error"] is None and sample["attempts"] == 2, sample
+        assert sample["attempts_log"][0]["kind"] == ODD_LINES[api][case][1]
+        assert sample["attempts_log"][0]["batch"] != sample["batch"]
+    assert len(server.batches) == 2 and len(server.submitted) == 2 * cases
+
+
+# -- no batch submitted twice ------------------------------------------------------------------------
+
+
+def blocking(kind: str, create_first: bool = True):
+    """A fault: the first call of `kind` is done (when `create_first`) and then never answered."""
+    def fault(call_kind, n, handle, request):
+        if call_kind == kind and n == 1:
+            reply = handle() if create_first else Reply(body=b"{}")
+            done.set()
+            return Reply(body=reply.body, status=reply.status, content_type=reply.content_type, delay=3600)
+        return handle()
+    done = threading.Event()
+    fault.done = done
+    return fault
+
+
+@pytest.mark.parametrize("api", ["openai", "anthropic"])
+def test_a_kill_inside_the_create_call_then_resume_finds_the_batch_it_made(tmp_path, api):
+    fault = blocking("create")
+    with BatchServer(polls=2, fault=fault) as server:
+        process = start(tmp_path, SPECS[api].format(url=server.url))
+        assert fault.done.wait(30)  # the provider has made the batch; its reply never leaves
+        process.send_signal(signal.SIGKILL)
+        process.communicate(timeout=10)
+        run = the_run(tmp_path)
+        (entry,) = ledger_of(run)
+        assert entry["batch"] is None and entry["status"] == "creating" and len(entry["samples"]) == 6
+        resumed = resume(run)
+    assert resumed.exit_code == 0, resumed.output
+    assert sorted(all_samples(run)) == PLANNED
+    assert len(server.batches) == 1 and len(server.submitted) == 6  # found again, not sent again
+    (entry,) = ledger_of(run)
+    assert entry["batch"] == next(iter(server.batches)) and entry["found_again"] is True and entry["collected"]
+
+
+def test_a_kill_inside_the_upload_then_resume_submits_once(tmp_path):
+    fault = blocking("upload")
+    with BatchServer(polls=2, fault=fault) as server:
+        process = start(tmp_path, SPECS["openai"].format(url=server.url))
+        assert fault.done.wait(30)
+        process.send_signal(signal.SIGKILL)
+        process.communicate(timeout=10)
+        run = the_run(tmp_path)
+        assert not (run / "batches.jsonl").exists()  # nothing was being created yet
+        resumed = resume(run)
+    assert resumed.exit_code == 0, resumed.output
+    assert sorted(all_samples(run)) == PLANNED
+    assert len(server.batches) == 1 and len(server.submitted) == 6 and server.calls["upload"] == 2
+
+
+@pytest.mark.parametrize("api", ["openai", "anthropic"])
+def test_a_kill_while_results_download_then_resume_collects_without_resending(tmp_path, api):
+    def fault(kind, n, handle, request):
+        if kind == "download" and n == 1:
+            reply = handle()
+            downloading.set()
+            return Reply(body=reply.body, content_type=reply.content_type, trickle=5)
+        return handle()
+
+    downloading = threading.Event()
+    with BatchServer(polls=1, fault=fault) as server:
+        process = start(tmp_path, SPECS[api].format(url=server.url))
+        assert downloading.wait(30)
+        process.send_signal(signal.SIGKILL)
+        process.communicate(timeout=10)
+        run = the_run(tmp_path)
+        resumed = resume(run)
+    assert resumed.exit_code == 0, resumed.output
+    assert sorted(all_samples(run)) == PLANNED
+    assert len(server.batches) == 1 and len(server.submitted) == 6
+
+
+@pytest.mark.parametrize("api", ["openai", "anthropic"])
+def test_a_create_whose_reply_times_out_is_found_not_made_again(tmp_path, api):
+    def fault(kind, n, handle, request):
+        if kind == "create" and n == 1:
+            reply = handle()  # accepted by the provider; the reply comes after the client gave up
+            return Reply(body=reply.body, content_type=reply.content_type, delay=30)
+        return handle()
+
+    with BatchServer(polls=1, fault=fault) as server:
+        result = run_batch(tmp_path, api, server, "--timeout", "2", "--max-retry-wait", "0.05")
+    assert result.exit_code == 0, result.output
+    assert sorted(all_samples(run_dir_of(result))) == PLANNED
+    assert server.calls["create"] == 1 and len(server.batches) == 1 and len(server.submitted) == 6
+
+
+def test_an_anthropic_batch_found_again_is_confirmed_by_its_custom_ids(tmp_path):
+    """Anthropic batches carry no metadata: a resume takes a batch of the same size created near
+    the recorded time. When that batch is another's, none of its results name this run's requests:
+    nothing of it is recorded, and the requests go out again."""
+    fault = blocking("create", create_first=False)  # the killed create made nothing
+    with BatchServer(polls=1, fault=fault) as server:
+        process = start(tmp_path, SPECS["anthropic"].format(url=server.url))
+        assert fault.done.wait(30)
+        process.send_signal(signal.SIGKILL)
+        process.communicate(timeout=10)
+        run = the_run(tmp_path)
+        foreign = server._new("anthropic", [(f"other-{i}", {"model": "claude-test", "messages": [
+            {"role": "user", "content": "question 9"}]}) for i in range(6)])  # another's batch, same size
+        resumed = resume(run)
+    assert resumed.exit_code == 0, resumed.output
+    samples = all_samples(run)
+    assert sorted(samples) == PLANNED and all(s["error"] is None for s in samples.values())
+    assert all(s["batch"] != foreign.id and s["attempts"] == 2 for s in samples.values())
+    assert all(s["attempts_log"][0]["kind"] == "batch_missing" for s in samples.values())
+    kept = (run / "raw" / f"{foreign.id}.unmatched.jsonl").read_bytes().splitlines()
+    assert len(kept) == 6 and all(b'"other-' in line for line in kept)

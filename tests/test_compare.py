@@ -142,7 +142,7 @@ def test_compare_inside_one_run(tmp_path):
     assert gate.stderr.startswith("FAIL: header_present got worse: old 100.0% -> new 13.3% (-87 points")
     assert compare_cli(f"{run}#prompt=new", f"{run}#prompt=old", "--fail-if-worse").exit_code == 0
     table = compare_cli(f"{run}#prompt=old", f"{run}#prompt=new").stdout
-    assert "A>B: new is worse than old on header_present: old 15/15, new 2/15 (B - A = -87 points" in table
+    assert "new worse on header_present: old 15/15, new 2/15 (B - A = -87 points" in table
     assert "cases that moved (5 of 5)" in table
     assert "would it generalise: not shown; 5 of 5 cases moved" in table  # sign test: 5 is not enough
 
@@ -197,7 +197,7 @@ def test_ambiguous_and_unknown_selectors_are_exit_2(tmp_path):
     run = record_run(tmp_path, {"old": [3] * 5, "new": [3] * 5})
     result = compare_cli(str(run), f"{run}#prompt=new")
     assert result.exit_code == 2
-    assert "matches 2 arms; the run has: prompt=old,model=openai:m@" in result.stderr
+    assert f"matches 2 arms, and both sides are this run: choose one arm for each side, from '{run}#prompt=old', '{run}#prompt=new'" in result.stderr
     result = compare_cli(f"{run}#prompt=nope", f"{run}#prompt=new")
     assert result.exit_code == 2 and "matches no arm" in result.stderr
     vibes = compare_cli(f"{run}#prompt=old", f"{run}#prompt=new", "--metric", "vibes")

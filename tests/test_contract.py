@@ -14,7 +14,7 @@ from servers import LocalServer, Reply
 from promptprobe import config, probeset
 from promptprobe.checks import METRICS
 from promptprobe.cli import main
-from promptprobe.views.compare import render_comparison
+from promptprobe.views.compare import Side, compare_sides, finish, render_comparison
 from promptprobe.views.tables import color_enabled, table
 
 DOCS = "\n".join(path.read_text(encoding="utf-8") for path in sorted((ROOT / "docs").glob("*.md")))
@@ -155,16 +155,13 @@ def test_colour_only_on_a_terminal_without_no_color(monkeypatch):
     monkeypatch.setenv("NO_COLOR", "1")
     assert color_enabled(Terminal()) is False
     assert color_enabled(object()) is False
-    result = {"metric": "header_present", "a": {"label": "A", "name": "v1", "k": 9, "n": 10, "rate": 0.9, "errors": 0},
-              "b": {"label": "B", "name": "v2", "k": 1, "n": 10, "rate": 0.1, "errors": 0}, "diff": -0.8,
-              "newcombe": [-0.9, -0.5], "effect": {"estimate": -0.8, "interval": [-0.9, -0.6], "method": "m"},
-              "p_adjusted": 0.001, "higher_is_better": True,
-              "p_value": 0.001, "p_boschloo": None, "design": "unpaired", "verdict": "A>B", "worse": True,
-              "test": "permutation over cases", "repeats_needed": None, "n_needed_per_arm": 5, "paired": None,
-              "notes": []}
+    a = Side("A", {f"q{i}": [1, 1, 0] if i < 9 else [0, 1, 0] for i in range(10)}, name="v1")
+    b = Side("B", {f"q{i}": [1, 1, 0] if i < 1 else [0, 1, 0] for i in range(10)}, name="v2")
+    result = finish(compare_sides(a, b, hints=False))
+    assert result["words"]["verdict"] == "v2 worse"
     coloured = render_comparison({"results": [result]}, color=True)
     plain = render_comparison({"results": [result]}, color=False)
-    assert "\x1b[31mA>B" in coloured and "\x1b[" not in plain
+    assert "\x1b[31mv2 worse" in coloured and "\x1b[" not in plain
 
 
 def test_every_command_has_help_with_an_example_and_report_explains_its_columns():

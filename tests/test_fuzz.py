@@ -384,3 +384,259 @@ def test_random_fault_scenarios_end_in_a_documented_state(tmp_path_factory, scri
                 assert (run / sample["raw"]["path"]).read_bytes().startswith(b"[[ANSWER]]")
         written = b"".join(p.read_bytes() for p in run.rglob("*") if p.is_file())
         assert KEY.encode() not in written and KEY[:20].encode() not in written
+
+
+# -- batch replies ---------------------------------------------------------------------------------
+
+BATCH_LINES = {
+    "openai": {"id": "batch_req_1", "custom_id": "k-p0", "error": None, "response": {
+        "status_code": 200, "request_id": "req_1", "body": json.loads(openai_body("[[ANSWER]]\nok", "m", None))}},
+    "anthropic": {"custom_id": "k-p0", "result": {
+        "type": "succeeded", "message": json.loads(anthropic_body("[[ANSWER]]\nok", "m", None))}},
+}
+BATCH_VIEWS = {
+    "openai": {"id": "batch_1", "object": "batch", "status": "completed", "input_file_id": "file-1",
+               "output_file_id": "file-2", "error_file_id": None, "created_at": 1, "endpoint": "/v1/chat/completions",
+               "completion_window": "24h", "request_counts": {"total": 1, "completed": 1, "failed": 0}},
+    "anthropic": {"id": "msgbatch_1", "type": "message_batch", "processing_status": "ended",
+                  "request_counts": {"processing": 0, "succeeded": 1, "errored": 0, "canceled": 0, "expired": 0},
+                  "created_at": "2026-11-30T00:00:00Z", "expires_at": "2026-12-01T00:00:00Z"},
+}
+
+
+@st.composite
+def result_lines(draw, provider: str) -> list[bytes]:
+    """Result lines as a batch API might send them: valid, with parts deleted or replaced, or junk."""
+    lines = []
+    for _ in range(draw(st.integers(1, 4))):
+        if draw(st.booleans()):
+            lines.append(json.dumps(mutated(BATCH_LINES[provider], draw)).encode())
+        else:
+            lines.append(draw(st.binary(min_size=1, max_size=40).filter(lambda b: b"\n" not in b and b.strip())))
+    return lines
+
+
+@st.composite
+def batch_views(draw, provider: str) -> object:
+    """A batch as the retrieve call might answer it: valid, mutated, or any JSON at all."""
+    return mutated(BATCH_VIEWS[provider], draw) if draw(st.booleans()) else draw(json_values)
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+def test_any_batch_reply_is_read_or_is_a_provider_error(provider, monkeypatch):
+    """A batch's state and its result lines through the real SDKs: a BatchState or a ProviderError,
+    and every line a result (a completion or a failure carrying the line's bytes), never an exception."""
+    from promptprobe.providers.batching import BatchState
+
+    monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
+    current: dict[str, object] = {}
+
+    def respond(request):
+        if request.path.endswith(("/results", "/content")):
+            return Reply(body=b"\n".join(current["lines"]) + b"\n", content_type="application/octet-stream")
+        if current.get("view") is None:  # the SDK looks at the batch before its results: a good one
+            view = dict(BATCH_VIEWS[provider], results_url=f"{server.url}/v1/messages/batches/batch_1/results")
+            return Reply(body=json.dumps(view).encode())
+        return Reply(body=json.dumps(current["view"]).encode())
+
+    with LocalServer(respond) as server:
+        spec = f"anthropic:m@{server.url}" if provider == "anthropic" else f"openai:m@{server.url}/v1"
+        api = make_provider(parse_model_spec(spec), GenerationParams(timeout=5)).batch_api()
+        ended = BatchState("ended", True, files={"output": "file-2"})
+
+        @settings(max_examples=100, deadline=None, derandomize=True,
+                  suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+        @given(batch_views(provider), result_lines(provider))
+        def check(view, lines):
+            current.update(view=view, lines=lines)
+            try:
+                state = api.state("batch_1")
+            except ProviderError as error:
+                assert error.kind in ("bad_body", "http_status", "api", "connection")
+            else:
+                assert isinstance(state, BatchState) and isinstance(state.status, str)
+            current["view"] = None
+            results = list(api.results("batch_1", ended))
+            assert [r.line for r in results] == lines
+            for result in results:
+                assert (result.completion is None) != (result.error is None)
+                if result.error is not None:
+                    assert isinstance(result.error, ProviderError) and result.error.body == result.line
+
+        check()
+        api.provider.close()
+
+
+# -- bad input is one sentence, from the CLI and from Python (issue 25, item 8) ---------------------
+
+import inspect  # noqa: E402
+import math  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+
+import promptprobe  # noqa: E402
+import promptprobe.testing  # noqa: E402
+
+HOSTILE_VALUES = [None, 123, -5, 0, 2, 10**30, math.nan, math.inf, True, "x", "", "yes", [], [123], [None], {},
+                  object(), b"bytes", "a\0b", "x" * 5000, 0.5, 1.5, "\x1b]0;t\x07"]
+
+
+def _number_in(low, high, low_open=False, high_open=False, optional=True, whole=False):
+    def valid(value):
+        if value is None:
+            return optional
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+            return False
+        if whole and not float(value).is_integer():
+            return False
+        return (value > low if low_open else value >= low) and (value < high if high_open else value <= high)
+    return valid
+
+
+def _text(value):
+    return isinstance(value, str) and value != "" and "\0" not in value and len(value) <= 4096
+
+
+def _texts(value, optional=False):
+    if value is None:
+        return optional
+    if _text(value):
+        return True
+    return isinstance(value, list) and (bool(value) or optional) and all(_text(v) for v in value)
+
+
+COUNT = _number_in(1, math.inf, whole=True)
+# What each argument of the public API takes; every other value must be an InputError naming it.
+VALID = {
+    "probeset": _text, "prompts": _texts, "models": lambda v: _texts(v, optional=True),
+    "config": lambda v: v is None or _text(v), "retrieval": lambda v: v in (None, "none"),
+    "repeats": _number_in(1, 1_000_000, whole=True), "until_decided": lambda v: isinstance(v, bool),
+    "metric": lambda v: _texts(v), "detect": _number_in(0, 100, low_open=True, optional=False),
+    "alpha": _number_in(0, 0.5, low_open=True, optional=False), "runs_dir": lambda v: v is None or _text(v),
+    "concurrency": _number_in(1, 1000, whole=True), "max_tokens": _number_in(1, 1_000_000, whole=True),
+    "temperature": _number_in(0, 100), "seed": _number_in(-(2**63), 2**63 - 1, whole=True),
+    "batch": lambda v: v is None or isinstance(v, bool), "cache": lambda v: v is None or isinstance(v, bool),
+    "max_cost": _number_in(0, math.inf), "poll_interval": _number_in(0, 3600),
+    "run_ref": _text, "by_tag": lambda v: isinstance(v, bool), "classification": COUNT, "top_k": COUNT,
+    "a": _text, "b": _text, "baseline": _text, "candidate": _text, "all_metrics": lambda v: isinstance(v, bool),
+    "p1": _number_in(0, 1), "p2": _number_in(0, 1), "p": _number_in(0, 1), "icc": _number_in(0, 1),
+    "n": COUNT, "cases": COUNT, "gate_any_of": COUNT, "power": _number_in(0.5, 1, high_open=True, optional=False),
+    "sequential": lambda v: isinstance(v, bool),
+}
+
+
+@pytest.fixture(scope="module")
+def a_run(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("api")
+    write_probeset(folder / "p.toml", [("c0", "q0", None), ("c1", "q1", None)])
+    with LocalServer() as server:
+        result = promptprobe.run(folder / "p.toml", [PROMPT, f"b={PROMPT}"], [f"openai:m@{server.url}/v1"],
+                                 retrieval="none", runs_dir=folder / "runs")
+    return folder, result.path
+
+
+def test_every_argument_of_the_python_api_refuses_what_it_does_not_take_with_one_input_error(a_run):
+    """Every public function (promptprobe.__all__ and promptprobe.testing), every argument, every
+    hostile value its kind does not take: an InputError naming the argument, never a TypeError,
+    AttributeError, ValueError or OSError from inside, and nothing written."""
+    folder, run = a_run
+    down = "openai:m@http://127.0.0.1:9/v1"  # refused: a value wrongly taken ends in StartError, not a run
+    baselines = {
+        promptprobe.run: {"probeset": str(folder / "p.toml"), "prompts": [PROMPT], "models": [down],
+                          "retrieval": "none", "runs_dir": str(folder / "fresh")},
+        promptprobe.load: {"run_ref": str(run)},
+        promptprobe.report: {"run_ref": str(run)},
+        promptprobe.compare: {"a": f"{run}#prompt=always-header", "b": f"{run}#prompt=b"},
+        promptprobe.plan: {"p1": 0.5, "p2": 0.7},
+        promptprobe.testing.assert_not_worse: {"baseline": f"{run}#prompt=always-header",
+                                               "candidate": f"{run}#prompt=b"},
+    }
+    tried = clean = 0
+    unclean = []
+    for function, baseline in baselines.items():
+        for name in inspect.signature(function).parameters:
+            valid = VALID[name]
+            for value in HOSTILE_VALUES:
+                if valid(value):
+                    continue
+                if function is promptprobe.run and name == "metric" and isinstance(value, str):
+                    continue  # a name: an unknown one is said when the run knows its metrics
+                tried += 1
+                try:
+                    function(**{**baseline, name: value})
+                except promptprobe.InputError as exc:
+                    if name in str(exc) and "\n" not in str(exc):
+                        clean += 1
+                        continue
+                    unclean.append((function.__name__, name, value, f"InputError not naming it: {exc}"))
+                except Exception as exc:  # what must never come out of the API
+                    unclean.append((function.__name__, name, repr(value)[:40], f"{type(exc).__name__}: {exc}"[:200]))
+                else:
+                    unclean.append((function.__name__, name, repr(value)[:40], "accepted"))
+    assert not (folder / "fresh").exists()
+    assert unclean == [], "\n".join(map(str, unclean))
+    print(f"Python API bad inputs clean: {clean} / {tried}")
+
+
+def test_report_rate_names_an_unknown_metric(a_run):
+    _, run = a_run
+    report = promptprobe.report(run)
+    with pytest.raises(promptprobe.InputError, match="metric='nope': this report has header_present"):
+        report.rate("nope", prompt="b")
+    with pytest.raises(promptprobe.InputError, match="prompt=5"):
+        report.rate("header_present", prompt=5)
+
+
+PROBE = str(Path(sys.executable).parent / "probe")
+CLI_HOSTILE = ["x" * 300, "x" * 5000, "/dev/null", "adir", "", "-", "a/" * 2000, "\x1b]0;t\x07",
+               "missing/deeper/file.toml", "latest~99999999999999999999", "latest~-1"]
+
+
+def test_every_path_and_name_argument_of_the_cli_is_one_sentence_never_a_traceback(a_run, tmp_path, monkeypatch):
+    """Each command, each argument that names a file, a run, a spec or a metric, each hostile value:
+    an exit code of docs/cli.md, one `error:` line when it is bad input, never a traceback."""
+    _, run = a_run
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "adir").mkdir()
+    write_probeset(tmp_path / "p.toml", [("c0", "q0", None)])
+    r = str(run)
+    templates = [
+        ["check", "{}"], ["classify", "{}"], ["run", "{}", "--prompt", PROMPT, "--retrieval", "none", "--dry-run"],
+        ["run", "p.toml", "--prompt", "{}", "--retrieval", "none", "--dry-run"],
+        ["run", "p.toml", "--prompt", "n={}", "--retrieval", "none", "--dry-run"],
+        ["run", "p.toml", "--prompt", PROMPT, "--config", "{}", "--dry-run"],
+        ["run", "p.toml", "--prompt", PROMPT, "--retrieval", "{}", "--dry-run"],
+        ["run", "p.toml", "--prompt", PROMPT, "--retrieval", "none", "-m", "{}", "--dry-run"],
+        ["run", "p.toml", "--prompt", PROMPT, "--retrieval", "none", "-m", "openai:m@http://{}/v1", "--dry-run"],
+        ["run", "p.toml", "--prompt", PROMPT, "--retrieval", "none", "--runs-dir", "{}", "-m",
+         "openai:m@http://127.0.0.1:9/v1"],
+        ["run", "--resume", "{}"], ["report", "{}"], ["report", r, "-o", "{}"], ["report", "latest", "--runs-dir", "{}"],
+        ["compare", "{}", r], ["compare", r, "{}"], ["compare", r + "#{}", r], ["compare", r, r, "--metric", "{}"],
+        ["why", "{}"], ["why", r, "--metric", "{}"], ["show", "{}"], ["show", r, "--sample", "{}"],
+        ["show", r, "--case", "{}"], ["export", "{}"], ["export", r, "-o", "{}"], ["runs", "--runs-dir", "{}"],
+        ["plan", "--p1", "0.5", "--p2", "0.6", "-o", "{}"],
+    ]
+    tried = clean = 0
+    unclean = []
+    for template in templates:
+        for value in CLI_HOSTILE:
+            args = [part.replace("{}", value) for part in template]
+            result = CliRunner().invoke(main, args)
+            tried += 1
+            traceback = result.exception is not None and not isinstance(result.exception, SystemExit)
+            errors = [line for line in result.stderr.splitlines() if line.startswith(("error:", "Error:"))]
+            if traceback or result.exit_code not in (0, 1, 2, 3) or (result.exit_code == 2 and len(errors) != 1):
+                unclean.append(([a[:30] for a in args], result.exit_code, repr(result.exception)[:100]))
+            else:
+                clean += 1
+    # The two of the issue, through a real process.
+    for args in (["report", "r" * 5000], ["run", "p.toml", "--prompt", PROMPT, "--retrieval", "none", "-m",
+                                          "openai:m@http://[::1/v1"]):
+        done = subprocess.run([PROBE, *args], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+        tried += 1
+        if done.returncode == 2 and done.stderr.count("\n") == 1 and "Traceback" not in done.stderr:
+            clean += 1
+        else:
+            unclean.append((args[:2], done.returncode, done.stderr[-300:]))
+    assert unclean == [], "\n".join(map(str, unclean))
+    print(f"CLI bad inputs clean: {clean} / {tried}")

@@ -128,6 +128,12 @@ def test_verdict_means_the_same_in_every_design(matrix_runs, design, metric, sce
     assert (data["verdict"], data["worse"]) == (verdict, worse)
     # The effect shown agrees with the verdict, and so does the rate difference here.
     assert math.copysign(1, data["effect"]["estimate"]) == (1 if verdict == "B>A" else -1)
+    # The interval beside the verdict excludes 0 on the verdict's side, with the estimate inside.
+    lo, hi = data["effect"]["interval"]
+    assert lo <= data["effect"]["estimate"] <= hi and (lo > 0 if verdict == "B>A" else hi < 0)
+    # In words: the candidate's name and the metric's direction.
+    assert data["better_arm"] == ("A" if worse else "B")
+    assert data["words"]["verdict"] == f"{data['b']['name']} {'worse' if worse else 'better'}"
     if design == "sequential":
         rounds = read_jsonl(Path(a.split("#")[0]) / "sequential.jsonl")
         assert rounds[-1]["decision"] == verdict and rounds[-1]["worse"] is worse and rounds[-1]["stop"]
@@ -139,7 +145,7 @@ def test_verdict_means_the_same_in_every_design(matrix_runs, design, metric, sce
         assert ("higher is better" if metric == "header_present" else "lower is better") in failures[0]
     else:
         assert gate.exit_code == 0 and failures == []
-        assert "is better than" in gate.stdout
+        assert f"{data['b']['name']} better on {metric}" in gate.stdout
 
 
 # -- Holm ---------------------------------------------------------------------------------------

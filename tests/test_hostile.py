@@ -360,15 +360,42 @@ def test_every_file_probe_writes_is_private(tmp_path):
 # -- Ctrl-C ---------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("delay", [0.15, 0.4, 0.8, 1.5])
-def test_ctrl_c_at_any_moment_exits_130_never_1(tmp_path, delay):
-    with LocalServer(lambda r: Reply("[[ANSWER]]\nok", delay=0.3)) as server:
+def _recorded(runs: Path) -> int:
+    found = list(runs.glob("*/samples.jsonl")) if runs.exists() else []
+    return len(found[0].read_bytes().splitlines()) if found else 0
+
+
+# Moments of a run, each seen from outside (never a sleep that a loaded machine can outrun).
+MOMENTS = {
+    "retrieval checked, nothing created": lambda server, runs: any(
+        r.path.startswith("/search") for r in server.requests
+    ),
+    "run directory written": lambda server, runs: bool(runs.exists() and list(runs.glob("*/manifest.json"))),
+    "first call in flight": lambda server, runs: len(server.requests) >= 1,
+    "some samples recorded": lambda server, runs: _recorded(runs) >= 3,
+    "last calls in flight": lambda server, runs: len(server.requests) >= 18,
+}
+
+
+@pytest.mark.parametrize("moment", list(MOMENTS))
+def test_ctrl_c_at_any_moment_exits_130_never_1(tmp_path, moment):
+    def reply(request):
+        if request.path.startswith("/search"):  # the check before anything is created: held
+            return Reply(body=b'{"results": []}', content_type="application/json", delay=30)
+        return Reply("[[ANSWER]]\nok", delay=0.3)
+
+    with LocalServer(reply) as server:
+        (tmp_path / "probe.toml").write_text(
+            f'[retrieval]\nkind = "http"\nurl = "{server.url}/search"\nbody = {{ query = "{{question}}" }}\n'
+            'results = "results"\n'
+        )
+        retrieval = ["--config", str(tmp_path / "probe.toml")] if moment.startswith("retrieval") else [
+            "--retrieval", "none"]
         process = subprocess.Popen(
             [
                 PROBE,
                 "run",
-                "--retrieval",
-                "none",
+                *retrieval,
                 str(write_probeset(tmp_path / "p.toml", [(f"c{i}", f"q{i}", None) for i in range(20)])),
                 "--prompt",
                 PROMPT,
@@ -382,16 +409,21 @@ def test_ctrl_c_at_any_moment_exits_130_never_1(tmp_path, delay):
             text=True,
             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         )
-        time.sleep(delay)
+        deadline = time.monotonic() + 60
+        while not MOMENTS[moment](server, tmp_path / "runs"):
+            assert process.poll() is None and time.monotonic() < deadline, moment
+            time.sleep(0.005)
         process.send_signal(signal.SIGINT)
         _, stderr = process.communicate(timeout=30)
     assert process.returncode == 130, stderr
     assert "Traceback" not in stderr and "Aborted" not in stderr
-    runs = list((tmp_path / "runs").iterdir()) if (tmp_path / "runs").exists() else []
-    if runs:
-        assert f"probe run --resume {runs[0]}" in stderr
-    else:
-        assert stderr.strip().splitlines()[-1] == "interrupted"
+    if moment.startswith("retrieval"):
+        assert not (tmp_path / "runs").exists()
+        assert stderr.strip().splitlines()[-1] == "interrupted: nothing was recorded (no run directory was created)"
+        return
+    (run,) = (tmp_path / "runs").iterdir()
+    assert f"probe run --resume {run}" in stderr
+    assert json.loads((run / "manifest.json").read_text())["status"] == "interrupted"
 
 
 # -- bad input: one sentence, exit 2 ------------------------------------------------------------------
@@ -556,3 +588,384 @@ def test_the_report_of_a_run_with_a_key_in_its_bodies_shows_none_of_it(tmp_path)
     assert no_trace_of(KEY, html.read_bytes()) and no_trace_of(KEY, everything_written(outcome.path))
     assert os.stat(html).st_mode & 0o077 == 0
     assert run_dir_of  # imported for the fuzz module's use as well
+
+
+# -- secrets in every promised form (issue 25, item 5) ---------------------------------------------
+
+OPENAI_KEY = "sk-test-hostile-openai-0123456789abcdefXYZ"
+# No long run of one character: twelve zeros of a key would be found in any float of a report.
+ANTHROPIC_KEY = "sk-ant-hostile-9f3Kq2Lm8Xv4Tz7Rw1Bn6Hd5"
+PLACES = ("raw text", "response body", "request id header", "model field", "stop reason", "error body",
+          "error message")
+
+
+def leaks(key: str, data: bytes) -> list[str]:
+    """How the key can still be read from `data` (an independent reader: JSON escapes undone
+    however deep, percent-decoding, base64 decoded at every alignment with line breaks removed)."""
+    import re
+    import urllib.parse
+
+    text = data.decode("utf-8", "replace")
+    unescaped = text
+    for _ in range(4):
+        unescaped = re.sub(r"\\+u([0-9a-fA-F]{4})", lambda m: chr(int(m.group(1), 16)), unescaped)
+        unescaped = re.sub(r"\\+/", "/", unescaped)
+    decoded = urllib.parse.unquote(unescaped)
+    found = [name for name, view in (("as written", text), ("JSON-unescaped", unescaped),
+                                     ("percent-decoded", decoded)) if not no_trace_of(key, view.encode())]
+    flat = re.sub(r"\r|\n|\\+r|\\+n", "", decoded)
+    for run in re.findall(r"[A-Za-z0-9+/_-]{16,}", flat):
+        for start in range(4):
+            chunk = run[start:][: (len(run) - start) // 4 * 4]
+            for decode in (base64.b64decode, base64.urlsafe_b64decode):
+                try:
+                    if not no_trace_of(key, decode(chunk)):
+                        found.append("base64")
+                except ValueError:
+                    continue
+    return found
+
+
+def around(key: str, text: str) -> str:
+    """The text around the first piece of the key found as written (for a failure's message)."""
+    for i in range(len(key) - 11):
+        at = text.find(key[i : i + 12])
+        if at >= 0:
+            return text[max(0, at - 150) : at + 150]
+    return text[:300]
+
+
+def test_the_leak_reader_finds_every_form_it_is_given():
+    """The reader below is what the secret tests trust: it must see each form before scrubbing."""
+    from servers import secret_forms
+
+    for name, form in secret_forms(OPENAI_KEY).items():
+        for wrapped in (form, json.dumps(form), json.dumps(json.dumps(form))):
+            assert leaks(OPENAI_KEY, wrapped.encode()), (name, wrapped)
+
+
+def echoing_server_reply(forms: dict[str, str], key_header: str, counts: dict[str, int]):
+    """A server that echoes the caller's key, in the form the question names, in every place a
+    reply has: the error body and message of a first attempt (500), then the answer's text,
+    request id header, model field and stop reason (streamed or not)."""
+    from servers import key_of, secret_forms
+
+    def reply(request):
+        payload = request.json
+        content = payload["messages"][-1]["content"]
+        name = forms[content if isinstance(content, str) else content[0]["text"]]
+        form = secret_forms(key_of(request))[name]
+        one_line = form.replace("\r\n", "")
+        counts[name] = counts.get(name, 0) + 1
+        if counts[name] == 1:
+            # The form goes into the JSON text as it is: a \u-escaped key is read back by json.loads.
+            quoted = json.dumps(form)[1:-1] if "\r" in form else form
+            body = ('{"error": {"message": "invalid api key ' + quoted + '", "type": "api_error"}}').encode()
+            return Reply(status=500, body=body, headers={key_header: one_line})
+        return Reply(f"[[ANSWER]]\nyour key is {form}.", headers={key_header: one_line}, model=form, stop=form)
+
+    return reply
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+def test_no_promised_form_of_a_key_reaches_a_file_an_export_or_a_printed_line(tmp_path, monkeypatch, provider,
+                                                                             stream):
+    from servers import secret_forms
+
+    key = OPENAI_KEY if provider == "openai" else ANTHROPIC_KEY
+    monkeypatch.setenv("OPENAI_API_KEY", OPENAI_KEY)
+    monkeypatch.setenv("ANTHROPIC_API_KEY", ANTHROPIC_KEY)
+    names = list(secret_forms(key))
+    forms = {f"q{i}": name for i, name in enumerate(names)}
+    counts: dict[str, int] = {}
+    header = "x-request-id" if provider == "openai" else "request-id"
+    with LocalServer(echoing_server_reply(forms, header, counts)) as server:
+        env = "OPENAI_API_KEY" if provider == "openai" else "ANTHROPIC_API_KEY"
+        (tmp_path / "probe.toml").write_text(
+            f'[run]\nmodels = [{{ spec = "{spec(provider, server.url)}", api_key_env = "{env}" }}]\n')
+        probes_file = write_probeset(tmp_path / "p.toml", [(f"c{i}", q, None) for i, q in enumerate(forms)])
+        printed = CliRunner().invoke(main, ["run", str(probes_file), "--prompt", PROMPT, "--retrieval", "none",
+                                            "--config", str(tmp_path / "probe.toml"), "--runs-dir",
+                                            str(tmp_path / "runs"), "--max-attempts", "2", "--max-retry-wait", "0",
+                                            *(["--stream"] if stream else []), "--json"])
+    assert printed.exit_code == 0, printed.output
+    run = Path(json.loads(printed.stdout)["run"])
+    samples = read_jsonl(run / "samples.jsonl")
+    assert len(samples) == len(names) and all(s["attempts"] == 2 and s["error"] is None for s in samples)
+    assert all("removed]" in s["attempts_log"][0]["body"] for s in samples)  # the error body was kept, scrubbed
+    outputs = {"probe run --json": printed.stdout + printed.stderr}
+    for args in (["report", str(run)], ["report", str(run), "--format", "md"], ["report", str(run), "--json"],
+                 ["report", str(run), "--format", "html"], ["show", str(run)], ["show", str(run), "--json"],
+                 ["export", str(run)], ["export", str(run), "--format", "json"],
+                 ["export", str(run), "--format", "jsonl"], ["export", str(run), "--format", "csv"],
+                 ["export", str(run), "--format", "table"], ["runs", "--runs-dir", str(tmp_path / "runs")]):
+        result = CliRunner().invoke(main, args)
+        assert result.exit_code == 0, (args, result.output)
+        outputs[f"probe {' '.join(args[:1] + args[2:])}"] = result.stdout + result.stderr
+    for path in run.rglob("*"):
+        if path.is_file():
+            outputs[str(path.relative_to(run))] = path.read_bytes().decode("utf-8", "replace")
+    for sample in samples:  # json.loads of a stored error body must not give the key back either
+        outputs[f"{sample['sample_id']} attempts_log body, json.loads"] = json.dumps(
+            json.loads(sample["attempts_log"][0]["body"]))
+    leaked = {where: found for where, text in outputs.items() if (found := leaks(key, text.encode()))}
+    assert leaked == {}, {where: around(key, outputs[where]) for where in leaked}
+    tried = len(names) * len(PLACES)
+    print(f"secret forms leaked ({provider}, {'stream' if stream else 'json'}): 0 / {tried}")
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+def test_no_promised_form_of_a_key_reaches_a_batch_runs_files(tmp_path, monkeypatch, provider):
+    """The batch path writes through the same scrubber: the result lines (each sample's body), the
+    ledger, the attempts of a request that failed in its first batch (Anthropic: the error type
+    echoes the key), the raw text and the exports."""
+    from batch_server import BatchServer
+    from servers import secret_forms
+
+    key = OPENAI_KEY if provider == "openai" else ANTHROPIC_KEY
+    monkeypatch.setenv("OPENAI_API_KEY", OPENAI_KEY)
+    monkeypatch.setenv("ANTHROPIC_API_KEY", ANTHROPIC_KEY)
+    forms = secret_forms(key)
+    names = list(forms)
+    seen: dict[str, int] = {}
+
+    def answer(custom_id, body):
+        content = body["messages"][-1]["content"]
+        question = content if isinstance(content, str) else content[0]["text"]
+        form = forms[names[int(question[1:])]]
+        seen[question] = seen.get(question, 0) + 1
+        if provider == "anthropic" and seen[question] == 1:
+            return ("error", form)  # a transient error whose type echoes the key: retried
+        return f"[[ANSWER]]\nyour key is {form}."
+
+    with BatchServer(polls=1, answer=answer) as server:
+        env = "OPENAI_API_KEY" if provider == "openai" else "ANTHROPIC_API_KEY"
+        (tmp_path / "probe.toml").write_text(
+            f'[run]\nmodels = [{{ spec = "{spec(provider, server.url)}", api_key_env = "{env}" }}]\n')
+        probes_file = write_probeset(tmp_path / "p.toml", [(f"c{i}", f"q{i}", None) for i in range(len(names))])
+        printed = CliRunner().invoke(main, ["run", str(probes_file), "--prompt", PROMPT, "--retrieval", "none",
+                                            "--config", str(tmp_path / "probe.toml"), "--runs-dir",
+                                            str(tmp_path / "runs"), "--batch", "--poll-interval", "0.02",
+                                            "--max-retry-wait", "0"])
+    assert printed.exit_code == 0, printed.output
+    run = run_dir_of(printed)
+    samples = read_jsonl(run / "samples.jsonl")
+    assert len(samples) == len(names) and all(s["via"] == "batch" and s["error"] is None for s in samples)
+    if provider == "anthropic":
+        assert all(s["attempts"] == 2 and "removed]" in s["attempts_log"][0]["message"] for s in samples)
+    outputs = {"probe run": printed.stdout + printed.stderr}
+    for args in (["export", str(run)], ["export", str(run), "--format", "json"], ["show", str(run)]):
+        outputs[" ".join(args)] = CliRunner().invoke(main, args).stdout
+    for path in run.rglob("*"):
+        if path.is_file():
+            outputs[str(path.relative_to(run))] = path.read_bytes().decode("utf-8", "replace")
+    leaked = {where: found for where, text in outputs.items() if (found := leaks(key, text.encode()))}
+    assert leaked == {}
+    places = 3 if provider == "anthropic" else 2  # result line and raw text (and the batch error)
+    print(f"secret forms leaked (batch, {provider}): 0 / {len(names) * places}")
+
+
+def test_every_promised_form_is_scrubbed_however_deep_it_is_quoted():
+    from servers import secret_forms
+
+    SCRUBBER.add("OPENAI_API_KEY", OPENAI_KEY)
+    tried = 0
+    for name, form in secret_forms(OPENAI_KEY).items():
+        for quoted in (form, json.dumps(form), json.dumps(json.dumps(form)), json.dumps({"a": [form]})):
+            for text in (quoted, f"before {quoted} after", f"x{quoted}y"):
+                scrubbed = SCRUBBER.text(text)
+                assert not leaks(OPENAI_KEY, scrubbed.encode()), (name, text, scrubbed)
+                assert not leaks(OPENAI_KEY, SCRUBBER.bytes(text.encode())), (name, text)
+                tried += 1
+    assert tried == len(secret_forms(OPENAI_KEY)) * 12
+
+
+# -- terminals are safe (issue 25, item 6) ---------------------------------------------------------
+
+HOSTILE_TEXT = ("[[ANSWER]]\nclipboard \x1b]52;c;cm0gLXJmIH4K\x07 title \x1b]0;owned\x07 csi \x9b31m red "
+                "\x1b[2J clear \x1bP tmux \x1b\\ bell \x07 cr \r over \x7f del \x85 nel \x00 nul")
+CONTROL_BYTES = {chr(c) for c in [*range(0, 9), *range(11, 32), *range(0x7F, 0xA0)]}
+
+
+def controls_in(text: str) -> list[str]:
+    """The control characters a terminal would act on (a CR ending a line, CSV's CRLF, is a newline)."""
+    return sorted({f"U+{ord(c):04X}" for c in text.replace("\r\n", "\n") if c in CONTROL_BYTES})
+
+
+def test_nothing_printed_carries_a_control_sequence_and_json_keeps_the_text(tmp_path):
+    """A model's output (and the model field, the stop reason) holding OSC 52, OSC 0, C1 CSI,
+    DCS, BEL, CR, DEL, NUL reaches no terminal through any command; JSON output keeps the very
+    same strings (spelled as JSON escapes)."""
+    reply = Reply(HOSTILE_TEXT, model="m\x1b]0;model\x07", stop="stop\x9b2J")
+    with LocalServer(lambda request: reply) as server:
+        result = CliRunner().invoke(main, ["run", str(write_probeset(tmp_path / "p.toml", [("c0", "q", "answer")])),
+                                           "--prompt", PROMPT, "--prompt", f"b={PROMPT}", "-m",
+                                           f"openai:m@{server.url}/v1", "--retrieval", "none",
+                                           "--runs-dir", str(tmp_path / "runs")])
+        assert result.exit_code == 0, result.output
+        run = str(run_dir_of(result))
+        printed = {"probe run": result.stdout + result.stderr}
+        commands = [["run", str(tmp_path / "p.toml"), "--prompt", PROMPT, "-m", f"openai:m@{server.url}/v1",
+                     "--retrieval", "none", "--runs-dir", str(tmp_path / "runs"), "--json"],
+                    ["report", run], ["report", run, "--format", "md"], ["report", run, "--json"],
+                    ["show", run], ["show", run, "--format", "md"], ["show", run, "--json"],
+                    ["export", run], ["export", run, "--format", "json"], ["export", run, "--format", "jsonl"],
+                    ["export", run, "--format", "csv"], ["export", run, "--format", "table"],
+                    ["why", run + "#prompt=always-header", "--metric", "header_absent"],
+                    ["compare", run + "#prompt=always-header", run + "#prompt=b"],
+                    ["runs", "--runs-dir", str(tmp_path / "runs")]]
+        for args in commands:
+            done = CliRunner().invoke(main, args)
+            assert done.exit_code == 0, (args, done.output)
+            printed[" ".join(args[:1] + args[2:4])] = done.stdout + done.stderr
+    assert {name: controls_in(text) for name, text in printed.items() if controls_in(text)} == {}
+    exported = json.loads(CliRunner().invoke(main, ["export", run, "--format", "json"]).stdout)
+    sample = exported["samples"][0]
+    assert sample["raw_text"] == HOSTILE_TEXT  # JSON output: the same text, its controls escaped
+    assert sample["sample"]["response"]["model"] == "m\x1b]0;model\x07"
+    assert "]52;c;cm0g" in CliRunner().invoke(main, ["export", run]).stdout  # shown, its ESC spelled out
+
+
+def test_a_file_written_with_o_keeps_the_exact_bytes(tmp_path):
+    with LocalServer(lambda request: Reply(HOSTILE_TEXT)) as server:
+        outcome, samples = probe(tmp_path, spec("openai", server.url), cases=1)
+    target = tmp_path / "export.json"
+    assert CliRunner().invoke(main, ["export", str(outcome.path), "--format", "json", "-o", str(target)]).exit_code == 0
+    assert json.loads(target.read_text())["samples"][0]["raw_text"] == HOSTILE_TEXT
+
+
+SPEC_WITH_ESCAPE = "openai:a\x1b]0;t\x07@http://127.0.0.1:9/v1"
+
+
+@pytest.mark.parametrize("where", ["flag", "probe.toml", "python"])
+def test_a_model_spec_with_a_control_character_is_bad_input_wherever_it_enters(tmp_path, where):
+    import promptprobe
+
+    probes_file = str(write_probeset(tmp_path / "p.toml", [("c0", "q", None)]))
+    if where == "python":
+        with pytest.raises(promptprobe.InputError, match=r"holds a control character \(ESC, U\+001B\)"):
+            promptprobe.run(probes_file, [PROMPT], [SPEC_WITH_ESCAPE], retrieval="none", runs_dir=tmp_path / "runs")
+        assert not (tmp_path / "runs").exists()
+        return
+    if where == "flag":
+        args = ["-m", SPEC_WITH_ESCAPE]
+    else:
+        (tmp_path / "c.toml").write_text(f"[run]\nmodels = [{json.dumps(SPEC_WITH_ESCAPE)}]\n")
+        args = ["--config", str(tmp_path / "c.toml")]
+    result = subprocess.run([PROBE, "run", probes_file, "--prompt", PROMPT, "--retrieval", "none", "--runs-dir",
+                             str(tmp_path / "runs"), *args], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2, result.stderr
+    assert not controls_in(result.stderr) and "Traceback" not in result.stderr
+    assert result.stderr.count("\n") == 1 and "holds a control character (ESC, U+001B)" in result.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+def test_every_printing_path_goes_through_one_function():
+    """cli.say prints (jsonio.warn for readers' warnings): no other print or click.echo in the package."""
+    import re
+
+    offenders = []
+    for path in (ROOT / "src" / "promptprobe").rglob("*.py"):
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            code = line.split("#")[0]
+            if re.search(r"\bclick\.echo\(|(?<![\w.])print\(|sys\.std(out|err)\.write\(", code):
+                offenders.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
+    allowed = {"src/promptprobe/cli.py", "src/promptprobe/jsonio.py", "src/promptprobe/api.py"}
+    assert [o for o in offenders if o.split(":")[0] not in allowed] == []
+    assert len([o for o in offenders if o.startswith("src/promptprobe/cli.py")]) == 1  # say() itself
+
+
+# -- what is recorded is what docs/runs.md says (issue 25, item 7) ---------------------------------
+
+BAD_USAGE = {
+    "openai": {"prompt_tokens": -5, "completion_tokens": {"n": 3}, "total_tokens": 1.5, "cached": "12",
+               "flag": True, "prompt_tokens_details": {"cached_tokens": 7, "audio_tokens": -1, "deep": {"x": 1}},
+               "completion_tokens_details": {"reasoning_tokens": 4}, "extra": {"tokens": 9}},
+    "anthropic": {"input_tokens": -5, "output_tokens": {"n": 3}, "cache_read_input_tokens": 11,
+                  "cache_creation_input_tokens": 2.0, "service_tier": "standard",
+                  "cache_creation": {"ephemeral_5m_input_tokens": 6, "ephemeral_1h_input_tokens": -2},
+                  "server_tool_use": {"web_search_requests": 1}, "input_tokens_extra": None},
+}
+KEPT_USAGE = {
+    "openai": {"prompt_tokens_details": {"cached_tokens": 7}, "completion_tokens_details": {"reasoning_tokens": 4}},
+    "anthropic": {"cache_read_input_tokens": 11, "cache_creation_input_tokens": 2, "cache_creation": {"ephemeral_5m_input_tokens": 6},
+                  "server_tool_use": {"web_search_requests": 1}},
+}
+
+
+def with_usage(provider: str, stream: bool, usage: dict) -> bytes:
+    from servers import anthropic_stream, openai_stream
+
+    text = "[[ANSWER]]\nok"
+    if not stream:
+        document = json.loads((openai_body if provider == "openai" else anthropic_body_)(text, "m", None))
+        document["usage"] = usage
+        return json.dumps(document).encode()
+    body = (openai_stream if provider == "openai" else anthropic_stream)(text, "m", None).decode()
+    events = []
+    for block in body.strip().split("\n\n"):
+        lines = dict(line.split(": ", 1) for line in block.splitlines())
+        data = lines["data"] if lines["data"] == "[DONE]" else json.loads(lines["data"])
+        if isinstance(data, dict) and provider == "openai" and data.get("usage"):
+            data["usage"] = usage
+        if isinstance(data, dict) and provider == "anthropic":
+            if data["type"] == "message_start":
+                data["message"]["usage"] = {k: v for k, v in usage.items() if k != "output_tokens"}
+            if data["type"] == "message_delta":
+                data["usage"] = {"output_tokens": usage["output_tokens"]}
+        events.append((lines.get("event"), data))
+    return sse(events)
+
+
+def anthropic_body_(text, model, stop):
+    from servers import anthropic_body
+
+    return anthropic_body(text, model, stop)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+def test_usage_values_that_are_not_counts_are_dropped(tmp_path, provider, stream):
+    body = with_usage(provider, stream, BAD_USAGE[provider])
+    content_type = "text/event-stream" if stream else "application/json"
+    with LocalServer(lambda r: Reply(body=body, content_type=content_type)) as server:
+        outcome, samples = probe(tmp_path, spec(provider, server.url), cases=1,
+                                 params=GenerationParams(stream=stream, timeout=10))
+    assert samples[0]["error"] is None, samples[0]["error"]
+    assert samples[0]["response"]["usage"] == KEPT_USAGE[provider]
+    report = json.loads(CliRunner().invoke(main, ["report", str(outcome.path), "--json"]).stdout)
+    assert report["arms"][0]["usage"]["input_tokens"] >= 0
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+def test_a_stream_cut_off_by_the_deadline_is_a_timeout_on_every_attempt(tmp_path, provider):
+    # The stream takes a minute to send; the deadline is half a second (whatever the load, a timeout).
+    with LocalServer(lambda r: Reply("[[ANSWER]]\n" + "x" * 400, trickle=0.05)) as server:
+        outcome, samples = probe(tmp_path, spec(provider, server.url), cases=1, max_attempts=2,
+                                 params=GenerationParams(stream=True, timeout=0.5))
+    sample = samples[0]
+    assert sample["error"]["kind"] == "timeout" and "within 0.5 s" in sample["error"]["message"]
+    assert [a["kind"] for a in sample["attempts_log"]] == ["timeout", "timeout"]
+
+
+@pytest.mark.parametrize("content_type", ["text/html", "text/event-stream"])
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+def test_an_html_page_answering_a_streamed_request_is_a_bad_body(tmp_path, provider, content_type):
+    page = b"<!DOCTYPE html>\n<html><body><h1>502 Bad Gateway</h1>\n<p>nginx</p></body></html>\n"
+    with LocalServer(lambda r: Reply(body=page, content_type=content_type)) as server:
+        outcome, samples = probe(tmp_path, spec(provider, server.url), cases=1,
+                                 params=GenerationParams(stream=True, timeout=10))
+    sample = samples[0]
+    assert sample["error"]["kind"] == "bad_body", sample["error"]
+    assert all(a["kind"] == "bad_body" and "502 Bad Gateway" in a["body"] for a in sample["attempts_log"])
+
+
+def test_a_stream_cut_before_its_final_event_is_still_truncated(tmp_path):
+    from servers import openai_stream
+
+    cut = openai_stream("[[ANSWER]]\nok", "m", None).split(b"\n\n")[:2]
+    with LocalServer(lambda r: Reply(body=b"\n\n".join(cut) + b"\n\n", content_type="text/event-stream")) as server:
+        outcome, samples = probe(tmp_path, spec("openai", server.url), cases=1,
+                                 params=GenerationParams(stream=True, timeout=10))
+    assert samples[0]["error"]["kind"] == "truncated"

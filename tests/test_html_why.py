@@ -5,6 +5,7 @@ import json
 import re
 import shutil
 import subprocess
+from html import escape
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -103,7 +104,11 @@ def test_compare_html_says_the_verdict_in_words(tmp_path):
                                        "-o", str(out)])
     assert result.exit_code == 0, result.output
     html = out.read_text()
-    assert 'data-verdict="A&gt;B"' in html and "new is worse than old on header_present: old 16/16, new 0/16" in html
+    assert 'data-verdict="A&gt;B"' in html and "new worse on header_present: old 16/16, new 0/16" in html
+    data = json.loads(CliRunner().invoke(main, ["compare", f"{run}#prompt=old", f"{run}#prompt=new", "--json"]).stdout)
+    # The page is the compare object's words: its verdict box and its sentence, interval included.
+    assert f'class="badge worse" data-metric="header_present">{escape(data["words"]["badge"])}<' in html
+    assert escape(data["words"]["sentence"]) in html and data["effect"]["interval"][1] < 0
     printed = CliRunner().invoke(main, ["compare", f"{run}#prompt=old", f"{run}#prompt=new", "--format", "html"])
     assert printed.exit_code == 0 and printed.stdout.startswith("<!doctype html>")  # HTML to stdout, for a pipe
     by_suffix = tmp_path / "by-suffix.html"

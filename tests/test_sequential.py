@@ -248,7 +248,7 @@ def test_clearly_different_prompts_stop_early_with_the_right_verdict(tmp_path):
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["sequential"]["max_rounds"] == 10 and manifest["status"] == "complete"
     said = result.stdout.replace("\n  ", " ")  # lines wrapped at the terminal's width, joined
-    assert ("sequential on header_present: B>A (b's rate is higher), decided at round 2 (cap 10 rounds); "
+    assert ("sequential on header_present: b better: B>A (b's rate is higher), decided at round 2 (cap 10 rounds); "
             f"B leads by 12 of 12 discordant pairs (decides at {last['lead_needed']}); p = 0.000488") in said
     compare = CliRunner().invoke(main, ["compare", f"{run}#prompt=a", f"{run}#prompt=b", "--json"])
     data = json.loads(compare.stdout)

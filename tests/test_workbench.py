@@ -252,7 +252,7 @@ def test_every_printing_command_takes_format_and_o_and_the_docs_list_them():
         while formats is None and hasattr(callback, "__wrapped__"):
             callback = callback.__wrapped__
             formats = getattr(callback, "formats", None)
-        if name in ("demo", "demo-server"):
+        if name in ("demo", "demo-server", "init", "view"):
             assert name in documented and documented[name][0] == {"text"}, name
             continue
         assert "--format" in options and "-o" in options, name
@@ -414,9 +414,9 @@ def test_sequential_runs_read_as_decided_not_unfinished(tmp_path):
     assert result.exit_code == 0, result.output
     assert re.search(r"24 samples \(at most \d+ if it ran to its cap\)", result.stdout)
     assert re.search(
-        r"sequential on header_present: B>A \(b's rate is higher\), decided at round 2 "
+        r"sequential on header_present: b better: B>A \(b's rate is higher\), decided at round 2 "
         r"\(cap \d+ rounds\)",
-        result.stdout,
+        result.stdout.replace("\n  ", " "),  # one wrapped line
     )
     assert "run: " in result.stderr.splitlines()[1]  # the run directory, said as the run starts
 
@@ -516,10 +516,12 @@ def test_the_html_fits_390_and_1280_px_and_reads_at_a_glance(demo_run, tmp_path)
     assert "runs/" not in re.sub(
         r"<code>.*?</code>|<title>.*?</title>", "", compare.read_text().split("<svg")[1]
     )
-    assert (
-        'class="badge better" data-metric="header_present">always-header is better than exception-only on '
-        "header_present: +72 points, 95% CI"
-    ) in compare.read_text()
+    # In a family of 13 the interval is at the level Holm decided the verdict at, not 95%.
+    assert re.search(
+        r'class="badge better" data-metric="header_present">always-header better on '
+        r"header_present: \+72 points, 99\.\d+% CI \+\d+ to \+\d+<",
+        compare.read_text(),
+    )
     # The two-arm report opens with the comparison.
     head = source.split("<h2>Rates per arm</h2>")[0]
     assert "always-header against exception-only" in head and 'class="badge better"' in head

@@ -12,12 +12,14 @@ without its chrome). Errors are the domain exceptions (`InputError`: bad input, 
 `StartError`: could not start, exit 3). Nothing else of the package is public.
 """
 
+import math
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from . import arguments
 from .errors import InputError
 
 
@@ -56,14 +58,21 @@ class Report:
 
     def rate(self, metric: str, prompt: str | None = None, model: str | None = None) -> float:
         """One arm's rate of a metric (the arm named by prompt and/or model; the only one if unnamed)."""
+        for name, value in (("prompt", prompt), ("model", model)):
+            if value is not None and not isinstance(value, str):
+                raise InputError(f"{name}={value!r}: must be an arm's {name} name (text) or None")
         arms = [
             a
             for a in self.arms
-            if (prompt is None or a["prompt"] == prompt) and (model is None or a["model"] == model)
+            if (prompt is None or a["prompt"] == prompt)
+            and (model is None or model in (a["model"], a.get("model_spec")))
         ]
         if len(arms) != 1:
             raise InputError(f"{len(arms)} arms match prompt={prompt!r} model={model!r}; name one")
-        return arms[0]["metrics"][metric]["rate"]
+        metrics = arms[0]["metrics"]
+        if not isinstance(metric, str) or metric not in metrics:
+            raise InputError(f"metric={metric!r}: this report has {', '.join(metrics)}")
+        return metrics[metric]["rate"]
 
     def html(self) -> str:
         """The `--format html` page."""
@@ -121,7 +130,10 @@ class Comparison:
     def html(self) -> str:
         from .views.html import compare_html
 
-        return compare_html(self.a, self.b, self.data)
+        a, b = self.a, self.b
+        if self.results and self.results[0].get("pair"):  # two runs arm by arm: the first pair's outputs
+            a, b = self.results[0]["a"]["label"], self.results[0]["b"]["label"]
+        return compare_html(a, b, self.data)
 
     def _repr_html_(self) -> str:
         return _html_fragment(self.html())
@@ -197,10 +209,10 @@ class RunResult:
         return self.report._repr_html_()
 
 
-def _where(run_ref: str | Path, runs_dir: str | Path | None) -> Path:
+def _where(run_ref: str | Path, runs_dir: str | Path | None, name: str = "run_ref") -> Path:
     from .runref import resolve
 
-    return resolve(run_ref, runs_dir)
+    return resolve(arguments.reference(name, run_ref), arguments.path("runs_dir", runs_dir, optional=True))
 
 
 def load(run_ref: str | Path, runs_dir: str | Path | None = None) -> Run:
@@ -218,9 +230,7 @@ def load(run_ref: str | Path, runs_dir: str | Path | None = None) -> Run:
 def _counts(**values: int | None) -> None:
     """Counts the CLI takes as whole numbers of at least 1."""
     for name, value in values.items():
-        whole = isinstance(value, int) and not isinstance(value, bool)
-        if value is not None and (not whole or value < 1):
-            raise InputError(f"{name}={value!r}: must be a whole number, at least 1")
+        arguments.count(name, value)
 
 
 def report(
@@ -236,6 +246,7 @@ def report(
     from .views.report import build_report
 
     _counts(top_k=top_k, classification=classification)
+    by_tag = bool(arguments.flag("by_tag", by_tag))
     path = _where(run_ref, runs_dir)
     counts = build_counts(path, classification=classification, top_k=top_k)
     return Report(build_report(counts, by_tag=by_tag), path)
@@ -253,17 +264,29 @@ def compare(
     runs_dir: str | Path | None = None,
 ) -> Comparison:
     """`probe compare A B`: A the baseline, B the candidate, each `RUN` or `RUN#prompt=NAME` /
-    `RUN#model=SPEC`. Several metrics (or `all_metrics`) are one adjusted family."""
+    `RUN#model=NAME` (or its spec). Several metrics (or `all_metrics`) are one adjusted
+    family; two runs of several arms compare arm by arm (each result names its `pair`)."""
     from .runref import resolve_selector
     from .views.compare import compare_runs
 
-    if not 0 < alpha <= 0.5:
-        raise InputError(f"alpha must lie in (0, 0.5], got {alpha!r}")
+    arguments.number("alpha", alpha, 0, 0.5, low_open=True)
     _counts(top_k=top_k, classification=classification)
-    a, b = resolve_selector(a, runs_dir), resolve_selector(b, runs_dir)
-    metrics = [metric] if isinstance(metric, str) else list(metric)
+    all_metrics = bool(arguments.flag("all_metrics", all_metrics))
+    metrics = arguments.metric_names("metric", metric)
+    folder = arguments.path("runs_dir", runs_dir, optional=True)
+    a, b = arguments.reference("a", a), arguments.reference("b", b)
+    typed = (str(a), str(b))
+    a = resolve_selector(a, folder)
+    b = resolve_selector(b, folder)
     data = compare_runs(
-        a, b, metrics, all_metrics=all_metrics, alpha=alpha, classification=classification, top_k=top_k
+        a,
+        b,
+        metrics,
+        all_metrics=all_metrics,
+        alpha=alpha,
+        classification=classification,
+        top_k=top_k,
+        typed=typed,
     )
     return Comparison(dict(data, all=all_metrics), a, b)
 
@@ -287,6 +310,14 @@ def plan(
     from .views.plan import check_flags, plan_gate, plan_mdd, plan_sample_size
 
     _counts(n=n, cases=cases, gate_any_of=gate_any_of)
+    # Numbers first (their ranges are check_flags' own, in the words `probe plan` uses).
+    for name, value in (("p1", p1), ("p2", p2), ("p", p), ("icc", icc)):
+        arguments.number(name, value, -math.inf, optional=True)
+    for name, value in (("alpha", alpha), ("power", power), ("detect", detect)):
+        arguments.number(name, value, -math.inf)
+    sequential = bool(arguments.flag("sequential", sequential))
+    if not 0 < detect <= 100:
+        raise InputError(f"--detect must lie in (0, 100] points, got {detect!r}")
     if gate_any_of is not None and gate_any_of > 1000:
         raise InputError(f"gate_any_of={gate_any_of!r}: must be between 1 and 1000")
     check_flags(p1, p2, alpha, power, icc, p)
@@ -297,8 +328,6 @@ def plan(
     if sequential:
         if p1 is None or p2 is None or cases is None:
             raise InputError("--sequential needs --p1, --p2 and --cases")
-        if not 0 < detect <= 100:
-            raise InputError(f"--detect must lie in (0, 100] points, got {detect!r}")
         from .views.sequential_plan import plan_sequential
 
         return Plan(
@@ -339,32 +368,48 @@ def run(
 ) -> RunResult:
     """`probe run`: every case x repeat x prompt x model through the target (`until_decided`:
     two arms in rounds until the sequential test decides). `prompts` are files, or `NAME=FILE`;
-    `models` are specs (default: the config's); `retrieval="none"` probes without retrieval;
-    `poll_interval`: seconds between looks at a batch in progress (`batch`; default 30)."""
+    `models` are specs, or `NAME=SPEC` to name a model's arm (default: the config's);
+    `retrieval="none"` probes without retrieval; `poll_interval`: seconds between looks at a
+    batch in progress (`batch`; default 30)."""
     from .config import Precedence, load_config, models_setting, with_retrieval
     from .engine.run import ProbeRun, options_from
-    from .limits import argument_problem
     from .probeset import load_probeset
     from .prompts import load_prompt
     from .runref import runs_dir as folder_of
 
-    numbers = {
+    probeset_path = arguments.path("probeset", probeset)
+    prompt_files = arguments.items("prompts", prompts, "prompt files (PATH or NAME=PATH)")
+    if not prompt_files:
+        raise InputError("prompts=[]: give at least one prompt file")
+    specs_given = arguments.items("models", models, "model specs such as openai:gpt-4.1-mini", optional=True)
+    config_path = arguments.path("config", config, optional=True)
+    folder = arguments.path("runs_dir", runs_dir, optional=True)
+    if retrieval is not None and retrieval != "none":
+        raise InputError(f"retrieval={retrieval!r}: the only choice is 'none'; the config says how otherwise")
+    for name, value in {
         "repeats": repeats,
         "concurrency": concurrency,
         "max_tokens": max_tokens,
         "temperature": temperature,
         "seed": seed,
         "poll_interval": poll_interval,
-    }
-    problems = [p for p in (argument_problem(name, value) for name, value in numbers.items()) if p]
-    if problems:
-        raise InputError("; ".join(problems))
-    target = with_retrieval(load_config(config), retrieval)
-    loaded = load_probeset(probeset)
+    }.items():
+        arguments.run_number(name, value)
+    until_decided = bool(arguments.flag("until_decided", until_decided))
+    batch = arguments.flag("batch", batch, optional=True)
+    cache = arguments.flag("cache", cache, optional=True)
+    arguments.number("max_cost", max_cost, 0, unit="USD", optional=True)
+    arguments.metric_names("metric", metric)
+    if not isinstance(metric, str):
+        raise InputError(f"metric={metric!r}: the metric until_decided decides on (one name)")
+    arguments.number("alpha", alpha, 0, 0.5, low_open=True)
+    arguments.number("detect", detect, 0, 100, low_open=True, unit="points")
+    target = with_retrieval(load_config(config_path), retrieval)
+    loaded = load_probeset(probeset_path)
     precedence = Precedence.of(target, loaded, given_as="argument")
     options = options_from(
         target.run,
-        folder_of(runs_dir),
+        folder_of(folder),
         precedence=precedence,
         repeats=repeats,
         max_tokens=max_tokens,
@@ -376,9 +421,9 @@ def run(
         poll_interval=poll_interval,
         max_cost=max_cost,
     )
-    specs = target.models_for(models)
-    options.settings["models"] = models_setting(models, specs, precedence)
-    versions = [load_prompt(str(p)) for p in prompts]
+    specs = target.models_for(specs_given)
+    options.settings["models"] = models_setting(specs_given, specs, precedence)
+    versions = [load_prompt(p) for p in prompt_files]
     if until_decided:
         from .engine.sequential import SequentialRule, SequentialRun
 

@@ -13,13 +13,23 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from .checks import CheckError, CheckSettings, SampleView, build_checks, metrics_for, outcomes, run_checks
+from .checks import (
+    CheckError,
+    CheckSettings,
+    SampleView,
+    build_checks,
+    close_checks,
+    metrics_for,
+    outcomes,
+    run_checks,
+)
 from .checks.header import classify, header_class
 from .checks.settings import HeaderConfig
 from .counts import classifications, merged_samples, settings_of
 from .engine.store import RunStore, load_manifest, utc_now
 from .errors import InputError
 from .jsonio import iter_jsonl
+from .paths import is_file
 from .probeset import parse_probeset
 from .tomlfile import read_input
 from .version import __version__
@@ -36,7 +46,7 @@ def classify_file(path: Path, config: HeaderConfig | None = None) -> dict[str, A
 
 
 def is_run(path: Path) -> bool:
-    return (path / "manifest.json").is_file()
+    return is_file(path / "manifest.json")
 
 
 def code_fingerprint(settings: CheckSettings) -> str:
@@ -92,65 +102,69 @@ def reclassify_run(run_dir: Path, settings: CheckSettings | None = None) -> dict
             "metrics_changed": {},
         }
     checks = build_checks(settings)
-    probeset = parse_probeset(
-        manifest["probeset"]["source"].encode("utf-8"), Path(manifest["probeset"]["path"])
-    )
-    cases = {c.id: c for c in probeset.cases}
-    passages: dict[tuple[str, int], list[dict[str, Any]]] = {}
-    for record in iter_jsonl(run_dir / "retrievals.jsonl"):
-        if record.get("error") is None:
-            passages[(record["case_id"], record["repeat"])] = record["passages"]
-    number = (numbers[-1] + 1) if numbers else 1
-    store = RunStore(run_dir, 0o777 & ~os.stat(run_dir).st_mode)
-    (run_dir / "classifications").mkdir(mode=store.dir_mode, exist_ok=True)
-    name = f"classifications/{number}.jsonl"
-    store.append(
-        name,
-        {
-            "classification": number,
-            "created": utc_now(),
-            "settings": settings.to_dict(),
-            "based_on": previous,
-            "code": code_fingerprint(settings),
-            "tool_version": __version__,
-        },
-    )
-    moved: Counter = Counter()
-    changed: Counter = Counter()
-    total = 0
-    for sample in merged_samples(run_dir, previous, lambda message: None):
-        if sample.get("raw") is None:
-            continue  # no output: nothing to classify (the failure stays what it was)
-        case = cases.get(sample["case_id"])
-        if case is None:
-            continue
-        total += 1
-        raw = (run_dir / sample["raw"]["path"]).read_bytes().decode("utf-8", "surrogateescape")
-        response = sample.get("response") or {}
-        text = None if response.get("content", "") is None else raw
-        view = SampleView(case, text, passages.get((case.id, sample["repeat"]), []), response, settings, {})
-        line: dict[str, Any] = {"sample_id": sample["sample_id"]}
-        try:
-            line["header"], line["checks"] = run_checks(checks, view)
-            if (sample.get("error") or {}).get("kind") in CHECK_ERRORS:
-                line["error"] = None  # the checks that failed on this output run cleanly now
-            line["outcomes"] = outcomes(dict(sample, **line), case, settings)
-        except CheckError as exc:
-            line.update(
-                header=None,
-                checks={},
-                error={"kind": exc.kind, "message": str(exc), "attempts": sample["attempts"]},
-            )
-        store.append(name, line)
-        new = dict(sample, **line)
-        before, after = header_class(sample) or "error", header_class(new) or "error"
-        if before != after:
-            moved[(before, after)] += 1
-        for metric_name, metric in metrics_for(settings).items():
-            old_applies, new_applies = metric.applies(case, old_settings), metric.applies(case, settings)
-            if old_applies and new_applies and not sample.get("error") and not new.get("error"):
-                if metric.outcome(sample, case, old_settings) != metric.outcome(new, case, settings):
-                    changed[metric_name] += 1
+    try:
+        probeset = parse_probeset(
+            manifest["probeset"]["source"].encode("utf-8"), Path(manifest["probeset"]["path"])
+        )
+        cases = {c.id: c for c in probeset.cases}
+        passages: dict[tuple[str, int], list[dict[str, Any]]] = {}
+        for record in iter_jsonl(run_dir / "retrievals.jsonl"):
+            if record.get("error") is None:
+                passages[(record["case_id"], record["repeat"])] = record["passages"]
+        number = (numbers[-1] + 1) if numbers else 1
+        store = RunStore(run_dir, 0o777 & ~os.stat(run_dir).st_mode)
+        (run_dir / "classifications").mkdir(mode=store.dir_mode, exist_ok=True)
+        name = f"classifications/{number}.jsonl"
+        store.append(
+            name,
+            {
+                "classification": number,
+                "created": utc_now(),
+                "settings": settings.to_dict(),
+                "based_on": previous,
+                "code": code_fingerprint(settings),
+                "tool_version": __version__,
+            },
+        )
+        moved: Counter = Counter()
+        changed: Counter = Counter()
+        total = 0
+        for sample in merged_samples(run_dir, previous, lambda message: None):
+            if sample.get("raw") is None:
+                continue  # no output: nothing to classify (the failure stays what it was)
+            case = cases.get(sample["case_id"])
+            if case is None:
+                continue
+            total += 1
+            raw = (run_dir / sample["raw"]["path"]).read_bytes().decode("utf-8", "surrogateescape")
+            response = sample.get("response") or {}
+            text = None if response.get("content", "") is None else raw
+            got = passages.get((case.id, sample["repeat"]), [])
+            view = SampleView(case, text, got, response, settings, {})
+            line: dict[str, Any] = {"sample_id": sample["sample_id"]}
+            try:
+                line["header"], line["checks"] = run_checks(checks, view)
+                if (sample.get("error") or {}).get("kind") in CHECK_ERRORS:
+                    line["error"] = None  # the checks that failed on this output run cleanly now
+                line["outcomes"] = outcomes(dict(sample, **line), case, settings)
+            except CheckError as exc:
+                line.update(
+                    header=None,
+                    checks={},
+                    error={"kind": exc.kind, "message": str(exc), "attempts": sample["attempts"]},
+                )
+            store.append(name, line)
+            new = dict(sample, **line)
+            before, after = header_class(sample) or "error", header_class(new) or "error"
+            if before != after:
+                moved[(before, after)] += 1
+            for metric_name, metric in metrics_for(settings).items():
+                old_applies, new_applies = metric.applies(case, old_settings), metric.applies(case, settings)
+                if old_applies and new_applies and not sample.get("error") and not new.get("error"):
+                    if metric.outcome(sample, case, old_settings) != metric.outcome(new, case, settings):
+                        changed[metric_name] += 1
+    finally:
+        close_checks(checks)
     return {
         "run": str(run_dir),
         "classification": number,

@@ -13,6 +13,7 @@ import signal
 import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
@@ -25,7 +26,9 @@ from .checks import metric_names
 from .errors import InputError, ProbeError, StartError
 from .jsonio import dumps_line, dumps_pretty
 from .limits import LIMITS
+from .paths import is_dir, is_file
 from .redaction import SCRUBBER
+from .terminal import neutralised
 from .version import __version__
 
 
@@ -47,9 +50,18 @@ METRIC = MetricName()
 METRICS_HELP = f"Metrics: {', '.join(metric_names())}, or the name of one of your [[check]]s."
 
 
+def say(
+    text: str, err: bool = False, nl: bool = True, colour: bool = False, before: str = "", after: str = ""
+) -> None:
+    """Print: every line probe prints goes through here, scrubbed of secrets and with control
+    characters spelled out (a model's output cannot write the clipboard or clear the screen);
+    `before`/`after` carry probe's own cursor controls, `colour` keeps its own colours."""
+    click.echo(before + neutralised(SCRUBBER.text(text), keep_colour=colour) + after, err=err, nl=nl)
+
+
 def echo_error(message: str) -> None:
     for line in SCRUBBER.text(str(message)).splitlines() or [""]:
-        click.echo(f"error: {line}", err=True)
+        say(f"error: {line}", err=True)
 
 
 def handle_errors(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -79,6 +91,29 @@ SUFFIX_FORMATS = {
 }
 
 
+def format_of(output: Path, formats: tuple[str, ...]) -> str | None:
+    """The format -o FILE's suffix names (None: no suffix, the command's default); a suffix
+    naming a form the command does not have is refused (exit 2) with the forms it has."""
+    suffix = output.suffix.lower()
+    if not suffix:
+        return None
+    named = SUFFIX_FORMATS.get(suffix)
+    if named in formats:
+        return named
+    command = f"probe {click.get_current_context().info_name}"
+    forms = [
+        f"{form} ({', '.join(s for s, f in SUFFIX_FORMATS.items() if f == form)})"
+        for form in formats
+        if form in SUFFIX_FORMATS.values()
+    ]
+    listing = ", ".join(forms[:-1]) + f" or {forms[-1]}" if len(forms) > 1 else forms[0]
+    what = named or f"{suffix} files"
+    raise InputError(
+        f"-o {output}: {command} cannot write {what}; it writes {listing}, so name the file for one of "
+        "those (or choose with --format)"
+    )
+
+
 def output_options(
     formats: tuple[str, ...] = ("table", "md", "json"), default: str = "table"
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -90,10 +125,13 @@ def output_options(
         @functools.wraps(func)
         def wrapper(*args: Any, fmt: str | None, as_json: bool, output: Path | None, **kwargs: Any) -> Any:
             chosen = "json" if as_json else fmt
-            if chosen is None:
-                by_suffix = SUFFIX_FORMATS.get(output.suffix.lower()) if output is not None else None
-                chosen = by_suffix if by_suffix in formats else default
-            return func(*args, fmt=chosen, output=output, **kwargs)
+            if chosen is None and output is not None:
+                try:
+                    chosen = format_of(output, formats)
+                except InputError as exc:
+                    echo_error(str(exc))
+                    sys.exit(exc.exit_code)
+            return func(*args, fmt=chosen or default, output=output, **kwargs)
 
         wrapper = click.option(
             "-o",
@@ -117,15 +155,48 @@ def output_options(
     return decorate
 
 
-def emit(text: str, output: Path | None = None, newline: bool = True) -> None:
-    """Print, or write -o FILE (0600, scrubbed of secrets like everything probe writes)."""
+def emit(text: str, output: Path | None = None, newline: bool = True, colour: bool = False) -> None:
+    """Print (see `say`), or write -o FILE (0600, scrubbed of secrets like everything probe
+    writes, its bytes otherwise as they are)."""
     if output is None:
-        click.echo(text, nl=newline)
+        say(text, nl=newline, colour=colour)
         return
     if newline and not text.endswith("\n"):
         text += "\n"
     write_private(output, SCRUBBER.text(text).encode("utf-8"))
-    click.echo(f"wrote {output}", err=True)
+    say(f"wrote {output}", err=True)
+
+
+def emit_stream(pieces: Iterator[str], output: Path | None = None) -> None:
+    """`emit` for output made a piece at a time (a large export): each piece is scrubbed and
+    written as it comes, so memory does not grow with the output. The file is created only when
+    the first piece arrives, so an error before it leaves none behind."""
+    if output is None:
+        for piece in pieces:
+            say(piece, nl=False)
+        return
+    fd = None
+    try:
+        for piece in pieces:
+            if fd is None:
+                fd = _open_private(output)
+            view = memoryview(SCRUBBER.text(piece).encode("utf-8"))
+            while view:
+                view = view[os.write(fd, view) :]
+        if fd is None:
+            fd = _open_private(output)
+    except OSError as exc:
+        raise InputError(f"-o {output}: cannot write ({exc.strerror})") from None
+    finally:
+        if fd is not None:
+            os.close(fd)
+    say(f"wrote {output}", err=True)
+
+
+def _open_private(output: Path) -> int:
+    fd = os.open(output, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)  # an existing file keeps its mode otherwise
+    return fd
 
 
 def runs_dir_option(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -181,7 +252,27 @@ def main() -> None:
     """
 
 
-# -- check / classify ---------------------------------------------------------------------
+# -- init / check / classify --------------------------------------------------------------
+
+
+@main.command(epilog="Example: probe init   |   probe init probe-work --force")
+@click.argument("directory", metavar="[DIR]", required=False, default=".", type=click.Path(path_type=Path))
+@click.option("--force", is_flag=True, help="Overwrite files that already exist.")
+@handle_errors
+def init(directory: Path, force: bool) -> None:
+    """Start probing in a repository: a commented probe.toml, a probe set (probes/example.toml)
+    and a prompt (prompts/assistant.md) in DIR (default: here), which `probe check` accepts and
+    `probe run --dry-run` plans. Refuses to overwrite a file unless --force."""
+    from .scaffold import init_project
+
+    written = init_project(directory, force)
+    say("\n".join(f"wrote {path}" for path in written))
+    where = "" if directory == Path(".") else f"cd {directory} && "
+    say(
+        f"next: {where}probe check probe.toml probes/example.toml prompts/assistant.md\n"
+        "      probe run probes/example.toml --prompt prompts/assistant.md --dry-run\n"
+        "then point [retrieval] in probe.toml at your system's search and [run] models at your model"
+    )
 
 
 @main.command(epilog="Example: probe check probe.toml probes/*.toml prompts/*.md")
@@ -285,7 +376,7 @@ def classify(
     printed: list[str] = []
     for path in paths:
         try:
-            if not path.is_file() and not is_run(path):
+            if not is_file(path) and not is_run(path):
                 path = resolve_run(path, runs_dir)  # a run id, a prefix of one, latest, latest~N
             if is_run(path):
                 settings = settings_of(path, load_manifest(path), None)
@@ -297,7 +388,7 @@ def classify(
                     settings = replace(settings, header=override)
                 result = reclassify_run(path, settings.with_top_k(top_k))
                 printed.append(dumps_pretty(result) if fmt == "json" else describe_reclassification(result))
-            elif path.is_dir():
+            elif is_dir(path):
                 raise InputError(f"{path}: a directory that is not a run (no manifest.json)")
             else:
                 line = classify_file(path, override)
@@ -356,19 +447,19 @@ class Progress:
     def __exit__(self, *exc: object) -> None:
         self.stop.set()
         if self.terminal:
-            click.echo("\r" + self.line() + "\x1b[K", err=True)
+            say(self.line(), err=True, before="\r", after="\x1b[K")
 
     def batches(self, text: str) -> None:
         """How the batches of a batch run are doing: shown with (and instead of the rate in) the line."""
         with self.lock:
             self.batch_line = text
             if self.terminal:
-                click.echo("\r" + self.line() + "\x1b[K", err=True, nl=False)
+                say(self.line(), err=True, nl=False, before="\r", after="\x1b[K")
 
     def say(self, message: str) -> None:
         """A line of its own (the progress line is redrawn after it on a terminal)."""
         with self.lock:
-            click.echo(("\r\x1b[K" if self.terminal else "") + message, err=True)
+            say(message, err=True, before="\r\x1b[K" if self.terminal else "")
 
     def update(self, record: dict[str, Any]) -> None:
         with self.lock:
@@ -377,7 +468,7 @@ class Progress:
             now = time.monotonic()
             if self.terminal and now - self.shown > 0.1:
                 self.shown = now
-                click.echo("\r" + self.line() + "\x1b[K", err=True, nl=False)
+                say(self.line(), err=True, nl=False, before="\r", after="\x1b[K")
 
     def line(self) -> str:
         elapsed = max(1e-9, time.monotonic() - self.started)
@@ -405,21 +496,27 @@ class Progress:
             # A log gets a line when something moved, and a sign of life now and then: a batch
             # run can wait hours without anything to say.
             if line != last or now - last_at >= QUIET_REPEAT:
-                click.echo(line, err=True)
+                say(line, err=True)
                 last, last_at = line, now
 
 
 @contextmanager
-def interruptible(cancel: Callable[[], None]) -> Iterator[list[int]]:
+def interruptible(
+    cancel: Callable[[], None], started: Callable[[], bool] = lambda: True
+) -> Iterator[list[int]]:
     """First Ctrl-C (or SIGTERM): cancel the run, which then finishes its manifest; a second
-    one: exit at once (the run is then detected as killed and `--resume` finishes it)."""
+    one: exit at once (the run is then detected as killed and `--resume` finishes it). Before the
+    run has `started` (its directory not yet created: the checks of the target), there is nothing
+    to finish, and the check in progress (a retrieval that hangs) is abandoned at once."""
     received: list[int] = []
 
     def handler(signum: int, frame: Any) -> None:
         if received:
             os._exit(128 + signum)
         received.append(signum)
-        click.echo("interrupted: finishing the samples in flight (Ctrl-C again to quit at once)", err=True)
+        if not started():
+            raise KeyboardInterrupt
+        say("interrupted: finishing the samples in flight (Ctrl-C again to quit at once)", err=True)
         cancel()
 
     if threading.current_thread() is not threading.main_thread():
@@ -453,7 +550,7 @@ def interruptible(cancel: Callable[[], None]) -> Iterator[list[int]]:
     "model_specs",
     multiple=True,
     help="anthropic:MODEL, openai:MODEL[@BASE_URL], azure:DEPLOYMENT@ENDPOINT, bedrock:MODEL or "
-    "vertex:MODEL; repeat for several.",
+    "vertex:MODEL; NAME=SPEC names its arm (RUN#model=NAME); repeat for several.",
 )
 @click.option(
     "-n",
@@ -705,7 +802,7 @@ def run(
             metric=metric, alpha=alpha, min_rounds=min_rounds, max_rounds=max_rounds, detect=detect / 100
         )
         runner = SequentialRun.new(probeset, prompts, models, config, options, rule)
-        click.echo(runner.describe(), err=True)
+        say(runner.describe(), err=True)
         _execute(runner, fmt, runner.plan.samples, output)
         return
     from .engine.run import ProbeRun
@@ -773,7 +870,7 @@ def _resume(ctx: click.Context, resume_path: Path, fmt: str, output: Path | None
     if base.cancel_batches and not runner.options.batch:
         raise InputError(f"{resume_path}: --cancel is for batch runs; this run called live")
     for name, change in runner.changes.items():
-        click.echo(
+        say(
             f"resume: {RESUME_FLAGS[name]} {change['to']:g} from now on (the run had {change['from']})",
             err=True,
         )
@@ -789,7 +886,7 @@ def _resume(ctx: click.Context, resume_path: Path, fmt: str, output: Path | None
             detect=sequential.get("detect", DEFAULT_DETECT),
         )
         runner = SequentialRun(runner, rule)
-        click.echo(runner.describe(), err=True)
+        say(runner.describe(), err=True)
     _execute(runner, fmt, runner.plan.samples, output)
 
 
@@ -797,11 +894,13 @@ def _execute(runner: Any, fmt: str, total: int, output: Path | None = None) -> N
     from .views.report import render_report
 
     for warning in SCRUBBER.take_warnings():
-        click.echo(f"warning: {warning}", err=True)
+        say(f"warning: {warning}", err=True)
 
     outcome = None
     sequential = hasattr(runner, "rule")
-    with Progress(total, at_most=sequential) as progress, interruptible(runner.cancel) as received:
+    with Progress(total, at_most=sequential) as progress, interruptible(
+        runner.cancel, lambda: runner.store is not None
+    ) as received:
         runner.on_record = progress.update
         # Where the run is, as soon as it exists: another terminal can follow or resume it.
         runner.on_start = lambda path: progress.say(f"run: {path}")
@@ -811,19 +910,22 @@ def _execute(runner: Any, fmt: str, total: int, output: Path | None = None) -> N
         except KeyboardInterrupt:
             received.append(signal.SIGINT)
     path = outcome.path if outcome else (runner.store.path if runner.store else None)
+    if received and path is None:
+        say("interrupted: nothing was recorded (no run directory was created)", err=True)
+        sys.exit(128 + received[0])
     if received or (outcome and outcome.status == "interrupted" and not outcome.stopped_by):
         where = path or "nowhere (nothing was recorded)"
         recorded = outcome.recorded if outcome else runner.tally.recorded
         detached = outcome.detached if outcome else []
         if detached:
-            click.echo(
+            say(
                 f"detached: {recorded} samples recorded in {where}; {len(detached)} batch(es) keep "
                 f"running at the provider ({', '.join(detached[:3])}{', ...' if len(detached) > 3 else ''}): "
                 f"probe run --resume {where} collects them (add --cancel to cancel them)",
                 err=True,
             )
         else:
-            click.echo(
+            say(
                 f"interrupted: {recorded} samples recorded in {where}; "
                 f"probe run --resume {where} finishes it",
                 err=True,
@@ -843,11 +945,20 @@ def _execute(runner: Any, fmt: str, total: int, output: Path | None = None) -> N
             f"probe run --resume {outcome.path} --max-cost USD continues"
         )
         sys.exit(1)
+    failed_checks: Counter[str] = Counter()
+    for arm in result.report.arms:
+        failed_checks.update(arm.get("check_errors") or {})
+    for name, n in sorted(failed_checks.items()):
+        echo_error(
+            f"your check {name} failed on {n} samples (checks.user_errors in "
+            f"{outcome.path / 'samples.jsonl'}); each counts as its unfavourable outcome"
+        )
     if outcome.errors:
         echo_error(
             f"{outcome.errors} of {outcome.recorded} samples failed after retries "
             f"(see {outcome.path / 'samples.jsonl'}); they stay in every denominator"
         )
+    if outcome.errors or failed_checks:
         sys.exit(1)
 
 
@@ -948,8 +1059,9 @@ def compare(
     output: Path | None,
 ) -> None:
     """Are two arms different? A (baseline) and B (candidate) are RUN, RUN#prompt=NAME,
-    RUN#model=SPEC or both (RUN: a directory, an id or its prefix, latest, latest~N);
-    differences are B - A."""
+    RUN#model=NAME (or its spec) or both (RUN: a directory, an id or its prefix, latest,
+    latest~N); differences are B - A. Two runs of several arms compare arm by arm: each arm of A
+    with the arm of the same name in B, every pair and metric one family."""
     from .api import compare as compare_of
     from .views.compare import render_comparison
 
@@ -971,17 +1083,18 @@ def compare(
     else:
         from .views.tables import color_enabled
 
-        emit(render_comparison(comparison, fmt, color=output is None and color_enabled(sys.stdout)), output)
+        color = output is None and color_enabled(sys.stdout)
+        emit(render_comparison(comparison, fmt, color=color), output, colour=color)
         for metric in comparison["results"]:
             if metric["a"]["errors"] or metric["b"]["errors"]:
-                click.echo(
+                say(
                     f"warning: {metric['metric']}: failed samples count against their arm "
                     f"(A {metric['a']['errors']}, B {metric['b']['errors']})",
                     err=True,
                 )
     if fail_if_worse and result.worse:
         for line in result.failures():
-            click.echo(line, err=True)
+            say(line, err=True)
         sys.exit(4)
 
 
@@ -1092,14 +1205,14 @@ def demo_server(host: str, port: int, behaviour: Path | None) -> None:
         server = DemoServer(host, port, load_behaviour(behaviour))
     except OSError as exc:
         raise StartError(f"cannot listen on {host}:{port} ({exc.strerror})") from None
-    click.echo(
+    say(
         f"SIMULATED model (not a real LLM) serving Chat Completions at {server.url}; Ctrl-C stops it",
         err=True,
     )
     try:
         server.serve_forever()
     except KeyboardInterrupt:
-        click.echo("stopped", err=True)
+        say("stopped", err=True)
     finally:
         server.httpd.server_close()
 
@@ -1122,7 +1235,7 @@ def demo(runs_dir: Path | None, port: int, stream: bool, batch: bool) -> None:
     if stream and batch:
         raise InputError("--stream and --batch: a batch answers whole replies, never streams; choose one")
     result = run_demo(runs_dir_of(runs_dir), port, stream, progress=Progress, batch=batch)
-    click.echo(result.text)
+    say(result.text)
     if result.errors:
         sys.exit(1)
 
@@ -1181,16 +1294,66 @@ def export(
     output: Path | None,
 ) -> None:
     """An incident attachment (md, json): question, retrieval, classification and the exact raw
-    output; or one row per sample (jsonl, csv, table) for pandas, DuckDB or Datasette."""
+    output; or one row per sample (jsonl, csv, table) for pandas, DuckDB, Datasette or a
+    spreadsheet: arm names, question, tags, output text and its sha256, header, error and every
+    metric. CSV cells a spreadsheet would run as a formula get a leading ' (OWASP)."""
     run_dir = resolve_run(run_ref, runs_dir)
     if fmt in ("jsonl", "csv", "table"):
-        from .views.rows import render_rows
+        from .views.rows import iter_rows
 
-        emit(render_rows(run_dir, fmt, sample, case, header), output, newline=False)
+        emit_stream(iter_rows(run_dir, fmt, sample, case, header), output)
         return
     from .views.show import export as export_samples
 
     emit(export_samples(run_dir, sample, case, header, fmt), output, newline=False)
+
+
+# -- view -----------------------------------------------------------------------------------
+
+
+@main.command(epilog="Examples: probe view   |   probe view runs --port 8001")
+@click.argument(
+    "runs_folder", metavar="[RUNS_DIR]", required=False, type=click.Path(path_type=Path, file_okay=False)
+)
+@click.option(
+    "--port", type=click.IntRange(0, 65535), default=8000, show_default=True, help="0: any free port."
+)
+@click.option(
+    "--host",
+    default="127.0.0.1",
+    show_default=True,
+    help="The address to listen on; anything but loopback lets others on the network read every output.",
+)
+@handle_errors
+def view(runs_folder: Path | None, port: int, host: str) -> None:
+    """A local, read-only web viewer over the runs directory (RUNS_DIR, else $PROBE_RUNS_DIR, else
+    ./runs): the runs (live while written), each run's verdicts, rates and case x arm grid, one
+    case's outputs grouped by identical text, any two arms side by side with the cases where one
+    fails and the other passes first, why phrases as filters, and incident files. Every page is
+    also JSON at its address plus .json. Ctrl-C stops it (exit 130, as for every command)."""
+    try:
+        import uvicorn  # noqa: F401
+    except ImportError:
+        raise StartError("probe view needs uvicorn and starlette: pip install 'promptprobe'") from None
+    from .viewer import LOOPBACK, serve
+
+    folder = runs_dir_of(runs_folder)
+    if not folder.is_dir():
+        raise InputError(f"{folder}: no such runs directory (probe demo or probe run write one)")
+    if host not in LOOPBACK:
+        click.echo(
+            f"warning: serving on {host}: anyone who can reach this address reads every raw output "
+            "in the runs directory",
+            err=True,
+        )
+
+    def ready(url: str) -> None:
+        click.echo(f"probe view: {folder} at {url} (read-only; Ctrl-C stops it)", err=True)
+
+    try:
+        serve(folder, host, port, on_ready=ready)
+    except OSError as exc:
+        raise StartError(f"cannot listen on {host}:{port} ({exc.strerror})") from None
 
 
 # -- runs -----------------------------------------------------------------------------------
@@ -1207,26 +1370,10 @@ def runs(limit: int | None, runs_dir: Path | None, fmt: str, output: Path | None
     one, latest or latest~N."""
     from .runref import list_runs
     from .runref import runs_dir as folder_of
-    from .views.tables import table
+    from .views.runs import render_runs
 
     found = list_runs(runs_dir, limit)
-    if fmt == "json":
-        emit(dumps_pretty({"runs": [info.to_dict() for info in found]}), output)
-        return
-    if not found:
+    if not found and fmt != "json":
         emit(f"no runs in {folder_of(runs_dir)}", output)
         return
-    rows = [
-        [
-            info.id,
-            info.probeset,
-            "; ".join(info.arms),
-            info.status,
-            f"{info.samples}/{info.planned}" if info.planned is not None else info.samples,
-            info.errors,
-            info.created.replace("T", " ")[:19],
-        ]
-        for info in found
-    ]
-    headers = ["id", "probe set", "arms", "status", "samples", "errors", "created"]
-    emit(table(rows, headers, fmt, optional=("arms", "created"), wrap_first=("arms", "id")), output)
+    emit(render_runs(found, fmt), output)

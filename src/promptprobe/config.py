@@ -9,10 +9,19 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from .checks.settings import CheckSettings, CitationConfig, FilterConfig, HeaderConfig, UserCheckConfig
+from . import names
+from .checks.settings import (
+    DEFAULT_CHECK_TIMEOUT,
+    CheckSettings,
+    CitationConfig,
+    FilterConfig,
+    HeaderConfig,
+    UserCheckConfig,
+)
 from .errors import InputError
 from .limits import range_problem
-from .models import ModelSpec
+from .models import ModelSpec, check_names, split_name
+from .paths import is_file, shown
 from .providers import parse_spec
 from .tomlfile import check_keys, did_you_mean, parse_toml, read_input, unknown_keys
 
@@ -24,7 +33,7 @@ RETRIEVAL_KEYS = {
     "local": {"kind", "path", "k"},
 }
 TOP_KEYS = {"retrieval", "assemble", "header", "filter", "citations", "run", "prices", "vars", "check"}
-CHECK_KEYS = {"name", "function", "higher_is_better", "description"}
+CHECK_KEYS = {"name", "function", "higher_is_better", "description", "timeout"}
 ASSEMBLE_KEYS = {"function"}
 HEADER_KEYS = {"markers", "no_answer", "allow_leading_whitespace"}
 FILTER_KEYS = {"function", "no_answer_status"}
@@ -45,7 +54,7 @@ RUN_KEYS = {
     "batch",
     "cache",
 }
-MODEL_KEYS = {"spec", "api_key_env", "api_version", "region", "project"}
+MODEL_KEYS = {"name", "spec", "api_key_env", "api_version", "region", "project"}
 
 
 @dataclass(frozen=True)
@@ -81,11 +90,21 @@ class TargetConfig:
 
     def models_for(self, specs: Sequence[str]) -> list[ModelSpec]:
         """The models to run: `specs` (one also listed in [run] keeps its api_key_env and the
-        rest of its table from there), or [run]'s models when none is given."""
+        rest of its table from there), or [run]'s models when none is given. `NAME=SPEC` names a
+        model's arm; a bare NAME picks the [run] model of that name."""
         if not specs:
             return list(self.run.models)
         configured = {m.spec: m for m in self.run.models}
-        return [configured.get(spec) or parse_spec(spec) for spec in specs]
+        by_name = {m.name: m for m in self.run.models if m.name}
+        chosen = []
+        for text in specs:
+            if isinstance(text, str) and text in by_name:
+                chosen.append(by_name[text])
+                continue
+            name, spec = split_name(text) if isinstance(text, str) else (None, text)
+            model = configured.get(spec) or parse_spec(spec)
+            chosen.append(replace(model, name=name) if name else model)
+        return chosen
 
     @property
     def header(self) -> HeaderConfig:
@@ -248,20 +267,35 @@ def _models(value: Any, where: str, problems: _Problems) -> tuple[ModelSpec, ...
         problems.items.append(f"{where}: 'models' must be a list of model specs")
         return ()
     specs = [problems.attempt(lambda item=item: _model(item, where)) for item in value]
-    return tuple(spec for spec in specs if spec is not None)
+    found = tuple(spec for spec in specs if spec is not None)
+    problems.attempt(lambda: _unique_names(found, where))
+    return found
+
+
+def _unique_names(models: tuple[ModelSpec, ...], where: str) -> None:
+    try:
+        check_names(models)
+    except InputError as exc:
+        raise InputError(f"{where}: {exc}") from None
 
 
 def _model(item: Any, where: str) -> ModelSpec:
     try:
         if isinstance(item, str):
-            return parse_spec(item)
+            name, spec = split_name(item)  # "NAME=SPEC" names the model's arm
+            return replace(parse_spec(spec), name=name)
         if isinstance(item, dict):
             check_keys(item, MODEL_KEYS, f"model {item.get('spec', '?')!r}")
             if not isinstance(item.get("spec"), str):
                 raise InputError("a model table needs 'spec'")
             cloud = {key: _typed(item, key, str, "model") for key in ("api_version", "region", "project")}
-            return parse_spec(item["spec"], _typed(item, "api_key_env", str, "model"), **cloud)
-        raise InputError("each model is a spec string or { spec, api_key_env, ... }")
+            model = parse_spec(item["spec"], _typed(item, "api_key_env", str, "model"), **cloud)
+            name = _typed(item, "name", str, "model")
+            problem = name is not None and names.problem(name, "model name")
+            if problem:
+                raise InputError(problem)
+            return replace(model, name=name)
+        raise InputError("each model is a spec string or { name, spec, api_key_env, ... }")
     except InputError as exc:
         raise InputError(f"{where}: {exc}") from None
 
@@ -345,9 +379,16 @@ def _user_check(
     if not isinstance(higher, bool):
         problems.items.append(f"{label}: 'higher_is_better' must be true or false")
     description = problems.attempt(lambda: _typed(table, "description", str, label)) or ""
+    timeout = problems.attempt(lambda: _typed(table, "timeout", (int, float), label))
     if problems.items:
         raise ConfigInvalid(problems.items)
-    return UserCheckConfig(name, function, higher, description)  # type: ignore[arg-type]
+    return UserCheckConfig(
+        name,  # type: ignore[arg-type]
+        function,  # type: ignore[arg-type]
+        higher,
+        description,
+        float(timeout) if timeout is not None else DEFAULT_CHECK_TIMEOUT,
+    )
 
 
 def _umask(value: Any, where: str) -> int | None:
@@ -446,12 +487,12 @@ def load_config(path: str | Path | None) -> TargetConfig:
     """Load `path`, or `./probe.toml` when it exists, or the defaults (no retrieval)."""
     if path is None:
         default = Path("probe.toml")
-        if not default.is_file():
+        if not is_file(default):
             return TargetConfig()
         path = default
     path = Path(path)
-    if not path.is_file():
-        raise InputError(f"{path}: no such config file")
+    if not is_file(path):
+        raise InputError(f"{shown(path)}: no such config file")
     source = read_input(path, "config file")
     config = parse_config(parse_toml(source, path), path, hashlib.sha256(source).hexdigest())
     # Messages name the file as given; the run records where it is, for --resume.

@@ -9,14 +9,24 @@ vectors, not the samples.
 
 A failed sample (no output) stays in every denominator it belongs to and counts as that
 metric's unfavourable outcome: a miss where higher is better, an event where lower is better.
+Which denominators it belongs to is decided without its output: a built-in metric applies by the
+case (its `expect`, `must_retrieve`, ...); a user's [[check]] applies to a case when it returned
+True or False for some sample of that case with an output, in any arm of the run. A failed sample
+on a case where the check returned None for every output is outside that metric, as a passing
+sample there would be, so both arms keep the same cases and the design stays paired. When no
+sample of the case has an output at all (every one failed, in every arm), nothing says whether
+the check applies: the failures count (errors never flatter an arm), the same in every arm.
+`check_applies` keeps what each run saw, so that a comparison of two runs decides such a case
+with the other run's outputs (promptprobe.views.compare).
 """
 
+import io
 import os
 import threading
 from array import array
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -40,8 +50,11 @@ class ArmCounts:
     samples: int = 0
     errors: int = 0
     error_kinds: Counter = field(default_factory=Counter)
+    check_errors: Counter = field(default_factory=Counter)  # [[check]] name -> samples it failed on
     # metric -> case_id -> [successes, trials, failed samples among the trials]
     metrics: dict[str, dict[str, list[int]]] = field(default_factory=dict)
+    # user check -> case_id -> failed samples not yet counted (until it is known whether it applies)
+    pending: dict[str, dict[str, int]] = field(default_factory=dict)
     headers: dict[str, Counter] = field(default_factory=dict)
     input_tokens: int = 0
     output_tokens: int = 0
@@ -50,7 +63,9 @@ class ArmCounts:
     cache_saved: float = 0.0  # what cache hits saved against the same tokens uncached
     batched: int = 0  # samples sent through a batch API
     latencies: array = field(default_factory=lambda: array("d"))
-    # case_id -> Counter of outcome vectors over CountsTable.pattern_metrics (1, 0, None: n/a)
+    spec: str = ""  # the model's spec; `model` is its arm name (the spec unless named NAME=SPEC)
+    # case_id -> Counter of outcome vectors over CountsTable.pattern_metrics (1, 0, None: n/a;
+    # PENDING: a failed sample's user check until finish() knows whether it applies to the case)
     patterns: dict[str, Counter] = field(default_factory=dict)
 
     @property
@@ -74,6 +89,9 @@ class CountsTable:
     simulated: bool = False
     warnings: list[str] = field(default_factory=list)
     sequential: list[dict[str, Any]] = field(default_factory=list)
+    # user check -> case_id -> True: it returned True/False for some output of the case; False: it
+    # returned None for every output; absent: no sample of the case had an output
+    check_applies: dict[str, dict[str, bool]] = field(default_factory=dict)
     pattern_metrics: list[str] = field(default_factory=list)  # the order of a pattern's outcomes
 
     @property
@@ -117,10 +135,14 @@ def _overlay(
 
 
 def merged_samples(
-    run_dir: Path, number: int | None, on_warning: Callable[[str], None]
+    run_dir: Path,
+    number: int | None,
+    on_warning: Callable[[str], None],
+    samples: Iterator[dict[str, Any]] | None = None,
 ) -> Iterator[dict[str, Any]]:
-    """The samples, with header and checks replaced by reclassification `number` when given."""
-    samples = iter_samples(run_dir, on_warning)
+    """The samples (of samples.jsonl, or those given), with header and checks replaced by
+    reclassification `number` when given."""
+    samples = iter_samples(run_dir, on_warning) if samples is None else samples
     if number is None:
         yield from samples
         return
@@ -175,18 +197,10 @@ def build_counts(
 ) -> CountsTable:
     """The counts table of a recorded run (the latest reclassification unless one is named)."""
     run_dir = Path(run_dir)
-    manifest = load_manifest(run_dir)
     warnings: list[str] = []
     warn = on_warning or warnings.append
-    numbers = classifications(run_dir)
-    if classification is not None and classification not in numbers:
-        known = ", ".join(map(str, numbers)) or "none"
-        raise InputError(f"{run_dir}: no classification {classification} (this run has: {known})")
-    number = classification if classification is not None else (numbers[-1] if numbers else None)
-    settings = settings_of(run_dir, manifest, number).with_top_k(top_k)
-    probeset = _probeset(manifest)
-    table = CountsTable(run_dir, manifest, run_state(run_dir, manifest), probeset, settings, number, [])
-    counter = _Counter(table, {"top_k"} if top_k is not None else set())
+    table, counter = _start(run_dir, classification, top_k)
+    number = table.classification
     samples_path = run_dir / "samples.jsonl"
     size = samples_path.stat().st_size if samples_path.is_file() else 0
     processes = min(MAX_PROCESSES, os.cpu_count() or 1)
@@ -202,6 +216,264 @@ def build_counts(
     return table
 
 
+def finished_copy(table: CountsTable) -> CountsTable:
+    """A table as build_counts finishes it (no empty cells), copied: its counter goes on adding
+    to the original."""
+    arms = [
+        replace(
+            arm,
+            error_kinds=Counter(arm.error_kinds),
+            metrics={
+                name: {case_id: list(cell) for case_id, cell in per_case.items() if cell[1]}
+                for name, per_case in arm.metrics.items()
+            },
+            headers={case_id: Counter(states) for case_id, states in arm.headers.items()},
+            latencies=array("d", arm.latencies),
+            patterns=resolved_patterns(table, arm),
+        )
+        for arm in table.arms
+    ]
+    return replace(
+        table,
+        arms=arms,
+        snapshots={case_id: Counter(found) for case_id, found in table.snapshots.items()},
+        empty_retrievals=Counter(table.empty_retrievals),
+        warnings=list(table.warnings),
+        sequential=list(table.sequential),
+    )
+
+
+PENDING = -1  # in a pattern: a failed sample's user check, until it is known to apply to the case
+
+
+def resolved_patterns(table: CountsTable, arm: ArmCounts) -> dict[str, Counter]:
+    """An arm's patterns with each failed sample's user checks settled as its counts settle them:
+    outside the check (None) where the check returned None for every output of the case, its
+    unfavourable outcome otherwise."""
+    names = table.pattern_metrics
+    out: dict[str, Counter] = {}
+    for case_id, seen in arm.patterns.items():
+        if not seen:
+            continue
+        settled: Counter = Counter()
+        for pattern, count in seen.items():
+            if PENDING in pattern:
+                pattern = tuple(
+                    value
+                    if value != PENDING
+                    else (
+                        None
+                        if table.check_applies.get(names[j], {}).get(case_id) is False
+                        else int(not table.metrics[names[j]].higher_is_better)
+                    )
+                    for j, value in enumerate(pattern)
+                )
+            settled[pattern] += count
+        out[case_id] = settled
+    return out
+
+
+class LineIndex:
+    """Where each (prompt, model, case)'s lines lie in samples.jsonl: start and length (12 bytes
+    a sample), so that one cell's samples are read without a pass over the file."""
+
+    def __init__(self) -> None:
+        self.cells: dict[tuple[str, str, str], tuple[array, array]] = {}
+
+    def add(self, key: tuple[str, str, str], start: int, length: int) -> None:
+        cell = self.cells.get(key)
+        if cell is None:
+            cell = self.cells[key] = (array("q"), array("I"))
+        cell[0].append(start)
+        cell[1].append(length)
+
+    def lines(self, key: tuple[str, str, str]) -> list[tuple[int, int]]:
+        starts, lengths = self.cells.get(key, ((), ()))
+        return list(zip(starts, lengths, strict=True))
+
+
+class LiveCounts:
+    """A run's counts table kept current while its samples.jsonl grows (the live viewer): each
+    `refresh` reads only the whole lines appended since the last, and remembers where each
+    (arm, case)'s samples lie in the file, so that one cell's outputs are read without a pass
+    over the run. Anything but growth (a rewritten manifest, a new reclassification, a file cut
+    back or replaced) starts the count over. A line still being written is left for the next look;
+    once the run has stopped, a last line without its newline is torn and ignored with a warning,
+    as every reader does."""
+
+    def __init__(self, run_dir: str | Path) -> None:
+        self.run_dir = Path(run_dir)
+        self.lock = threading.Lock()
+        self.version = 0  # grows whenever the table may have changed
+        self._signature: tuple[Any, ...] | None = None
+        self._table: CountsTable | None = None
+        self._counter: _Counter | None = None
+        self._snapshot: CountsTable | None = None
+        self._offset = 0  # bytes of samples.jsonl counted (always at a line end)
+        self._lines = 0
+        self._left = 0
+        self._fed_warnings: list[str] = []
+        self._last: tuple[CountsTable, int] | None = None  # the last table handed out, with its bytes left
+        self._index = LineIndex()
+
+    def _signature_now(self) -> tuple[Any, ...]:
+        def stat(name: str) -> tuple[int, int, int] | None:
+            try:
+                info = os.stat(self.run_dir / name)
+            except OSError:
+                return None
+            return info.st_ino, info.st_size, info.st_mtime_ns
+
+        samples = stat("samples.jsonl")
+        return (stat("manifest.json"), tuple(classifications(self.run_dir)), samples and samples[0])
+
+    def refresh(self, budget: int | None = None) -> CountsTable:
+        """The table as the run stands now (the same object while nothing changed); `budget`: read
+        at most about that many bytes this time (`left` then says how many wait)."""
+        return self.look(budget)[0]
+
+    def look(self, budget: int | None = None, wait: bool = True) -> tuple[CountsTable, int]:
+        """`refresh`, with the bytes still to count behind that very table (0: it is whole).
+        `wait=False`: while another thread is counting, the table it counted last, at once."""
+        last = self._last
+        if not self.lock.acquire(blocking=wait or last is None):
+            assert last is not None
+            return last
+        try:
+            signature = self._signature_now()
+            if signature != self._signature or self._table is None:
+                self._reset()
+                self._signature = signature
+            try:
+                grew = self._read(budget)
+            except BaseException:
+                self._signature = None  # the next look starts over
+                raise
+            if grew or self._snapshot is None:
+                self._snapshot = finished_copy(self._table)
+                self.version += 1
+            self._last = (self._snapshot, self._left)
+            return self._last
+        finally:
+            self.lock.release()
+
+    def offsets(self, prompt: str, model: str, case_id: str) -> list[tuple[int, int]]:
+        """Where the lines of one (arm, case)'s samples start in samples.jsonl and their lengths,
+        in file order."""
+        with self.lock:
+            return self._index.lines((prompt, model, case_id))
+
+    @property
+    def counted(self) -> int:
+        """Bytes of samples.jsonl counted so far."""
+        return self._offset
+
+    @property
+    def left(self) -> int:
+        """Bytes of samples.jsonl there were still to count at the last look (0: all of it)."""
+        return self._left
+
+    def _reset(self) -> None:
+        self._table, self._counter = _start(self.run_dir, None, None)
+        self._snapshot = None
+        self._offset = self._lines = self._left = 0
+        self._index = LineIndex()
+        self._fed_warnings = []  # what feeding said (a sample of no arm): kept across looks
+
+    def _read(self, budget: int | None) -> bool:
+        """Count what was appended (at most about `budget` bytes of it); True when anything
+        (samples, rounds, state) changed."""
+        table, counter = self._table, self._counter
+        assert table is not None and counter is not None
+        path = self.run_dir / "samples.jsonl"
+        size = path.stat().st_size if path.is_file() else 0
+        # Cut back (a resume repaired a torn tail), or a reclassified run that grew (its overlay is
+        # read in step with the samples, from the start): count it over.
+        if size < self._offset or (table.classification is not None and size > self._offset > 0):
+            self._reset()
+            table, counter = self._table, self._counter
+            assert table is not None and counter is not None
+        state = run_state(self.run_dir, table.manifest)
+        changed = state != table.state
+        table.state = state
+        warnings: list[str] = []
+        rest = b""
+        if size > self._offset:
+            changed = True
+            whole = budget is None or table.classification is not None or size - self._offset <= budget
+            with open(path, "rb") as handle:
+                handle.seek(self._offset)
+                self._feed(handle, size - self._offset if whole else budget, table.classification)
+                if whole:
+                    rest = handle.read(size - self._offset)
+            if rest.strip() and state != "running":
+                try:
+                    loads(rest)  # a whole record that only lacks its newline counts
+                except ValueError:
+                    warnings.append(
+                        f"{path}: the last line (line {self._lines + 1}) is torn (cut off mid-write) "
+                        "and is ignored"
+                    )
+                else:
+                    self._feed(io.BytesIO(rest + b"\n"), len(rest) + 1, table.classification)
+                    self._offset -= 1  # the newline added here is not in the file
+        self._left = max(0, size - self._offset - len(rest))
+        table.sequential = list(iter_jsonl(self.run_dir / "sequential.jsonl", warnings.append))
+        warnings = self._fed_warnings + warnings
+        if warnings != table.warnings:
+            changed = True
+            table.warnings = warnings
+        return changed
+
+    def _feed(self, handle: Any, size: int, number: int | None) -> None:
+        """Count the whole lines among the next `size` bytes of `handle` (streamed: memory stays flat)."""
+        counter = self._counter
+        assert counter is not None
+        path = self.run_dir / "samples.jsonl"
+        warnings = self._fed_warnings
+        where = [self._offset, 0]
+
+        def lines() -> Iterator[dict[str, Any]]:
+            position, end = self._offset, self._offset + size
+            for line in handle:  # may run past `end` into lines appended meanwhile: as well
+                if line[-1:] != b"\n":
+                    handle.seek(position)  # a line still being written: for the next look
+                    break
+                self._lines += 1
+                where[0], where[1], position = position, len(line), position + len(line)
+                self._offset = position
+                if len(line) > 1:
+                    try:
+                        yield loads(line)
+                    except ValueError:
+                        if line.strip():
+                            raise InputError(f"{path}: line {self._lines} is not valid JSON") from None
+                if position >= end:
+                    break
+
+        samples = lines()
+        if number is not None:
+            samples = merged_samples(self.run_dir, number, warnings.append, samples)
+        feed, add = counter.feed, self._index.add
+        for sample in samples:
+            feed(sample, warnings.append)
+            add((sample["prompt"], sample["model"], sample["case_id"]), where[0], where[1])
+
+
+def _start(run_dir: Path, classification: int | None, top_k: int | None) -> tuple[CountsTable, "_Counter"]:
+    """An empty counts table of a run (its manifest, probe set and settings read) and its counter."""
+    manifest = load_manifest(run_dir)
+    numbers = classifications(run_dir)
+    if classification is not None and classification not in numbers:
+        known = ", ".join(map(str, numbers)) or "none"
+        raise InputError(f"{run_dir}: no classification {classification} (this run has: {known})")
+    number = classification if classification is not None else (numbers[-1] if numbers else None)
+    settings = settings_of(run_dir, manifest, number).with_top_k(top_k)
+    probeset = _probeset(manifest)
+    table = CountsTable(run_dir, manifest, run_state(run_dir, manifest), probeset, settings, number, [])
+    return table, _Counter(table, {"top_k"} if top_k is not None else set())
+
+
 class _Counter:
     """Adds samples into a counts table (in one process, or a part of the file in each)."""
 
@@ -209,7 +481,11 @@ class _Counter:
         self.table = table
         manifest, settings = table.manifest, table.settings
         cases = {c.id: c for c in table.probeset.cases}
-        table.arms = [ArmCounts(a["prompt"], a["model"]) for a in manifest["arms"]]
+        spec_of = {m.get("name") or m["spec"]: m["spec"] for m in manifest.get("models", [])}
+        table.arms = [
+            ArmCounts(a["prompt"], a["model"], spec=spec_of.get(a["model"], a["model"]))
+            for a in manifest["arms"]
+        ]
         # Which metrics apply depends on the case and the settings only: work it out once per case.
         applicable: dict[str, list[tuple[str, Metric]]] = {
             case_id: [(name, m) for name, m in table.metrics.items() if m.applies(case, settings)]
@@ -239,7 +515,7 @@ class _Counter:
             )
             return
         table.recorded += 1
-        slot.count(sample, table.settings)
+        slot.count(sample, table.settings, table.check_applies)
         retrieval = sample.get("retrieval")
         if retrieval is not None:
             ids = retrieval.get("passage_ids") or ()
@@ -253,12 +529,23 @@ class _Counter:
             table.simulated = "SIMULATED" in ((sample.get("response") or {}).get("model") or "")
 
     def finish(self) -> None:
-        for arm in self.table.arms:
+        table = self.table
+        for arm in table.arms:
+            for name, per_case in arm.pending.items():
+                lower_is_better = not table.metrics[name].higher_is_better
+                seen = table.check_applies.get(name, {})
+                for case_id, failed in per_case.items():
+                    if seen.get(case_id) is False:
+                        continue  # the check does not apply to this case: outside the metric
+                    cell = arm.metrics[name].setdefault(case_id, [0, 0, 0])
+                    cell[0] += failed * lower_is_better
+                    cell[1] += failed
+                    cell[2] += failed
+            arm.pending = {}
             for per_case in arm.metrics.values():
                 for case_id in [c for c, cell in per_case.items() if cell[1] == 0]:
                     del per_case[case_id]  # no sample of this arm for this case
-            for case_id in [c for c, seen in arm.patterns.items() if not seen]:
-                del arm.patterns[case_id]
+            arm.patterns = resolved_patterns(table, arm)
 
     # -- parallel ---------------------------------------------------------------------------
 
@@ -270,6 +557,9 @@ class _Counter:
             "simulated": table.simulated,
             "snapshots": table.snapshots,
             "empty": table.empty_retrievals,
+            "check_applies": table.check_applies,
+            "pending": [arm.pending for arm in table.arms],
+            "patterns": [arm.patterns for arm in table.arms],
             "arms": [
                 (
                     arm.samples,
@@ -284,7 +574,7 @@ class _Counter:
                     arm.latencies,
                     arm.cache_saved,
                     arm.batched,
-                    arm.patterns,
+                    arm.check_errors,
                 )
                 for arm in table.arms
             ],
@@ -297,6 +587,18 @@ class _Counter:
         for case_id, snapshots in part["snapshots"].items():
             table.snapshots.setdefault(case_id, Counter()).update(snapshots)
         table.empty_retrievals.update(part["empty"])
+        for name, per_case in part["check_applies"].items():
+            mine = table.check_applies.setdefault(name, {})
+            for case_id, applies in per_case.items():
+                mine[case_id] = mine.get(case_id, False) or applies
+        for arm, patterns in zip(table.arms, part["patterns"], strict=True):
+            for case_id, seen in patterns.items():
+                arm.patterns[case_id].update(seen)
+        for arm, pending in zip(table.arms, part["pending"], strict=True):
+            for name, per_case in pending.items():
+                for case_id, failed in per_case.items():
+                    counted = arm.pending.setdefault(name, {})
+                    counted[case_id] = counted.get(case_id, 0) + failed
         for arm, (
             samples,
             errors,
@@ -310,7 +612,7 @@ class _Counter:
             latencies,
             saved,
             batched,
-            patterns,
+            check_errors,
         ) in zip(table.arms, part["arms"], strict=True):
             arm.samples += samples
             arm.errors += errors
@@ -329,8 +631,7 @@ class _Counter:
             arm.latencies.extend(latencies)
             arm.cache_saved += saved
             arm.batched += batched
-            for case_id, seen in patterns.items():
-                arm.patterns[case_id].update(seen)
+            arm.check_errors.update(check_errors)
 
 
 def _line_ranges(path: Path, size: int, parts: int) -> list[tuple[int, int]]:
@@ -414,9 +715,11 @@ def _child(send: Any, counter: _Counter, path: Path, start: int, end: int, last:
 
 def _pricer(prices: PriceTable, manifest: dict[str, Any]) -> Callable[[str], Any]:
     matches = pricing(manifest, prices)
+    spec_of = {m.get("name") or m["spec"]: m["spec"] for m in manifest.get("models", [])}  # arm name -> spec
 
     def price_of(model: str) -> Any:
-        return matches[model][1].price if model in matches else None
+        spec = spec_of.get(model, model)
+        return matches[spec][1].price if spec in matches else None
 
     return price_of
 
@@ -459,7 +762,9 @@ class _Slot:
             index = order.index(name)  # where its outcome sits in a pattern
             self.cells.append((cell, metric.higher_is_better, name, derive, metric.outcome, index))
 
-    def count(self, sample: dict[str, Any], settings: CheckSettings) -> None:
+    def count(
+        self, sample: dict[str, Any], settings: CheckSettings, applies: dict[str, dict[str, bool]]
+    ) -> None:
         arm = self.arm
         arm.samples += 1
         error = sample.get("error")
@@ -469,7 +774,13 @@ class _Slot:
             arm.errors += 1
             arm.error_kinds[error["kind"]] += 1
             self.headers["errors"] += 1
-            for cell, higher_is_better, *_, index in self.cells:
+            for cell, higher_is_better, name, *_, index in self.cells:
+                if name not in METRICS:
+                    # A user's check: whether it applies to this case is known once every sample is read.
+                    pending = arm.pending.setdefault(name, {})
+                    pending[self.case.id] = pending.get(self.case.id, 0) + 1
+                    pattern[index] = PENDING
+                    continue
                 cell[1] += 1
                 cell[2] += 1
                 # Errors never flatter an arm: a miss where higher is better, an event where lower is.
@@ -485,14 +796,24 @@ class _Slot:
                 if derive is not None or recorded is None or name not in recorded:
                     # Changed settings, or a run recorded before outcomes were kept: derive it.
                     hit = (derive or outcome)(sample, case, settings)
-                    if hit is None and name not in METRICS:
-                        continue  # a user's check said it does not apply to this sample
                 else:
                     hit = recorded[name]
+                if name not in METRICS:
+                    seen = applies.setdefault(name, {})
+                    seen[case.id] = seen.get(case.id, False) or hit is not None
+                    if hit is None:
+                        continue  # a user's check said it does not apply to this sample
                 cell[1] += 1
                 if hit:
                     cell[0] += 1
                 pattern[index] = 1 if hit else 0
+            failed_checks = (sample.get("checks") or {}).get("user_errors")
+            if failed_checks:
+                # A check of yours that failed on this sample: an error of that metric only.
+                for cell, _, name, *_ in self.cells:
+                    if name in failed_checks:
+                        cell[2] += 1
+                        arm.check_errors[name] += 1
             latency = sample.get("latency_ms")
             if latency is not None:
                 arm.latencies.append(latency)

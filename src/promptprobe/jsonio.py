@@ -29,7 +29,11 @@ def loads(data: bytes | str) -> Any:
 
 
 def warn(message: str) -> None:
-    print(f"warning: {message}", file=sys.stderr)
+    from .redaction import SCRUBBER
+    from .terminal import neutralised
+
+    # Printed like every line probe prints (cli.say): scrubbed, control characters spelled out.
+    print(neutralised(SCRUBBER.text(f"warning: {message}")), file=sys.stderr)
 
 
 def iter_jsonl(path: Path, on_warning: Callable[[str], None] = warn) -> Iterator[dict[str, Any]]:

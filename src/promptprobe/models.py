@@ -1,12 +1,18 @@
 """Model specs: `anthropic:MODEL`, `openai:MODEL`, `openai:MODEL@BASE_URL`, and the clouds through
 the same SDKs: `azure:DEPLOYMENT@https://RESOURCE.openai.azure.com`, `bedrock:MODEL`,
-`vertex:MODEL` (each may name another endpoint after `@`, e.g. a proxy)."""
+`vertex:MODEL` (each may name another endpoint after `@`, e.g. a proxy).
+
+`NAME=SPEC` names a model's arm (as `--prompt NAME=PATH` names a prompt's): selectors, tables
+and sentences then say NAME. A model without a name is called by its spec."""
 
 import re
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
+from . import names
 from .errors import InputError
+from .terminal import control_problem
 
 DEFAULT_KEY_ENV = {
     "anthropic": "ANTHROPIC_API_KEY",
@@ -27,6 +33,12 @@ class ModelSpec:
     api_version: str | None = None  # azure
     region: str | None = None  # bedrock, vertex
     project: str | None = None  # vertex
+    name: str | None = None  # the arm's name, given as NAME=SPEC
+
+    @property
+    def label(self) -> str:
+        """What the model's arm is called in samples, selectors and tables: its name, else its spec."""
+        return self.name or self.spec
 
     @property
     def key_env(self) -> str | None:
@@ -41,6 +53,7 @@ class ModelSpec:
 
     def to_dict(self) -> dict[str, Any]:
         return {
+            **({"name": self.name} if self.name else {}),
             "spec": self.spec,
             "provider": self.provider,
             "model": self.model,
@@ -58,8 +71,18 @@ class ModelSpec:
         }
 
 
-def parse_model_spec(spec: str, api_key_env: str | None = None, **cloud: str | None) -> ModelSpec:
-    """Parse `PROVIDER:MODEL[@BASE_URL]` (the form only: providers.parse_spec checks the provider)."""
+def parse_model_spec(
+    spec: str, api_key_env: str | None = None, check_url: bool = True, **cloud: str | None
+) -> ModelSpec:
+    """Parse `PROVIDER:MODEL[@BASE_URL]` (the form only: providers.parse_spec checks the provider).
+    `check_url=False` reads a recorded spec, whose URL credentials were scrubbed when recorded."""
+    if not isinstance(spec, str):
+        raise InputError(
+            f"model {spec!r}: a model spec is text such as openai:gpt-4.1-mini, not {type(spec).__name__}"
+        )
+    problem = control_problem(spec, "model")
+    if problem:
+        raise InputError(problem)
     provider, sep, rest = spec.partition(":")
     if not sep or not rest:
         raise InputError(
@@ -75,10 +98,65 @@ def parse_model_spec(spec: str, api_key_env: str | None = None, **cloud: str | N
         raise InputError(
             f"model {spec!r}: an Azure model is azure:DEPLOYMENT@https://RESOURCE.openai.azure.com"
         )
+    if base_url and check_url:
+        problem = url_problem(base_url)
+        if problem:
+            raise InputError(f"model {spec!r}: {base_url!r} is not a usable URL ({problem})")
     return ModelSpec(spec, provider, model, base_url or None, api_key_env, **cloud)
 
 
+def url_problem(url: str) -> str | None:
+    """Why an endpoint URL cannot be called (None when it can): checked when the spec is read,
+    so that a typo is bad input (exit 2), never a traceback from inside the SDK."""
+    from urllib.parse import urlsplit
+
+    if any(char.isspace() for char in url):
+        return "it holds a space"
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018  # raises on a port that is not a number from 0 to 65535
+    except ValueError as exc:
+        return str(exc)
+    if not parts.hostname:
+        return "it names no host"
+    import httpx  # the SDKs' own parser (httpx2) is httpx's: what it refuses, this refuses
+
+    try:
+        httpx.URL(url)
+    except (httpx.InvalidURL, ValueError) as exc:
+        return str(exc)
+    return None
+
+
+def split_name(text: str) -> tuple[str | None, str]:
+    """`NAME=SPEC` as (NAME, SPEC); a plain spec as (None, SPEC). A spec always has a `:` before
+    any `=` (a URL's query string), so text before the first `=` without one is a name."""
+    head, eq, rest = text.partition("=")
+    if eq and ":" not in head:
+        problem = names.problem(head, "model name")
+        if problem:
+            raise InputError(f"model {text!r}: {problem}")
+        return head, rest
+    return None, text
+
+
+def check_names(models: Sequence[ModelSpec]) -> None:
+    """Each model's arm name is unique among the models of a run (a name is never a spec: it has no `:`)."""
+    seen: dict[str, str] = {}
+    for model in models:
+        if model.name is not None and names.problem(model.name, "model name"):
+            raise InputError(str(names.problem(model.name, "model name")))
+        label = model.label
+        if label in seen:
+            raise InputError(
+                f"two models are both called {label!r} ({seen[label]} and {model.spec}): "
+                "give each its own name (NAME=SPEC)"
+            )
+        seen[label] = model.spec
+
+
 def model_of(recorded: dict[str, Any]) -> ModelSpec:
-    """A model as a manifest records it (`to_dict`)."""
+    """A model as a manifest records it (`to_dict`); runs recorded before names have none."""
     cloud = {key: recorded.get(key) for key in ("api_version", "region", "project")}
-    return parse_model_spec(recorded["spec"], recorded.get("api_key_env"), **cloud)
+    parsed = parse_model_spec(recorded["spec"], recorded.get("api_key_env"), check_url=False, **cloud)
+    return replace(parsed, name=recorded["name"]) if recorded.get("name") else parsed

@@ -3,9 +3,11 @@ replaced wherever they appear (an error body from a gateway that echoes the key,
 message, a model that repeats it), in run files, exports and the lines the CLI prints.
 
 Each secret is searched in every form a server or a client commonly gives it: as it is,
-JSON-escaped (`\\/` and `\\u002f` for `/`, `\\uXXXX` for any character), URL-encoded (`%2F`,
-`+` for a space) and base64-encoded (standard and URL-safe, at each of the three alignments a
-secret can have inside a longer base64 text, as in an `Authorization: Basic` header). Scrub first,
+JSON-escaped (`\\/` for `/`, `\\uXXXX` for any character, letters included, escaped again
+when a JSON text sits inside another), URL-encoded (`%XX` for any byte, in either case, `+` for
+a space), any mix of these character by character, and base64-encoded (standard and URL-safe,
+at each of the three alignments a secret can have inside a longer base64 text, as in an
+`Authorization: Basic` header, and broken into lines anywhere, as MIME and PEM do). Scrub first,
 then cut: a snippet is taken from text already scrubbed, so no cut can leave half a secret.
 
 A JSON or server-sent-events body is also checked after scrubbing by decoding it: if a secret
@@ -23,17 +25,27 @@ from typing import Any
 MIN_SECRET_LENGTH = 8  # shorter values would redact ordinary words
 
 
+# JSON escapes may be escaped again (a body kept as a JSON string: `\\u002d`), so any run of
+# backslashes introduces one.
+ESCAPE = r"\\\\*"
+# Where base64 may be broken into lines (MIME's 76 columns, PEM's 64): a line break as written, or
+# JSON-escaped.
+WRAP = r"(?:\r?\n|(?:\\+r)?\\+n)?"
+
+
 def _char_pattern(char: str) -> str:
     """A character as written, JSON-escaped (\\uXXXX in either case, \\/ for a slash) or
-    URL-encoded (%XX in either case, + for a space)."""
-    if char.isalnum() and char.isascii():
-        return re.escape(char)
+    URL-encoded (%XX in either case, + for a space): every character may be written either way,
+    letters and digits included (`\\u0073\\u006b` is `sk`, so is `%73%6B`)."""
     options = {re.escape(char)}
     code = ord(char)
     if code < 0x10000:
-        options.add(f"\\\\u(?i:{code:04x})")
+        options.add(f"{ESCAPE}u(?i:{code:04x})")
+    else:  # a surrogate pair
+        high, low = 0xD800 + ((code - 0x10000) >> 10), 0xDC00 + ((code - 0x10000) & 0x3FF)
+        options.add(f"{ESCAPE}u(?i:{high:04x}){ESCAPE}u(?i:{low:04x})")
     if char == "/":
-        options.add(r"\\/")
+        options.add(f"{ESCAPE}/")
     if char == " ":
         options.add(r"\+")
     options.add("".join(f"%(?i:{byte:02x})" for byte in char.encode("utf-8")))
@@ -57,10 +69,61 @@ def _base64_forms(secret: str) -> set[str]:
 
 
 def pattern_of(secret: str) -> str:
-    """A regular expression matching every written form of a secret."""
+    """A regular expression matching every written form of a secret: as is, JSON-escaped,
+    URL-encoded, character by character in any mix, and base64 at any alignment, broken into
+    lines anywhere (MIME-style) or not."""
     written = "".join(_char_pattern(c) for c in secret)
-    encoded = [re.escape(form) for form in sorted(_base64_forms(secret), key=len, reverse=True)]
+    encoded = [
+        WRAP.join(re.escape(c) for c in form) for form in sorted(_base64_forms(secret), key=len, reverse=True)
+    ]
     return "|".join([written, *encoded])
+
+
+# The escapes of printable ASCII (the secrets the prefilter serves are ASCII): `\\u0073`, `%73`, `\\/`.
+ESCAPED = re.compile(r"\\\\*u00([2-7][0-9a-fA-F])|%([2-7][0-9a-fA-F])|\\\\*(/)")
+
+
+def _unescaped(match: re.Match[str]) -> str:
+    hexa, percent, slash = match.groups()
+    return slash or chr(int(hexa or percent, 16))
+
+
+def _unwrapped(value: str) -> str:
+    """The text without line breaks, as written or JSON-escaped (str.replace: ten times faster
+    than a pattern), and without backslashes, which base64 never holds."""
+    for piece in ("\r", "\n", "\\r", "\\n", "\\"):
+        value = value.replace(piece, "")
+    return value
+
+
+class Prefilter:
+    """A fast test that a text cannot hold any form of the secrets, so that the full pattern (an
+    alternation at every character, ten times slower) runs only on the rare text that might.
+
+    The escapes are decoded (cheap: ordinary text has few) and the line breaks a base64 text may
+    have are dropped, then the middle of each secret, and of each of its base64 forms, is looked
+    for as it is: an escape that begins before a secret's written form can swallow at most its
+    first few characters, and one that ends after it its last few, so the middle is always there.
+    Secrets holding a character the decoding itself would change (`%`, `\\`, `+`, a space, or
+    anything not ASCII), or too short to have a middle of 8, are not filtered: every text goes
+    to the full pattern."""
+
+    def __init__(self, secrets: list[str]) -> None:
+        self.always = any(
+            len(s) < 16 or not s.isascii() or any(c in s for c in "%\\+ ") for s in secrets
+        )
+        middles = {secret[4:-4] for secret in secrets}
+        encoded = {form[2:-2] for secret in secrets for form in _base64_forms(secret)}
+        self.written = re.compile("|".join(re.escape(m) for m in sorted(middles, key=len, reverse=True)))
+        self.encoded = re.compile("|".join(re.escape(e) for e in sorted(encoded, key=len, reverse=True)))
+
+    def possible(self, value: str) -> bool:
+        if self.always:
+            return True
+        decoded = ESCAPED.sub(_unescaped, value) if "\\" in value or "%" in value else value
+        if self.written.search(decoded):
+            return True
+        return self.encoded.search(_unwrapped(value)) is not None
 
 
 class Scrubber:
@@ -70,6 +133,7 @@ class Scrubber:
         self.short: dict[str, str] = {}  # too short to scrub: name -> value, for a warning
         self._pattern: re.Pattern[str] | None = None
         self._order: list[str] = []  # the secret names, in the order of the pattern's groups
+        self._quick: Prefilter | None = None
 
     def add(self, name: str, value: str | None) -> None:
         if not value:
@@ -85,6 +149,7 @@ class Scrubber:
             ordered = sorted(self.secrets, key=len, reverse=True)
             self._order = [self.secrets[secret] for secret in ordered]
             self._pattern = re.compile("|".join(f"({pattern_of(secret)})" for secret in ordered))
+            self._quick = Prefilter(ordered)
 
     def take_warnings(self) -> list[str]:
         """One line per secret too short to be scrubbed reliably, each said once."""
@@ -97,8 +162,8 @@ class Scrubber:
         ]
 
     def text(self, value: str) -> str:
-        pattern = self._pattern
-        if pattern is None:
+        pattern, quick = self._pattern, self._quick
+        if pattern is None or (quick is not None and not quick.possible(value)):
             return value
         return pattern.sub(lambda m: f"[{self._order[(m.lastindex or 1) - 1]} removed]", value)
 
@@ -111,7 +176,10 @@ class Scrubber:
         return value if scrubbed == text else scrubbed.encode("utf-8", "surrogateescape")
 
     def found_in(self, value: str) -> bool:
-        return self._pattern is not None and self._pattern.search(value) is not None
+        pattern, quick = self._pattern, self._quick
+        if pattern is None or (quick is not None and not quick.possible(value)):
+            return False
+        return pattern.search(value) is not None
 
     def clean_body(
         self, body: builtins.bytes, text: str | None = None

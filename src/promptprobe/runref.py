@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import InputError
+from .paths import is_dir, shown
 
 LATEST = re.compile(r"latest(?:~(\d+))?")
 ENV = "PROBE_RUNS_DIR"
@@ -36,6 +37,8 @@ class RunInfo:
     planned: int | None
     errors: int
     created: str
+    pairs: tuple[tuple[str, str], ...] = ()  # each arm's (prompt, model name), in arm order
+    sequential: bool = False  # rounds until decided: `planned` is a cap, not a target
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -60,9 +63,10 @@ def _info(path: Path) -> RunInfo | None:
     except InputError:
         return None
     counts = manifest.get("counts") or {}
-    arms = [
-        f"{a.get('prompt')} x {a.get('model')}" for a in manifest.get("arms") or [] if isinstance(a, dict)
-    ]
+    pairs = tuple(
+        (str(a.get("prompt")), str(a.get("model"))) for a in manifest.get("arms") or [] if isinstance(a, dict)
+    )
+    arms = [f"{prompt} x {model}" for prompt, model in pairs]
     return RunInfo(
         path=path,
         id=path.name,
@@ -73,13 +77,15 @@ def _info(path: Path) -> RunInfo | None:
         planned=counts.get("planned"),
         errors=int(counts.get("errors") or 0),
         created=str(manifest.get("created") or ""),
+        pairs=pairs,
+        sequential=bool(manifest.get("sequential")),
     )
 
 
 def list_runs(folder: str | Path | None = None, limit: int | None = None) -> list[RunInfo]:
     """The runs of a runs directory, newest first."""
     root = runs_dir(folder)
-    if not root.is_dir():
+    if not is_dir(root):
         return []
     found = [info for child in root.iterdir() if child.is_dir() and (info := _info(child)) is not None]
     found.sort(key=lambda info: (info.created, info.id), reverse=True)
@@ -90,7 +96,7 @@ def resolve(reference: str | Path, folder: str | Path | None = None) -> Path:
     """The run directory a reference names (see the module's docstring)."""
     text = str(reference)
     path = Path(text)
-    if path.is_dir():
+    if is_dir(path):
         return path  # a directory given by path: its readers say whether it is a run
     root = runs_dir(folder)
     latest = LATEST.fullmatch(text)
@@ -99,12 +105,12 @@ def resolve(reference: str | Path, folder: str | Path | None = None) -> Path:
         runs = list_runs(root)
         if back >= len(runs):
             have = f"it has {len(runs)}" if runs else "it has none"
-            raise InputError(f"{text}: there is no such run in {root} ({have})")
+            raise InputError(f"{shown(text)}: there is no such run in {root} ({have})")
         return runs[back].path
     if os.sep in text or text.startswith("."):
-        raise InputError(f"{path}: no such run directory")
+        raise InputError(f"{shown(path)}: no such run directory")
     candidates = (
-        sorted(p for p in root.iterdir() if p.is_dir() and p.name.startswith(text)) if root.is_dir() else []
+        sorted(p for p in root.iterdir() if p.is_dir() and p.name.startswith(text)) if is_dir(root) else []
     )
     exact = [p for p in candidates if p.name == text]
     if exact:
@@ -114,7 +120,7 @@ def resolve(reference: str | Path, folder: str | Path | None = None) -> Path:
     if not candidates:
         known = ", ".join(info.id for info in list_runs(root, 5))
         hint = f"; the newest: {known}" if known else f"; {root} holds no runs"
-        raise InputError(f"{text}: no run directory or run id matches it in {root}{hint}")
+        raise InputError(f"{shown(text)}: no run directory or run id matches it in {shown(root)}{hint}")
     listing = ", ".join(p.name for p in candidates[:10]) + (" ..." if len(candidates) > 10 else "")
     raise InputError(f"{text}: matches {len(candidates)} runs in {root}: {listing}; give more of the id")
 

@@ -9,6 +9,7 @@ def test_the_new_prompt_is_not_worse(probe_run):
 from collections.abc import Sequence
 from pathlib import Path
 
+from . import arguments
 from .api import Comparison, compare
 
 
@@ -24,6 +25,8 @@ def assert_not_worse(
     """Fail (AssertionError) when the candidate is reliably worse than the baseline on the metric
     (several metrics: at the adjusted p), with the `FAIL:` sentence of `probe compare
     --fail-if-worse`; return the comparison otherwise."""
+    arguments.reference("baseline", baseline)
+    arguments.reference("candidate", candidate)
     comparison = compare(baseline, candidate, metric, alpha=alpha, all_metrics=all_metrics, runs_dir=runs_dir)
     failures = comparison.failures()
     if failures:

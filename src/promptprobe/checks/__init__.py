@@ -76,16 +76,19 @@ def run_checks(checks: Iterable[Check], view: SampleView) -> tuple[dict[str, Any
     found: dict[str, Any] = {}
     for check in checks:
         seen = {**found, "header": header} if header is not None else found
-        result = check.evaluate(
+        entries = check.entries(
             SampleView(view.case, view.text, view.passages, view.response, view.settings, seen)
         )
-        if result is None:
-            continue
-        if check.key == "header":
-            header = result
-        else:
-            found[check.key] = result
+        if "header" in entries:
+            header = entries.pop("header")
+        found.update(entries)
     return header, found
+
+
+def close_checks(checks: Iterable[Check]) -> None:
+    """Release what the checks hold (the worker processes of your own checks)."""
+    for check in checks:
+        check.close()
 
 
 __all__ = [
@@ -101,6 +104,7 @@ __all__ = [
     "SampleView",
     "UserCheckConfig",
     "build_checks",
+    "close_checks",
     "metric_names",
     "metrics_for",
     "outcomes",

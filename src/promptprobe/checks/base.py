@@ -66,6 +66,15 @@ class Check:
         """The details to record for this sample (None: nothing to record)."""
         raise NotImplementedError
 
+    def entries(self, view: SampleView) -> dict[str, Any]:
+        """What this check adds to the sample's `checks` (its details under its key; a check may
+        record more than one entry)."""
+        result = self.evaluate(view)
+        return {} if result is None else {self.key: result}
+
+    def close(self) -> None:
+        """Release what the check holds (worker processes)."""
+
 
 def details(sample: dict[str, Any], key: str) -> dict[str, Any]:
     """A check's recorded details in a sample ({} when it recorded none)."""

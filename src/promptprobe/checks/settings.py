@@ -10,6 +10,7 @@ from ..errors import InputError
 DEFAULT_MARKERS = ("[[ANSWER]]", "[[NO_ANSWER]]")
 DEFAULT_NO_ANSWER = "[[NO_ANSWER]]"
 DEFAULT_CITATION_PATTERN = r"\[(\d+)\]"
+DEFAULT_CHECK_TIMEOUT = 30.0  # seconds a [[check]] function may take on one sample
 
 
 @dataclass(frozen=True)
@@ -78,6 +79,7 @@ class UserCheckConfig:
     function: str  # module:function
     higher_is_better: bool = True
     description: str = ""
+    timeout: float = DEFAULT_CHECK_TIMEOUT  # seconds per sample; past it the call is stopped
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -85,6 +87,7 @@ class UserCheckConfig:
             "function": self.function,
             "higher_is_better": self.higher_is_better,
             "description": self.description,
+            "timeout": self.timeout,
         }
 
     @classmethod
@@ -94,6 +97,7 @@ class UserCheckConfig:
             data["function"],
             bool(data.get("higher_is_better", True)),
             data.get("description", ""),
+            float(data.get("timeout", DEFAULT_CHECK_TIMEOUT)),
         )
 
 

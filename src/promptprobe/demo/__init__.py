@@ -358,7 +358,7 @@ def run_demo(
     from ..engine.sequential import SequentialRule, SequentialRun
     from ..models import parse_model_spec
     from ..providers.base import GenerationParams
-    from ..views.compare import compare_runs, judgement, render_comparison
+    from ..views.compare import compare_runs, render_comparison
     from ..views.report import build_report, render_report
     from ..views.tables import wrap
     from ..views.why import explain, render_why
@@ -410,7 +410,7 @@ def run_demo(
             f"$ probe run ... --until-decided   (run: {decided.path})",
             *([f"via the batch API: {_batch_count(decided.path)} batch(es), one a round"] if batch else []),
             wrap(
-                f"sequential: {judgement(seq_result)}: {seq_result['verdict']}, decided at round "
+                f"sequential: {seq_result['words']['headline']}, decided at round "
                 f"{seq_view['rounds']} (cap {seq_view['max_rounds']} rounds): {decided.recorded} samples "
                 f"({per_arm} per arm). {_same_power(compared['results'][0], rule)}"
             ),
@@ -449,7 +449,8 @@ def _batch_count(run_dir: Path) -> int:
     ledger = run_dir / "batches.jsonl"
     if not ledger.exists():
         return 0
-    return len({json.loads(line)["batch"] for line in ledger.read_bytes().splitlines() if line.strip()})
+    lines = [json.loads(line) for line in ledger.read_bytes().splitlines() if line.strip()]
+    return len({entry["batch"] for entry in lines if entry.get("batch")})  # created batches only
 
 
 def _run(runner: Any, progress: Any) -> Any:

@@ -1,5 +1,5 @@
-"""The demo server's OpenAI Batch API: files upload, batch create / retrieve / cancel and the
-output file, answered by the same SIMULATED model as live calls, so `probe demo --batch` (and
+"""The demo server's OpenAI Batch API: files upload, batch create / list / retrieve / cancel and
+the output file, answered by the same SIMULATED model as live calls, so `probe demo --batch` (and
 `probe run --batch` against `probe demo-server`) takes the batch path offline.
 
 A batch is answered when it is created and reported `in_progress` until it has been looked at
@@ -20,6 +20,7 @@ ROUTES = (
     ("POST", re.compile(r"/v1/files"), "upload"),
     ("GET", re.compile(r"/v1/files/([^/]+)/content"), "content"),
     ("POST", re.compile(r"/v1/batches"), "create"),
+    ("GET", re.compile(r"/v1/batches"), "list"),
     ("GET", re.compile(r"/v1/batches/([^/]+)"), "retrieve"),
     ("POST", re.compile(r"/v1/batches/([^/]+)/cancel"), "cancel"),
 )
@@ -44,6 +45,7 @@ class DemoBatch:
     created_at: int
     looked_at: bool = False
     cancelled: bool = False
+    metadata: dict[str, Any] | None = None
 
     def view(self) -> dict[str, Any]:
         done = self.looked_at or self.cancelled
@@ -65,7 +67,7 @@ class DemoBatch:
                 "completed": self.total - self.failed if finished else 0,
                 "failed": self.failed if finished else 0,
             },
-            "metadata": None,
+            "metadata": self.metadata,
         }
 
 
@@ -95,6 +97,9 @@ class DemoBatches:
                 return self._file(args[0]), "application/octet-stream"
             if name == "create":
                 return _json(self._create(_object(body)))
+            if name == "list":  # newest first, all on one page (a demo holds a few batches)
+                views = [b.view() for b in reversed(self.batches.values())]
+                return _json({"object": "list", "data": views, "has_more": False})
             batch = self.batches.get(args[0])
             if batch is None:
                 raise BatchRequestError(404, f"no batch {args[0]}")
@@ -163,6 +168,8 @@ class DemoBatches:
             len(failed),
             int(time.time()),
         )
+        metadata = request.get("metadata")
+        batch.metadata = metadata if isinstance(metadata, dict) else None
         self.batches[batch_id] = batch
         return batch.view()
 

@@ -102,7 +102,7 @@ def dry_run(
         rows.append(
             {
                 "prompt": arm.prompt.name,
-                "model": arm.model.spec,
+                "model": arm.model.label,
                 "calls": len(probeset.cases) * repeats,
                 "input_tokens": input_tokens,
                 "output_tokens_max": output_tokens,

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import StartError
-from .executor import Retrieved
+from .retrieval import Retrieved
 
 FAIL_FAST = 3  # identical permanent failures, before any success, that mean "down"
 PERMANENT_STATUS = frozenset({400, 401, 403, 404, 405, 410, 422})

@@ -1,23 +1,45 @@
 """manifest.json: what a run is (its probe set, prompts, models, arms, parameters, target,
 checks, code, prices, seed) and how far it got (status, counts, resumes), as written at its
-start, at its end, and at every resume."""
+start, at its end, and at every resume; and the new run directory it is first written to."""
 
 import os
-from typing import TYPE_CHECKING, Any
+import shutil
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any, Protocol
 
+from ..checks import CheckSettings
+from ..config import TargetConfig
 from ..endpoints import model_record
+from ..probeset import ProbeSet
 from ..production import code_fingerprint
 from ..prompts import PromptVersion
 from ..retrievers import redact
 from ..version import __version__
-from .store import SCHEMA_VERSION
+from .plan import Plan
+from .store import SCHEMA_VERSION, RunStore, StorageError
 
-if TYPE_CHECKING:
-    from .run import ProbeRun
+
+class ManifestSource(Protocol):
+    """What the manifest reads of a run (engine/run.py's ProbeRun has it all)."""
+
+    probeset: ProbeSet
+    config: TargetConfig
+    options: Any  # RunOptions
+    settings: CheckSettings
+    plan: Plan
+    seed: int
+    created: str
+    resumes: list[dict[str, Any]]
+    extra_manifest: dict[str, Any]
 
 
 def run_manifest(
-    run: "ProbeRun", status: str, finished: str | None, counts: dict[str, int], stopped_by: str | None = None
+    run: ManifestSource,
+    status: str,
+    finished: str | None,
+    counts: dict[str, int],
+    stopped_by: str | None = None,
 ) -> dict[str, Any]:
     params = run.options.params
     probeset = run.probeset
@@ -82,3 +104,44 @@ def run_manifest(
 def prompt_copy(prompt: PromptVersion) -> str:
     """Where a run keeps its copy of a prompt version."""
     return f"prompts/{prompt.name}{prompt.path.suffix}"
+
+
+def create_run_directory(
+    runs_dir: Path, umask: int, probeset: ProbeSet, prompts: Iterable[PromptVersion], manifest: dict[str, Any]
+) -> RunStore:
+    """A new run directory holding exact copies of the probe set and the prompt versions, and the
+    `running` manifest; nothing is left behind when making it fails."""
+    store = RunStore.create(runs_dir, probeset.name, umask)
+    try:
+        store.reserve(2 * len(str(manifest)))
+        store.write_bytes("probeset.toml", probeset.source)
+        for prompt in prompts:
+            store.write_bytes(prompt_copy(prompt), prompt.source)
+        store.write_manifest(manifest)
+    except BaseException:
+        # Nothing was recorded yet: leave no half-made run directory behind.
+        store.release()
+        shutil.rmtree(store.path, ignore_errors=True)
+        raise
+    return store
+
+
+def close_run_directory(
+    store: RunStore, manifest_of: Callable[[], dict[str, Any]], failed: bool
+) -> dict[str, int]:
+    """Write the manifest a run ends with (its counts taken once no sample can be written any
+    more) and release the run; the counts it holds. A full disk still has room for it (the
+    reserve is given back first); a failed run whose manifest cannot be written keeps its
+    `running` one, and readers show it killed."""
+    store.close_writes()
+    store.give_back_reserve()
+    try:
+        manifest = manifest_of()
+        try:
+            store.write_manifest(manifest)
+        except StorageError:
+            if not failed:
+                raise
+    finally:
+        store.release()
+    return manifest["counts"]

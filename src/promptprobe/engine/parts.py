@@ -8,7 +8,7 @@ import threading
 from typing import Any
 
 from ..assemble import Assembler, default_messages, production_assembler
-from ..checks import CheckSettings, build_checks
+from ..checks import CheckSettings, build_checks, close_checks
 from ..config import TargetConfig
 from ..models import ModelSpec
 from ..providers import make_provider
@@ -16,6 +16,8 @@ from ..providers.base import Provider
 from ..retrievers import Retriever, make_retriever
 from .executor import Executor
 from .limiter import Limiter
+from .records import SampleRecords
+from .retrieval import Retrieval
 from .retry import RetryPolicy
 from .store import RunStore
 
@@ -25,6 +27,8 @@ PROXY_VARIABLES = ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY", "https_proxy", "htt
 
 
 class RunParts:
+    """The run's providers, batch APIs, retriever, assembler, checks and limiters."""
+
     def __init__(
         self,
         models: list[ModelSpec],
@@ -33,6 +37,7 @@ class RunParts:
         options: Any,  # RunOptions
     ) -> None:
         self.retriever: Retriever | None = None
+        self.checks: list[Any] = []
         self.providers: dict[str, Provider] = {m.spec: make_provider(m, options.params) for m in models}
         try:
             # A model without a batch API is refused now, before anything is created.
@@ -59,32 +64,21 @@ class RunParts:
             for m in models
         }
 
-    def executor(
-        self,
-        store: RunStore | None,
-        settings: CheckSettings,
-        policy: RetryPolicy,
-        cancel: threading.Event,
-        variables: dict[str, str],
-    ) -> Executor:
+    def retrieval(self, store: RunStore | None, policy: RetryPolicy, cancel: threading.Event) -> Retrieval:
         assert self.retriever is not None
-        return Executor(
-            store,  # type: ignore[arg-type]  # the preflight retrieval writes nothing
-            self.retriever,
-            self.assemble,
-            self.providers,
-            self.limiters,
-            self.checks,
-            settings,
-            policy,
-            cancel,
-            variables,
-        )
+        return Retrieval(store, self.retriever, policy, cancel)
+
+    def records(self, store: RunStore, settings: CheckSettings, variables: dict[str, str]) -> SampleRecords:
+        return SampleRecords(store, self.assemble, self.checks, settings, variables)
+
+    def executor(self, records: SampleRecords, policy: RetryPolicy, cancel: threading.Event) -> Executor:
+        return Executor(records, self.providers, self.limiters, policy, cancel)
 
     def unreachable(self) -> dict[str, str]:
         return unreachable_endpoints(self.providers)
 
     def close(self) -> None:
+        close_checks(self.checks)  # your own checks' worker processes
         if self.retriever is not None:
             self.retriever.close()
         for provider in self.providers.values():

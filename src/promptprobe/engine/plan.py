@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import InputError
-from ..models import ModelSpec
+from ..models import ModelSpec, check_names
 from ..probeset import Case
 from ..prompts import PromptVersion
 
@@ -25,7 +25,8 @@ class Arm:
     model: ModelSpec
 
     def to_dict(self) -> dict[str, Any]:
-        return {"arm": self.index, "prompt": self.prompt.name, "model": self.model.spec}
+        # `model` is the arm's model name (its spec unless named NAME=SPEC), as in each sample.
+        return {"arm": self.index, "prompt": self.prompt.name, "model": self.model.label}
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,7 @@ def make_arms(prompts: Sequence[PromptVersion], models: Sequence[ModelSpec]) -> 
     specs = [m.spec for m in models]
     if len(set(specs)) != len(specs):
         raise InputError("the same model is given twice")
+    check_names(models)
     return [Arm(i, p, m) for i, (p, m) in enumerate(((p, m) for p in prompts for m in models), 1)]
 
 

@@ -51,7 +51,7 @@ def round_pairs(
         case = cases[sample["case_id"]]
         if not rule.applies(case, settings):
             continue
-        index = 0 if sample["prompt"] == arms[0].prompt.name and sample["model"] == arms[0].model.spec else 1
+        index = 0 if sample["prompt"] == arms[0].prompt.name and sample["model"] == arms[0].model.label else 1
         if sample.get("error"):
             hit = not rule.higher_is_better  # a failure is the unfavourable outcome for its own arm
         else:

@@ -16,22 +16,26 @@ from typing import Any
 from .. import endpoints
 from ..checks import CheckSettings
 from ..config import Precedence, RunSettings, TargetConfig, load_config, settle_repeats
-from ..errors import InputError, ProbeError, StartError
+from ..errors import InputError, ProbeError
 from ..jsonio import iter_jsonl, loads
 from ..models import ModelSpec, model_of
 from ..probeset import ProbeSet, parse_probeset
 from ..prompts import PromptVersion, check_prompts, prompt_from_bytes
 from ..providers.base import GenerationParams
+from .backend import Backend, Pass
+from .backends import make_backend
 from .cost import PriceTable, load_prices, refuse_unknown
-from .executor import Executor, Retrieved
-from .manifest import prompt_copy, run_manifest
+from .manifest import close_run_directory, create_run_directory, run_manifest
 from .parts import RunParts
 from .plan import Plan, Unit, make_arms, sample_id
+from .preflight import preflight
+from .recorder import Recorder, Tally
+from .retrieval import Retrieved, recorded_retrieval
 from .retry import RetryPolicy
-from .scheduler import Scheduler, Tally
-from .store import PRIVATE_UMASK, RunStore, StorageError, load_manifest, run_state, utc_now
+from .store import PRIVATE_UMASK, RunStore, load_manifest, run_state, utc_now
 
 LARGE_PLAN = 100_000  # model calls above which a run asks for --yes
+WRITE_GROUP = 500  # batch results written (and fsynced) together
 
 
 @dataclass
@@ -134,6 +138,30 @@ class RunOutcome:
     detached: list[str] = field(default_factory=list)  # batch ids still running at the provider
 
 
+def make_plan(
+    probeset: ProbeSet,
+    prompts: Sequence[PromptVersion],
+    models: Sequence[ModelSpec],
+    config: TargetConfig,
+    options: RunOptions,
+) -> tuple[Plan, dict[str, dict[str, Any]]]:
+    """What a run will ask, in which order, and where each setting came from; InputError when the
+    prompts cannot be filled for the cases, or the plan is larger than LARGE_PLAN calls without --yes."""
+    problems = check_prompts(prompts, probeset.cases, config.vars)
+    if problems:
+        raise InputError("\n".join(problems))
+    arms = make_arms(prompts, models)
+    seed = options.seed if options.seed is not None else random.SystemRandom().randrange(2**32)
+    repeats, provenance = settle_repeats(config, probeset, options.repeats, options.settings)
+    plan = Plan(probeset.cases, tuple(arms), repeats, seed)
+    if plan.samples > LARGE_PLAN and not options.yes:
+        raise InputError(
+            f"this plan makes {plan.samples:,} model calls ({len(probeset.cases)} cases x "
+            f"{repeats} repeats x {len(arms)} arms); add --yes to run it, or --dry-run to price it"
+        )
+    return plan, provenance
+
+
 class ProbeRun:
     """One run being executed. Build it (keys are checked and production code imported here,
     before any call), then `execute()`; `cancel()` from another thread or a signal handler."""
@@ -151,19 +179,9 @@ class ProbeRun:
         self.config = config
         self.options = options
         self.settings: CheckSettings = config.checks.with_top_k(options.top_k)
-        problems = check_prompts(prompts, probeset.cases, config.vars)
-        if problems:
-            raise InputError("\n".join(problems))
-        arms = make_arms(prompts, models)
-        self.seed = options.seed if options.seed is not None else random.SystemRandom().randrange(2**32)
         # Where each setting came from (options_from says it for the others): the manifest keeps it.
-        repeats, self.provenance = settle_repeats(config, probeset, options.repeats, options.settings)
-        self.plan = Plan(probeset.cases, tuple(arms), repeats, self.seed)
-        if self.plan.samples > LARGE_PLAN and not options.yes:
-            raise InputError(
-                f"this plan makes {self.plan.samples:,} model calls ({len(probeset.cases)} cases x "
-                f"{repeats} repeats x {len(arms)} arms); add --yes to run it, or --dry-run to price it"
-            )
+        self.plan, self.provenance = make_plan(probeset, prompts, models, config, options)
+        self.seed = self.plan.seed
         self.on_record = on_record
         self.cancel_event = threading.Event()
         self.prices: PriceTable = load_prices(config.prices)
@@ -187,151 +205,100 @@ class ProbeRun:
     ) -> dict[str, Any]:
         return run_manifest(self, status, finished, counts, stopped_by)
 
-    # -- running ---------------------------------------------------------------------------
+    def counts(self) -> dict[str, int]:
+        return {"planned": self.plan.samples, "recorded": self.tally.recorded, "errors": self.tally.errors}
 
     def cancel(self) -> None:
         """Stop: no new call starts; waits and streams in flight end at once."""
         self.cancel_event.set()
 
-    def preflight(self) -> Retrieved | None:
-        """Before creating anything: connect to each model's endpoint and retrieve the first
-        question. A target that refuses connections stops here (exit 3, no run directory); a
-        model that does while others answer is marked down and its samples recorded without calls."""
-        first = self.plan.case_order(1)[0]
-        # One quick retry at most: a target that refuses connections now is down, not flaky.
-        executor = self.executor_for(None)
-        executor.policy = replace(executor.policy, max_attempts=min(2, executor.policy.max_attempts))
-        retrieved = executor.retrieve(first)
-        if retrieved.error is not None and retrieved.error.unreachable:
-            self.close()
-            raise StartError(f"{retrieved.error}; nothing was run")
-        unreachable = self.parts.unreachable()
-        if unreachable and len(unreachable) == len(self.parts.providers):
-            self.close()
-            raise StartError(f"{'; '.join(unreachable.values())}; nothing was run")
-        self.down_models = {
-            spec: f"{reason}: the model looks down; not called in this run"
-            for spec, reason in unreachable.items()
-        }
-        return retrieved
-
-    def executor_for(self, store: RunStore | None) -> Executor:
-        return self.parts.executor(
-            store, self.settings, self.options.policy(), self.cancel_event, self.config.vars
-        )
-
-    def start(self) -> None:
-        """Create the run directory with its copies and a `running` manifest."""
-        self.created = utc_now()
-        try:
-            store = RunStore.create(self.options.runs_dir, self.probeset.name, self.options.umask)
-        except BaseException:
-            self.close()
-            raise
-        self.store = store
-        try:
-            manifest = self.manifest("running", None, self.counts())
-            store.reserve(2 * len(str(manifest)))
-            store.write_bytes("probeset.toml", self.probeset.source)
-            for arm in self.plan.arms:
-                store.write_bytes(prompt_copy(arm.prompt), arm.prompt.source)
-            store.write_manifest(manifest)
-            if self.on_start is not None:
-                self.on_start(store.path)
-        except BaseException:
-            # Nothing was recorded yet: leave no half-made run directory behind.
-            store.release()
-            shutil.rmtree(store.path, ignore_errors=True)
-            self.store = None
-            self.close()
-            raise
-
-    def counts(self) -> dict[str, int]:
-        return {"planned": self.plan.samples, "recorded": self.tally.recorded, "errors": self.tally.errors}
-
-    def scheduler(self, **kwargs: Any) -> Any:
-        """A scheduler over this run's executor (one per pass: a sequential run makes one per round);
-        with --batch, the batch scheduler, which has the same interface."""
-        assert self.store is not None
-        if self.options.batch:
-            from .batch import BatchScheduler
-
-            return BatchScheduler(self, **kwargs)
-        return Scheduler(
-            self.plan,
-            self.executor_for(self.store),
-            self.options.concurrency,
-            self.cancel_event,
-            prices=self.prices,
-            max_cost=self.options.max_cost,
-            on_record=self.on_record,
-            tally=self.tally,
-            down=self.down_models,
-            **kwargs,
-        )
+    # -- opening ---------------------------------------------------------------------------
 
     def open(self) -> None:
         """Check the target, then create the run directory (a resumed run opens its own)."""
-        first = self.preflight()
-        self.start()
-        if first is not None and not first.failed:
-            # A failure here had the short preflight policy: the scheduler retries it in full.
+        try:
+            first, self.down_models = preflight(
+                self.parts, self.plan, self.options.policy(), self.cancel_event
+            )
+            self.created = utc_now()
+            self.store = create_run_directory(
+                self.options.runs_dir,
+                self.options.umask,
+                self.probeset,
+                [arm.prompt for arm in self.plan.arms],
+                self.manifest("running", None, self.counts()),
+            )
+        except BaseException:
+            self.close()
+            raise
+        if self.on_start is not None:
+            self.on_start(self.store.path)
+        if not first.failed:
+            # A failure here had the short preflight policy: the back-end retries it in full.
             unit = Unit(self.plan.case_order(1)[0], 1)
             self.reuse[(unit.case.id, unit.repeat)] = first
-            self.executor_for(self.store).record_retrieval(unit, first)
+            self.parts.retrieval(self.store, self.options.policy(), self.cancel_event).record(unit, first)
 
-    def run_units(self, units: Iterable[Unit]) -> Scheduler:
-        """Work through `units` (the run must be open); the scheduler says how it ended."""
-        scheduler = self.scheduler(skip=self.skip, reuse=self.reuse)
+    # -- running ---------------------------------------------------------------------------
+
+    def backend(self) -> Backend:
+        """The back-end for one pass over units (a sequential run makes one per round)."""
+        store, policy, cancel = self.store, self.options.policy(), self.cancel_event
+        assert store is not None
+        group = WRITE_GROUP if self.options.batch else 1
+        recorder = Recorder(store, self.prices, self.tally, self.on_record, group)
+        records = self.parts.records(store, self.settings, self.config.vars)
+        retrieval = self.parts.retrieval(store, policy, cancel)
+        work = Pass(self.plan, retrieval, records, recorder, cancel, self.skip, self.reuse, self.down_models)
+        return make_backend(work, self.parts, self.options, self.prices, self.on_batches)
+
+    def run_units(self, units: Iterable[Unit]) -> Backend:
+        """Work through `units` (the run must be open); the back-end says how the pass ended."""
+        backend = self.backend()
         try:
-            scheduler.run(units)
+            backend.run(units)
         except BaseException:
             self.cancel()
             self.finish("interrupted", None)
             raise
-        self.detached = list(getattr(scheduler, "detached", []))
-        return scheduler
+        self.detached = list(backend.detached)
+        return backend
 
     def execute(self) -> RunOutcome:
         """Run the plan and finish the manifest; raises the reason a run stopped early."""
         self.open()
         return self.conclude(self.run_units(self.plan.units()))
 
-    def conclude(self, scheduler: Scheduler) -> RunOutcome:
-        if scheduler.abort is not None:
-            abort = scheduler.abort
+    # -- finishing -------------------------------------------------------------------------
+
+    def conclude(self, backend: Backend) -> RunOutcome:
+        if backend.abort is not None:
+            abort = backend.abort
             self.finish("failed", None)
             assert self.store is not None
+            path = self.store.path
+            if backend.keep:
+                raise type(abort)(f"{abort}; what was sent is kept: probe run --resume {path} collects it")
             if self.counts()["recorded"] == 0 and not self.resumes:
-                shutil.rmtree(self.store.path, ignore_errors=True)  # nothing to keep or resume
+                shutil.rmtree(path, ignore_errors=True)  # nothing to keep or resume
                 raise type(abort)(f"{abort}; nothing was recorded, so no run directory was kept")
-            raise type(abort)(f"{abort}; the samples recorded so far are in {self.store.path}")
-        if self.cancel_event.is_set():
-            status = "interrupted"
-        elif scheduler.stopped_by:
-            status = "interrupted"
-        else:
-            status = "complete"
-        return self.finish(status, scheduler.stopped_by)
+            raise type(abort)(f"{abort}; the samples recorded so far are in {path}")
+        status = "interrupted" if self.cancel_event.is_set() or backend.stopped_by else "complete"
+        return self.finish(status, backend.stopped_by)
 
     def finish(self, status: str, stopped_by: str | None) -> RunOutcome:
         assert self.store is not None
-        store = self.store
-        store.close_writes()
-        store.give_back_reserve()  # a full disk still has room for the last manifest
-        counts = self.counts()
         try:
-            store.write_manifest(self.manifest(status, utc_now(), counts, stopped_by))
-        except StorageError:
-            if status != "failed":
-                raise
-            # The disk is full: the manifest says "running" and readers see a killed run.
+            counts = close_run_directory(
+                self.store,
+                lambda: self.manifest(status, utc_now(), self.counts(), stopped_by),
+                status == "failed",
+            )
         finally:
-            store.release()
             self.close()
         cost = self.tally.cost if self.tally.cost_known else None
         return RunOutcome(
-            store.path,
+            self.store.path,
             counts["planned"],
             counts["recorded"],
             counts["errors"],
@@ -412,7 +379,7 @@ class ResumedRun(ProbeRun):
         for record in iter_jsonl(self.path / "retrievals.jsonl"):
             key = (record["case_id"], record["repeat"])
             if key in missing_units and record.get("error") is None:
-                reuse[key] = Executor.recorded_retrieval(record)
+                reuse[key] = recorded_retrieval(record)
         self.resumes.append(
             {
                 "at": utc_now(),

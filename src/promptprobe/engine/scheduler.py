@@ -1,4 +1,4 @@
-"""The scheduler: worker threads that pull the plan lazily, retrieve each unit once and call
+"""The live back-end: worker threads that pull the plan lazily, retrieve each unit once and call
 every arm, pipelined (a unit's model calls start as soon as its own retrieval is back).
 
 It asks the health watch (engine/health.py) whether a model is down before calling it, and
@@ -11,16 +11,16 @@ Workers are daemon threads, so a call that hangs cannot hold the process open.
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
 
 from ..errors import ProbeError, StartError
-from .cost import PriceTable, split_usage
-from .executor import Executor, Retrieved
+from .backend import Backend, Pass
+from .executor import Executor
 from .health import HealthWatch
 from .limiter import Cancelled
-from .plan import Arm, Plan, Unit, sample_id
+from .plan import Arm, Unit
+from .retrieval import Retrieved
 from .store import StoreClosed
 
 GRACE_SECONDS = 1.5  # how long calls in flight may finish after a cancel
@@ -46,48 +46,22 @@ class Task:
     retrieves: bool  # this worker does the unit's retrieval
 
 
-@dataclass
-class Tally:
-    recorded: int = 0
-    errors: int = 0
-    cost: float = 0.0
-    cost_known: bool = True
+class Scheduler(Backend):
+    """Live calls: `concurrency` workers take the units' arms as they come."""
 
-
-class Scheduler:
     def __init__(
-        self,
-        plan: Plan,
-        executor: Executor,
-        concurrency: int,
-        cancel: threading.Event,
-        *,
-        prices: PriceTable | None = None,
-        max_cost: float | None = None,
-        skip: Callable[[str], bool] = lambda sid: False,
-        reuse: dict[tuple[str, int], Retrieved] | None = None,
-        on_record: Callable[[dict[str, Any]], None] | None = None,
-        record_extra: dict[str, Any] | None = None,
-        tally: Tally | None = None,
-        down: dict[str, str] | None = None,
+        self, work: Pass, executor: Executor, concurrency: int, max_cost: float | None = None
     ) -> None:
-        self.plan = plan
+        super().__init__(work)
         self.executor = executor
         self.concurrency = concurrency
-        self.cancel = cancel
-        self.prices = prices
         self.max_cost = max_cost
-        self.skip = skip
-        self.reuse = reuse or {}
-        self.on_record = on_record or (lambda record: None)
-        self.record_extra = record_extra or {}
-        self.tally = tally or Tally()
+        self.cancel = work.cancel
         self.lock = threading.Lock()
         self.pending: deque[Task] = deque()
         self.units: Iterator[Unit] = iter(())
-        self.abort: ProbeError | None = None
-        self.stopped_by: str | None = None
-        self.health = HealthWatch([arm.model.spec for arm in plan.arms], down or {})
+        self.health = HealthWatch([arm.model.spec for arm in work.plan.arms], work.down)
+        self.workers: list[threading.Thread] = []
 
     # -- dispatch --------------------------------------------------------------------------
 
@@ -98,17 +72,13 @@ class Scheduler:
                     return None
                 if self.pending:
                     return self.pending.popleft()
-                if self.max_cost is not None and self.tally.cost >= self.max_cost:
+                if self.max_cost is not None and self.work.recorder.tally.cost >= self.max_cost:
                     self.stopped_by = "max_cost"
                     return None
                 unit = next(self.units, None)
                 if unit is None:
                     return None
-                arms = [
-                    a
-                    for a in self.plan.arm_order(unit.case, unit.repeat)
-                    if not self.skip(sample_id(unit.case.id, unit.repeat, a))
-                ]
+                arms = self.work.arms(unit)
                 if not arms:
                     continue
                 slot = Slot()
@@ -120,19 +90,18 @@ class Scheduler:
 
     def _retrieval_for(self, task: Task) -> Retrieved | None:
         if task.retrieves:
-            key = (task.unit.case.id, task.unit.repeat)
-            retrieved = self.reuse.pop(key, None)
+            retrieved = self.work.reuse.pop((task.unit.case.id, task.unit.repeat), None)
             if retrieved is None:
                 try:
-                    retrieved = self.executor.retrieve(task.unit.case)
+                    retrieved = self.work.retrieval.retrieve(task.unit.case)
                 except Cancelled:
                     task.slot.set(None)
                     return None
-                self.executor.record_retrieval(task.unit, retrieved, self.record_extra)
+                self.work.retrieval.record(task.unit, retrieved)
                 with self.lock:
                     stop = self.health.saw_retrieval(retrieved)
                 if stop is not None:
-                    self._stop(stop)
+                    self.stop(stop)
             task.slot.set(retrieved)
             return retrieved
         while not task.slot.event.wait(0.2):
@@ -146,14 +115,16 @@ class Scheduler:
             return
         down = self.health.down(task.arm.model.spec)
         if down is not None:
-            record = self.executor.not_called(task.unit, task.arm, "model_down", down)
+            record = self.work.records.not_called(task.unit, task.arm, "model_down", down)
         else:
             record = self.executor.sample(task.unit, task.arm, retrieved)
             if record is None:
                 return  # cancelled mid-call: not recorded, resume runs it again
-        record.update(self.record_extra)
-        self.executor.store.append_sample(record)
-        self._count(task.arm, record)
+        self.work.recorder.record(record, task.arm)
+        with self.lock:
+            stop = self.health.saw_sample(task.arm.model.spec, record)
+        if stop is not None:
+            self.stop(stop)
 
     def _worker(self) -> None:
         while True:
@@ -165,9 +136,9 @@ class Scheduler:
             except StoreClosed:
                 return  # the run was finished while this call was in flight; resume redoes it
             except ProbeError as exc:  # storage failure, production code calling sys.exit
-                self._stop(exc)
+                self.stop(exc)
             except Exception as exc:  # a bug must stop the run loudly, never lose a sample quietly
-                self._stop(
+                self.stop(
                     StartError(
                         f"internal error while running {task.unit.case.id}: {type(exc).__name__}: {exc}"
                     )
@@ -175,52 +146,30 @@ class Scheduler:
             finally:
                 task.slot.event.set()  # never leave the unit's other arms waiting
 
-    def _stop(self, error: ProbeError) -> None:
+    def stop(self, error: ProbeError) -> None:
         with self.lock:
             if self.abort is None:
                 self.abort = error
         self.cancel.set()
 
-    # -- counting ---------------------------------------------------------------------------
+    # -- the pass ----------------------------------------------------------------------------
 
-    def _count(self, arm: Arm, record: dict[str, Any]) -> None:
-        with self.lock:
-            self.tally.recorded += 1
-            error = record.get("error")
-            if error:
-                self.tally.errors += 1
-            self._add_cost(arm, record)
-            stop = self.health.saw_sample(arm.model.spec, record)
-            if stop is not None:
-                self.abort = self.abort or stop
-                self.cancel.set()
-            self.on_record(record)
-
-    def _add_cost(self, arm: Arm, record: dict[str, Any]) -> None:
-        usage = (record.get("response") or {}).get("usage")
-        if not usage:
-            return
-        price = self.prices.lookup(arm.model) if self.prices else None
-        if price is None:
-            self.tally.cost_known = False
-            return
-        self.tally.cost += price.cost_of(split_usage(usage), record.get("via") == "batch")
-
-    # -- the loop --------------------------------------------------------------------------
-
-    def run(self, units: Iterable[Unit]) -> None:
-        """Work through `units`; returns when done, stopped or cancelled (raises nothing)."""
+    def submit(self, units: Iterable[Unit]) -> None:
+        """Workers start taking `units` (lazily: the plan is never held whole)."""
         self.units = iter(units)
-        workers = [
+        self.workers = [
             threading.Thread(target=self._worker, name=f"probe-worker-{i}", daemon=True)
             for i in range(self.concurrency)
         ]
-        for worker in workers:
+        for worker in self.workers:
             worker.start()
-        for worker in workers:
+
+    def collect(self) -> None:
+        """Returns when the workers are done, or a cancel's grace is over (raises nothing)."""
+        for worker in self.workers:
             # Join in turn, waking often enough to notice a cancel (the last one ends the loop at once).
             while worker.is_alive() and not self.cancel.is_set():
                 worker.join(0.05)
         deadline = time.monotonic() + GRACE_SECONDS
-        for worker in workers:
+        for worker in self.workers:
             worker.join(max(0.0, deadline - time.monotonic()))

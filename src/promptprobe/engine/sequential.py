@@ -126,8 +126,8 @@ class SequentialRun(RunFacade):
             "max_rounds": runner.plan.repeats,
             "rule": RULE,
             "spending": SPENDING,
-            "a": f"prompt={arms[0].prompt.name},model={arms[0].model.spec}",
-            "b": f"prompt={arms[1].prompt.name},model={arms[1].model.spec}",
+            "a": f"prompt={arms[0].prompt.name},model={arms[0].model.label}",
+            "b": f"prompt={arms[1].prompt.name},model={arms[1].model.label}",
             "detect": rule.detect,
             # A resumed run keeps the cap's figure from when it started.
             "cap_power": cap.power if cap else before.get("cap_power"),

@@ -21,6 +21,7 @@ from typing import Any
 
 from ..errors import InputError, StartError
 from ..jsonio import dumps_line, dumps_pretty, iter_jsonl, loads, warn
+from ..paths import is_file, shown
 from ..redaction import SCRUBBER
 
 SCHEMA_VERSION = 2
@@ -117,31 +118,8 @@ class RunStore:
 
     @classmethod
     def create(cls, runs_dir: Path, probeset_name: str, umask: int = PRIVATE_UMASK) -> "RunStore":
-        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
-        safe_name = "".join(c if c.isalnum() or c in "._-" else "-" for c in probeset_name)
-        path = runs_dir / f"{stamp}-{safe_name}-{secrets.token_hex(3)}"
-        store = cls(path, umask)
-        try:
-            runs_dir.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise StartError(
-                f"--runs-dir {runs_dir}: cannot create a run directory there ({_reason(exc)})"
-            ) from None
-        try:
-            for folder in (path, path / "raw", path / "prompts"):
-                folder.mkdir(mode=store.dir_mode)
-                os.chmod(folder, store.dir_mode)  # mkdir's mode is filtered by the process umask
-            store.acquire()
-        except BaseException as exc:
-            # A run that could not start leaves nothing behind (a full disk, a read-only folder).
-            store.release()
-            shutil.rmtree(path, ignore_errors=True)
-            if isinstance(exc, OSError):
-                raise StartError(
-                    f"--runs-dir {runs_dir}: cannot create a run directory there ({_reason(exc)})"
-                ) from None
-            raise
-        return store
+        """A new run directory under `runs_dir` (new_run_directory), held by this process."""
+        return new_run_directory(cls, runs_dir, probeset_name, umask)
 
     @classmethod
     def open(cls, path: Path) -> "RunStore":
@@ -258,6 +236,38 @@ class RunStore:
         return repair_tail(self.path / name)
 
 
+def new_run_directory(
+    store_class: type[RunStore], runs_dir: Path, probeset_name: str, umask: int
+) -> RunStore:
+    """Make `<runs_dir>/<UTC stamp>-<probe set>-<6 hex>/` with its raw/ and prompts/ folders at the
+    run's permissions and take its lock; a run that cannot start leaves nothing behind."""
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
+    safe_name = "".join(c if c.isalnum() or c in "._-" else "-" for c in probeset_name)
+    path = runs_dir / f"{stamp}-{safe_name}-{secrets.token_hex(3)}"
+    store = store_class(path, umask)
+    try:
+        runs_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise StartError(
+            f"--runs-dir {runs_dir}: cannot create a run directory there ({_reason(exc)})"
+        ) from None
+    try:
+        for folder in (path, path / "raw", path / "prompts"):
+            folder.mkdir(mode=store.dir_mode)
+            os.chmod(folder, store.dir_mode)  # mkdir's mode is filtered by the process umask
+        store.acquire()
+    except BaseException as exc:
+        # A run that could not start leaves nothing behind (a full disk, a read-only folder).
+        store.release()
+        shutil.rmtree(path, ignore_errors=True)
+        if isinstance(exc, OSError):
+            raise StartError(
+                f"--runs-dir {runs_dir}: cannot create a run directory there ({_reason(exc)})"
+            ) from None
+        raise
+    return store
+
+
 def run_state(path: Path, manifest: dict[str, Any]) -> str:
     """The manifest's status, or `killed` for a run marked running whose process is gone."""
     status = manifest.get("status", "unknown")
@@ -283,8 +293,8 @@ PROBESET_NEEDS = ("source", "path", "sha256", "copy")
 
 def load_manifest(run_dir: Path) -> dict[str, Any]:
     manifest_path = run_dir / "manifest.json"
-    if not manifest_path.is_file():
-        raise InputError(f"{run_dir}: not a run directory (no manifest.json)")
+    if not is_file(manifest_path):
+        raise InputError(f"{shown(run_dir)}: not a run directory (no manifest.json)")
     try:
         manifest = loads(manifest_path.read_bytes())
     except ValueError as exc:

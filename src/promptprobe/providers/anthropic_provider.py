@@ -3,7 +3,8 @@
 import json
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
+from dataclasses import replace
 from typing import Any
 
 import anthropic
@@ -21,10 +22,24 @@ from .base import (
     bad_body,
     field_of,
     text_of,
-    truncated,
+    unfinished_stream,
     usage_dict,
 )
-from .batching import BatchAPI, BatchLimits, BatchResult, BatchState, result_error, split_lines
+from .batching import (
+    FIND_PAGES,
+    FIND_WINDOW,
+    BatchAPI,
+    BatchLimits,
+    BatchResult,
+    BatchState,
+    Submission,
+    count_field,
+    read_result,
+    result_error,
+    seconds_of,
+    split_lines,
+    text_field,
+)
 
 CACHED = {"type": "ephemeral"}
 
@@ -108,7 +123,7 @@ class AnthropicProvider(Provider):
         except Exception as exc:  # an event that is not JSON, or JSON of another shape
             raise bad_body(self.spec, self.monitor, exc) from None
         if not reader.finished:
-            raise truncated(self.spec, self.monitor, "no message_stop event")
+            raise unfinished_stream(self.spec, self.monitor, reader.events, "no message_stop event")
         return Completion(
             "".join(reader.texts) if reader.texts else None,
             self.monitor.take(),
@@ -156,8 +171,10 @@ class StreamReader:
         self.model: str | None = None
         self.usage: dict[str, Any] = {}
         self.finished = False
+        self.events = 0
 
     def add(self, event: Any) -> None:
+        self.events += 1
         kind = field_of(event, "type")
         if kind == "message_start":
             message = field_of(event, "message")
@@ -177,7 +194,9 @@ class StreamReader:
 
 
 class AnthropicBatch(BatchAPI):
-    """Anthropic Message Batches: the requests in one create call, the results as a JSONL stream."""
+    """Anthropic Message Batches: the requests in one create call, the results as a JSONL stream.
+    A batch carries no metadata here, so a submission is found again by its size and creation
+    time, and confirmed by its results' custom ids (which name the submission)."""
 
     limits = BatchLimits(requests=100_000, bytes=250 * 1024 * 1024)  # the API's 100,000 and 256 MB
 
@@ -185,6 +204,7 @@ class AnthropicBatch(BatchAPI):
         self.provider = provider
 
     def _call(self, call: Any) -> Any:
+        """One SDK call, its reply read inside (a reply of another shape is a bad_body error)."""
         provider = self.provider
         provider.monitor.start(time.monotonic() + provider.params.timeout, None)
         with deadline.until(provider.params.timeout), provider.errors_of(anthropic, httpx2.TransportError):
@@ -195,89 +215,167 @@ class AnthropicBatch(BatchAPI):
         request.update(request.pop("extra_body", {}))  # temperature travels in the params here
         return request
 
-    def submit(self, requests: Sequence[tuple[str, bytes]], label: str) -> str:
+    def check(self) -> None:
+        self._call(lambda: _listed(self.provider.client.messages.batches.list(limit=1)))
+
+    def upload(self, submission: Submission, requests: Sequence[tuple[str, bytes]]) -> Submission:
+        return replace(submission, requests=requests)  # they go in the create call itself
+
+    def create(self, submission: Submission) -> str:
         batches = self.provider.client.messages.batches
-        batch = self._call(
-            lambda: batches.create(
-                requests=[{"custom_id": cid, "params": json.loads(body)} for cid, body in requests]
+        return self._call(
+            lambda: _id_of(
+                batches.create(
+                    requests=[
+                        {"custom_id": cid, "params": json.loads(body)} for cid, body in submission.requests
+                    ]
+                )
             )
         )
-        return batch.id
+
+    def find(self, submission: Submission, known: Collection[str] = ()) -> str | None:
+        """The batch of the submission's size created nearest the time it was recorded, within
+        FIND_WINDOW either way, and none of `known`."""
+        at = seconds_of(submission.at) or 0.0
+        best: tuple[float, str] | None = None
+        after = None
+        for _ in range(FIND_PAGES):
+            page = self._call(
+                lambda after=after: self.provider.client.messages.batches.list(
+                    limit=100, **({"after_id": after} if after else {})
+                )
+            )
+            batches = _listed(page)
+            for batch in batches:
+                batch_id = _id_of(batch)
+                created = seconds_of(field_of(batch, "created_at"))
+                if batch_id in known or created is None or abs(created - at) > FIND_WINDOW:
+                    continue
+                if _state_of(batch).total == submission.count and (
+                    best is None or abs(created - at) < best[0]
+                ):
+                    best = (abs(created - at), batch_id)
+            oldest = min((seconds_of(field_of(b, "created_at")) or 0.0 for b in batches), default=0.0)
+            if not batches or not field_of(page, "has_more") or oldest < at - FIND_WINDOW:
+                break
+            after = _id_of(batches[-1])
+        return best[1] if best else None
 
     def state(self, batch_id: str) -> BatchState:
-        batch = self._call(lambda: self.provider.client.messages.batches.retrieve(batch_id))
-        counts = batch.request_counts
-        done = counts.succeeded + counts.errored + counts.canceled + counts.expired
-        return BatchState(
-            batch.processing_status, batch.processing_status == "ended", done, done + counts.processing
-        )
+        return self._call(lambda: _state_of(self.provider.client.messages.batches.retrieve(batch_id)))
 
     def results(self, batch_id: str, state: BatchState) -> Iterator[BatchResult]:
         spec = self.provider.spec.spec
         decoder = self._call(lambda: self.provider.client.messages.batches.results(batch_id))
         try:
-            for line in split_lines(decoder.http_response.iter_bytes()):
-                yield self._result(spec, line)
+            lines = split_lines(decoder.http_response.iter_bytes())
+            while True:
+                # Only the read is the provider's: what the caller does with a line is not wrapped.
+                with self.provider.errors_of(anthropic, httpx2.TransportError):
+                    line = next(lines, None)
+                if line is None:
+                    return
+                yield read_result(spec, line, lambda item, line=line: _result(spec, item, line))
         finally:
             decoder.close()
 
-    def _result(self, spec: str, line: bytes) -> BatchResult:
+    def cancel(self, batch_id: str) -> None:
+        self._call(lambda: self.provider.client.messages.batches.cancel(batch_id))
+
+
+def _id_of(value: Any) -> str:
+    """The id of an object the API returned; ValueError when it has no text id (not its reply)."""
+    found = field_of(value, "id")
+    if not isinstance(found, str) or not found:
+        raise ValueError(f"the reply has no id ({type(value).__name__})")
+    return found
+
+
+def _listed(page: Any) -> list[Any]:
+    data = field_of(page, "data")
+    if not isinstance(data, list):
+        raise ValueError(f"the batch list has no data list ({type(page).__name__})")
+    return data
+
+
+def _state_of(batch: Any) -> BatchState:
+    status = text_field(field_of(batch, "processing_status"), "processing_status")
+    if not status:
+        raise ValueError(f"the reply is not a message batch ({type(batch).__name__})")
+    counts = field_of(batch, "request_counts")
+    done = sum(
+        count_field(field_of(counts, name), f"request_counts.{name}")
+        for name in ("succeeded", "errored", "canceled", "expired")
+    )
+    processing = count_field(field_of(counts, "processing"), "request_counts.processing")
+    return BatchState(status, status == "ended", done, done + processing)
+
+
+def _result(spec: str, item: dict[str, Any], line: bytes) -> BatchResult:
+    """One line of the results stream (every odd field raises: read_result makes it bad_body)."""
+    custom_id = item["custom_id"]
+    result = item["result"]
+    kind = text_field(field_of(result, "type"), "result.type") if isinstance(result, dict) else None
+    if kind is None:
+        raise ValueError("the line has no result type")
+    if kind == "succeeded":
+        message = result.get("message")
         try:
-            item = json.loads(line)
-            custom_id = item["custom_id"]
-            result = item["result"]
-            kind = result["type"]
-        except (ValueError, KeyError, TypeError):
-            return BatchResult(
-                "", line, error=result_error("bad_body", f"{spec}: a batch result line is not a result", True)
-            )
-        if kind == "succeeded":
-            try:
-                reply = read_message(result.get("message"))
-            except (ValueError, TypeError) as exc:
-                return BatchResult(
-                    custom_id,
-                    line,
-                    error=result_error(
-                        "bad_body", f"{spec}: the batch result is not a message ({exc})", True
-                    ),
-                )
-            message = result.get("message") or {}
-            completion = Completion(
-                reply["text"], line, reply["stop"], reply["usage"], message.get("id"), reply["model"]
-            )
-            return BatchResult(custom_id, line, completion)
-        if kind == "errored":
-            error = ((result.get("error") or {}).get("error")) or result.get("error") or {}
-            error_type = error.get("type") if isinstance(error, dict) else None
-            message = error.get("message") if isinstance(error, dict) else str(error)
-            retryable = error_type not in (
-                "invalid_request_error",
-                "authentication_error",
-                "permission_error",
-                "not_found_error",
-            )
-            return BatchResult(
-                custom_id,
-                line,
-                error=result_error("batch_error", f"{spec}: {error_type or 'error'}: {message}", retryable),
-            )
-        if kind == "expired":
+            reply = read_message(message)
+        except (ValueError, TypeError) as exc:
             return BatchResult(
                 custom_id,
                 line,
                 error=result_error(
-                    "batch_expired", f"{spec}: the request expired before the batch reached it", True
+                    "bad_body", f"{spec}: the batch result is not a message ({exc})", True, line=line
                 ),
             )
+        completion = Completion(
+            reply["text"],
+            line,
+            reply["stop"],
+            reply["usage"],
+            text_field(field_of(message, "id"), "id"),
+            reply["model"],
+        )
+        return BatchResult(custom_id, line, completion)
+    if kind == "errored":
+        outer = result.get("error")
+        error = field_of(outer, "error") or outer if isinstance(outer, dict) else outer
+        if error is not None and not isinstance(error, dict | str):
+            raise ValueError(f"error is {type(error).__name__}")
+        error_type = text_field(field_of(error, "type"), "error.type") if isinstance(error, dict) else None
+        message = (
+            text_field(field_of(error, "message"), "error.message") if isinstance(error, dict) else error
+        )
+        retryable = error_type not in (
+            "invalid_request_error",
+            "authentication_error",
+            "permission_error",
+            "not_found_error",
+        )
         return BatchResult(
             custom_id,
             line,
-            error=result_error("batch_cancelled", f"{spec}: the request was cancelled with its batch", False),
+            error=result_error(
+                "batch_error", f"{spec}: {error_type or 'error'}: {message}", retryable, line=line
+            ),
         )
-
-    def cancel(self, batch_id: str) -> None:
-        self._call(lambda: self.provider.client.messages.batches.cancel(batch_id))
+    if kind == "expired":
+        return BatchResult(
+            custom_id,
+            line,
+            error=result_error(
+                "batch_expired", f"{spec}: the request expired before the batch reached it", True, line=line
+            ),
+        )
+    return BatchResult(
+        custom_id,
+        line,
+        error=result_error(
+            "batch_cancelled", f"{spec}: the request was cancelled with its batch", False, line=line
+        ),
+    )
 
 
 def make(spec: ModelSpec, params: GenerationParams, key: str | None) -> AnthropicProvider:

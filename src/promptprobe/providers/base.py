@@ -173,9 +173,15 @@ def text_of(value: Any, what: str) -> str | None:
     raise ValueError(f"{what} is {type(value).__name__}, not text")
 
 
+# The objects a usage holds (their own counts inside): OpenAI's `prompt_tokens_details`,
+# `completion_tokens_details`, Anthropic's `cache_creation` and `server_tool_use`.
+USAGE_OBJECTS = ("cache_creation", "server_tool_use")
+
+
 def usage_dict(usage: Any) -> dict[str, Any]:
     """An SDK usage object (or a dict) as a plain dict of token counts: fields the API left out,
-    and values that are not counts (a server's malformed usage), are dropped."""
+    and values that are not counts (a server's malformed usage: -5, 1.5, "12", an object where a
+    count belongs), are dropped. docs/runs.md promises exactly this."""
     if not usage:
         return {}
     if not isinstance(usage, dict):
@@ -184,18 +190,31 @@ def usage_dict(usage: Any) -> dict[str, Any]:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # pydantic warns about the very values dropped here
             usage = usage.model_dump(exclude_none=True)
-    return _counts(usage)
+    return _counts(usage, nested=True)
 
 
-def _counts(value: dict[str, Any]) -> dict[str, Any]:
+def count_of(value: Any) -> int | None:
+    """A whole number of tokens (or requests) from 0 up (2.0 is 2, as an SDK may have made it);
+    None for anything else: a bool, a fraction, a negative number, text, an object."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    if isinstance(value, float) and not value.is_integer():
+        return None
+    return int(value) if 0 <= value < 10**15 else None
+
+
+def _counts(value: dict[str, Any], nested: bool) -> dict[str, Any]:
     clean: dict[str, Any] = {}
     for key, item in value.items():
+        if not isinstance(key, str):
+            continue
         if isinstance(item, dict):
-            clean[key] = _counts(item)
-        elif (
-            isinstance(item, int | float) and not isinstance(item, bool) and item == item and abs(item) < 1e15
-        ):
-            clean[key] = item
+            if nested and (key.endswith("_details") or key in USAGE_OBJECTS):
+                inner = _counts(item, nested=False)
+                if inner:
+                    clean[key] = inner
+        elif (count := count_of(item)) is not None:
+            clean[key] = count
     return clean
 
 
@@ -300,8 +319,22 @@ def _error_type(body: Any) -> str | None:
     return None
 
 
-def transport_error(exc: Exception, spec: ModelSpec, monitor: CallMonitor) -> ProviderError:
-    """A connection reset or a malformed chunk while reading a stream (outside the SDK's request)."""
+def timed_out(exc: BaseException) -> bool:
+    """Whether a transport error is the call's deadline: a timeout of the HTTP stack (the
+    deadline bounds each read), or any error once the deadline has passed."""
+    from .. import deadline
+
+    left = deadline.remaining()
+    return any(cls.__name__ == "TimeoutException" for cls in type(exc).__mro__) or (
+        left is not None and left <= 0
+    )
+
+
+def transport_error(exc: Exception, spec: ModelSpec, monitor: CallMonitor, timeout: float) -> ProviderError:
+    """A connection reset or a malformed chunk while reading a stream (outside the SDK's request);
+    a stream cut off by the deadline is a timeout, as it is when the deadline passes earlier."""
+    if timed_out(exc):
+        return aborted_error(CallAborted("deadline"), spec, timeout)
     return ProviderError(
         "connection",
         f"{spec.spec}: connection lost while streaming ({type(exc).__name__}: {exc})",
@@ -324,6 +357,23 @@ def bad_body(spec: ModelSpec, monitor: CallMonitor, exc: Exception) -> ProviderE
         body=body,
         headers=headers,
     )
+
+
+def not_a_stream(body: bytes) -> bool:
+    """A reply to a streamed request that holds no server-sent event at all (a proxy's HTML page,
+    a JSON document): not a stream that was cut short, a reply of the wrong kind."""
+    if not body.strip():
+        return False  # nothing came: the stream was cut before its first event
+    fields = (b"data:", b"event:", b"id:", b"retry:", b":")
+    return not any(line.lstrip().startswith(fields) for line in body.splitlines())
+
+
+def unfinished_stream(spec: ModelSpec, monitor: CallMonitor, events: int, what: str) -> ProviderError:
+    """A stream that ended before its final event: `truncated`, or `bad_body` when what came was
+    no event stream at all."""
+    if events == 0 and not_a_stream(monitor.take()):
+        return bad_body(spec, monitor, ValueError("the reply to a streamed request is not an event stream"))
+    return truncated(spec, monitor, what)
 
 
 def truncated(spec: ModelSpec, monitor: CallMonitor, what: str) -> ProviderError:
@@ -371,7 +421,7 @@ class Provider:
         except CallAborted as exc:
             raise aborted_error(exc, self.spec, self.params.timeout) from None
         except transport as exc:  # a reset or a bad chunk while reading a stream
-            raise transport_error(exc, self.spec, self.monitor) from None
+            raise transport_error(exc, self.spec, self.monitor, self.params.timeout) from None
         except ProviderError:
             raise
         except Exception as exc:  # whatever else the SDK raised on a reply it could not read

@@ -1,13 +1,28 @@
-"""The providers' batch APIs behind one small interface: submit requests under custom ids, look
-at a batch, read its results line by line (each line's bytes kept, as a live reply's body is),
-cancel it. Anthropic Message Batches and OpenAI Batch (also Azure) implement it; the runner owns
-which requests go in which batch, the ledger, retries and recording."""
+"""The providers' batch APIs behind one small interface: upload requests under custom ids (where
+the API takes a file), create a batch, find a batch already created from a submission (the
+list endpoint), look at a batch, read its results line by line (each line's bytes kept, as a live
+reply's body is), cancel it. Anthropic Message Batches and OpenAI Batch (also Azure) implement
+it; the runner owns which requests go in which batch, the ledger, retries and recording.
 
-from collections.abc import Iterator, Sequence
+Whatever a server sends back is read with every field optional: a reply that is not what the
+API promises is a `bad_body` ProviderError (retried like any transient failure), and a result
+line that cannot be read is a `bad_body` result carrying its bytes, never an exception."""
+
+import json
+import re
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from .base import Completion, ProviderError, status_retryable
+
+# Statuses with which a server says it does not speak an endpoint at all.
+UNSUPPORTED_STATUS = frozenset({404, 405, 501})
+# A batch created within this many seconds of the moment its submission was recorded (either
+# way, for clocks that differ) may be the one a killed process was creating.
+FIND_WINDOW = 600.0
+FIND_PAGES = 20  # pages of the batch list looked through at most
 
 
 @dataclass(frozen=True)
@@ -28,11 +43,23 @@ class BatchState:
 
 @dataclass
 class BatchResult:
-    custom_id: str
+    custom_id: str  # "" when the line names none we can read
     line: bytes  # the result line exactly as received
     completion: Completion | None = None
     error: ProviderError | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Submission:
+    """A batch on its way to being created, with what identifies it before the provider gives it
+    an id: recorded in the ledger first, so a resume can look for the batch it became."""
+
+    label: str  # ours, unique in the run; the batch's metadata where the API takes metadata
+    count: int  # requests in it
+    at: str  # when it was recorded (UTC, ISO 8601)
+    input_file: str | None = None  # OpenAI: the uploaded input file the batch is made from
+    requests: Sequence[tuple[str, bytes]] = ()  # Anthropic: sent in the create call itself (not kept)
 
 
 class BatchAPI:
@@ -44,8 +71,22 @@ class BatchAPI:
         """The request body a live call would send, as plain JSON."""
         raise NotImplementedError
 
-    def submit(self, requests: Sequence[tuple[str, bytes]], label: str) -> str:
-        """Create a batch of (custom_id, body as JSON bytes); its id."""
+    def check(self) -> None:
+        """Look at the batch list once: ProviderError when the server does not speak the API."""
+        raise NotImplementedError
+
+    def upload(self, submission: Submission, requests: Sequence[tuple[str, bytes]]) -> Submission:
+        """The submission ready to create: (custom_id, body as JSON bytes) uploaded as its input file,
+        or kept for the create call, as the API takes them."""
+        raise NotImplementedError
+
+    def create(self, submission: Submission) -> str:
+        """Create the batch; its id."""
+        raise NotImplementedError
+
+    def find(self, submission: Submission, known: Collection[str] = ()) -> str | None:
+        """The id of a batch already created from this submission (none of `known`, the batches
+        accounted for already), None when there is none."""
         raise NotImplementedError
 
     def state(self, batch_id: str) -> BatchState:
@@ -72,17 +113,82 @@ def split_lines(chunks: Iterator[bytes]) -> Iterator[bytes]:
         yield buffer
 
 
-def result_error(kind: str, message: str, retryable: bool, status: int | None = None) -> ProviderError:
-    return ProviderError(kind, message, status=status, retryable=retryable)
+def result_error(
+    kind: str, message: str, retryable: bool, status: int | None = None, line: bytes | None = None
+) -> ProviderError:
+    return ProviderError(kind, message, status=status, retryable=retryable, body=line)
 
 
-def status_error(spec: str, status: int, message: str) -> ProviderError:
+def status_error(spec: str, status: int, message: str, line: bytes | None = None) -> ProviderError:
     return ProviderError(
         "http_status",
         f"{spec}: HTTP {status} in the batch: {message}",
         status=status,
         retryable=status_retryable(status),
+        body=line,
     )
+
+
+def read_result(spec: str, line: bytes, read: Callable[[Any], BatchResult]) -> BatchResult:
+    """A result line read by `read` (given the parsed JSON); any line it cannot read, whatever is
+    odd about it, is a `bad_body` result with its bytes (and its custom id when that is text)."""
+    try:
+        item = json.loads(line)
+    except ValueError:
+        item = None
+    custom_id = item.get("custom_id") if isinstance(item, dict) else None
+    if item is None:  # cut-off or broken JSON: the request it answers may still be named at its start
+        named = re.search(rb'"custom_id"\s*:\s*"([A-Za-z0-9_.:-]{1,128})"', line)
+        custom_id = named.group(1).decode() if named else None
+    custom_id = custom_id if isinstance(custom_id, str) else ""
+    try:
+        if not custom_id:
+            raise ValueError("the line names no custom_id")
+        if not isinstance(item, dict):
+            raise ValueError("the line is not a JSON object")
+        return read(item)
+    except Exception as exc:  # whatever is odd in a line: that line fails, never the collection
+        reason = f"{type(exc).__name__}: {exc}"[:200]
+        return BatchResult(
+            custom_id,
+            line,
+            error=result_error(
+                "bad_body", f"{spec}: a batch result line cannot be read ({reason})", True, line=line
+            ),
+        )
+
+
+def text_field(value: Any, name: str) -> str | None:
+    """A field of a batch object that must be text (or absent)."""
+    if value is None or isinstance(value, str):
+        return value
+    raise ValueError(f"{name} is {type(value).__name__}, not text")
+
+
+def count_field(value: Any, name: str) -> int:
+    """A request count of a batch object: a whole number, 0 when absent."""
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{name} is {value!r}, not a count")
+    return value
+
+
+def seconds_of(value: Any) -> float | None:
+    """A creation time as epoch seconds: a number (OpenAI), a datetime or an ISO string
+    (Anthropic); None when it is neither."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            return None
+    if isinstance(value, datetime):
+        return (value if value.tzinfo else value.replace(tzinfo=UTC)).timestamp()
+    return None
 
 
 def chunked(

@@ -4,7 +4,8 @@ import json
 import re
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
+from dataclasses import replace
 from typing import Any
 
 import httpcore2
@@ -22,10 +23,25 @@ from .base import (
     bad_body,
     field_of,
     text_of,
-    truncated,
+    unfinished_stream,
     usage_dict,
 )
-from .batching import BatchAPI, BatchLimits, BatchResult, BatchState, result_error, split_lines, status_error
+from .batching import (
+    FIND_PAGES,
+    FIND_WINDOW,
+    BatchAPI,
+    BatchLimits,
+    BatchResult,
+    BatchState,
+    Submission,
+    count_field,
+    read_result,
+    result_error,
+    seconds_of,
+    split_lines,
+    status_error,
+    text_field,
+)
 
 # The SDK refuses an empty key; local servers ignore it. Never the user's OPENAI_API_KEY,
 # which must not be sent to a server it was not meant for.
@@ -108,7 +124,7 @@ class OpenAIProvider(Provider):
         except Exception as exc:  # an event that is not JSON, or JSON of another shape
             raise bad_body(self.spec, self.monitor, exc) from None
         if reader.stop is None:
-            raise truncated(self.spec, self.monitor, "no finish_reason")
+            raise unfinished_stream(self.spec, self.monitor, reader.events, "no finish_reason")
         return Completion(
             "".join(reader.texts) if reader.texts else None,
             self.monitor.take(),
@@ -156,8 +172,10 @@ class StreamReader:
         self.stop: str | None = None
         self.model: str | None = None
         self.usage: dict[str, Any] = {}
+        self.events = 0
 
     def add(self, chunk: Any) -> None:
+        self.events += 1
         self.model = text_of(field_of(chunk, "model"), "model") or self.model
         usage = field_of(chunk, "usage")
         if usage:
@@ -176,8 +194,8 @@ class StreamReader:
 
 
 class OpenAIBatch(BatchAPI):
-    """OpenAI Batch (and Azure's): the requests as a JSONL file, a batch over it, the output
-    and error files read back line by line."""
+    """OpenAI Batch (and Azure's): the requests as a JSONL file, a batch over it (its metadata names
+    the submission), the output and error files read back line by line."""
 
     limits = BatchLimits(requests=50_000, bytes=190 * 1024 * 1024)  # the API's 50,000 and 200 MB
 
@@ -185,7 +203,8 @@ class OpenAIBatch(BatchAPI):
         self.provider = provider
         self.endpoint = endpoint
 
-    def _call(self, what: str, call: Any) -> Any:
+    def _call(self, call: Any) -> Any:
+        """One SDK call, its reply read inside (a reply of another shape is a bad_body error)."""
         provider = self.provider
         provider.monitor.start(time.monotonic() + provider.params.timeout, None)
         with deadline.until(provider.params.timeout), provider.errors_of(openai, httpx2.TransportError):
@@ -194,7 +213,10 @@ class OpenAIBatch(BatchAPI):
     def body(self, messages: Sequence[dict[str, str]]) -> dict[str, Any]:
         return self.provider._request(messages)
 
-    def submit(self, requests: Sequence[tuple[str, bytes]], label: str) -> str:
+    def check(self) -> None:
+        self._call(lambda: _listed(self.provider.client.batches.list(limit=1)))
+
+    def upload(self, submission: Submission, requests: Sequence[tuple[str, bytes]]) -> Submission:
         url = json.dumps(self.endpoint).encode()
         data = b"".join(
             b'{"custom_id":'
@@ -207,36 +229,53 @@ class OpenAIBatch(BatchAPI):
             for cid, body in requests
         )
         client = self.provider.client
-        uploaded = self._call(
-            "upload", lambda: client.files.create(file=(f"{label}.jsonl", data), purpose="batch")
+        file_id = self._call(
+            lambda: _id_of(client.files.create(file=(f"{submission.label}.jsonl", data), purpose="batch"))
         )
-        batch = self._call(
-            "create",
-            lambda: client.batches.create(
-                input_file_id=uploaded.id,
-                endpoint=self.endpoint,
-                completion_window="24h",
-                metadata={"promptprobe": label},
-            ),
+        return replace(submission, input_file=file_id)
+
+    def create(self, submission: Submission) -> str:
+        return self._call(
+            lambda: _id_of(
+                self.provider.client.batches.create(
+                    input_file_id=submission.input_file,
+                    endpoint=self.endpoint,
+                    completion_window="24h",
+                    metadata={"promptprobe": submission.label},
+                )
+            )
         )
-        return batch.id
+
+    def find(self, submission: Submission, known: Collection[str] = ()) -> str | None:
+        """The batch made from the submission's input file (or carrying its label), looking back
+        from the newest batch to FIND_WINDOW before the submission was recorded."""
+        since = (seconds_of(submission.at) or 0.0) - FIND_WINDOW
+        after = None
+        for _ in range(FIND_PAGES):
+            page = self._call(
+                lambda after=after: self.provider.client.batches.list(
+                    limit=100, **({"after": after} if after else {})
+                )
+            )
+            batches = _listed(page)
+            for batch in batches:
+                batch_id = _id_of(batch)
+                metadata = field_of(batch, "metadata")
+                label = field_of(metadata, "promptprobe") if metadata is not None else None
+                made_from = field_of(batch, "input_file_id")
+                if batch_id not in known and (
+                    (submission.input_file and made_from == submission.input_file)
+                    or label == submission.label
+                ):
+                    return batch_id
+            created = [seconds_of(field_of(b, "created_at")) for b in batches]
+            if not batches or not field_of(page, "has_more") or min(c or 0.0 for c in created) < since:
+                return None
+            after = _id_of(batches[-1])
+        return None
 
     def state(self, batch_id: str) -> BatchState:
-        batch = self._call("retrieve", lambda: self.provider.client.batches.retrieve(batch_id))
-        counts = batch.request_counts
-        done = (counts.completed + counts.failed) if counts else 0
-        error = None
-        if batch.status == "failed":
-            errors = (batch.errors.data if batch.errors else None) or []
-            error = "; ".join(f"{e.code}: {e.message}" for e in errors) or "the batch failed"
-        return BatchState(
-            batch.status,
-            batch.status in ("completed", "failed", "expired", "cancelled"),
-            done,
-            counts.total if counts else 0,
-            error,
-            {"output": batch.output_file_id, "errors": batch.error_file_id},
-        )
+        return self._call(lambda: _state_of(self.provider.client.batches.retrieve(batch_id)))
 
     def results(self, batch_id: str, state: BatchState) -> Iterator[BatchResult]:
         spec = self.provider.spec.spec
@@ -244,64 +283,115 @@ class OpenAIBatch(BatchAPI):
             if not file_id:
                 continue
             content = self._call(
-                "download", lambda file_id=file_id: self.provider.client.files.content(file_id)
+                lambda file_id=file_id: _bytes_of(self.provider.client.files.content(file_id))
             )
-            for line in split_lines(iter([content.content])):
-                yield self._result(spec, line)
-
-    def _result(self, spec: str, line: bytes) -> BatchResult:
-        try:
-            item = json.loads(line)
-            custom_id = item["custom_id"]
-        except (ValueError, KeyError, TypeError):
-            return BatchResult(
-                "",
-                line,
-                error=result_error(
-                    "bad_body", f"{spec}: a batch result line is not JSON with a custom_id", True
-                ),
-            )
-        error = item.get("error")
-        response = item.get("response") or {}
-        if error:
-            code = error.get("code") if isinstance(error, dict) else None
-            message = error.get("message") if isinstance(error, dict) else str(error)
-            kind = {"batch_expired": "batch_expired", "batch_cancelled": "batch_cancelled"}.get(
-                code, "batch_error"
-            )
-            return BatchResult(
-                custom_id,
-                line,
-                error=result_error(kind, f"{spec}: {code or 'error'}: {message}", kind == "batch_expired"),
-            )
-        status = response.get("status_code")
-        if status != 200:
-            body = response.get("body") or {}
-            detail = (body.get("error") or {}).get("message") if isinstance(body, dict) else None
-            return BatchResult(
-                custom_id, line, error=status_error(spec, int(status or 0), detail or "no detail")
-            )
-        try:
-            reply = read_completion(response.get("body"))
-        except (ValueError, TypeError) as exc:
-            return BatchResult(
-                custom_id,
-                line,
-                error=result_error("bad_body", f"{spec}: the batch result is not a reply ({exc})", True),
-            )
-        completion = Completion(
-            reply["text"],
-            line,
-            reply["stop"],
-            reply["usage"],
-            response.get("request_id"),
-            reply["model"],
-            refusal=reply["refusal"],
-        )
-        return BatchResult(custom_id, line, completion)
+            for line in split_lines(iter([content])):
+                yield read_result(spec, line, lambda item, line=line: _result(spec, item, line))
 
     def cancel(self, batch_id: str) -> None:
-        self._call("cancel", lambda: self.provider.client.batches.cancel(batch_id))
+        self._call(lambda: self.provider.client.batches.cancel(batch_id))
+
+
+def _id_of(value: Any) -> str:
+    """The id of an object the API returned; ValueError when it has no text id (not its reply)."""
+    found = field_of(value, "id")
+    if not isinstance(found, str) or not found:
+        raise ValueError(f"the reply has no id ({type(value).__name__})")
+    return found
+
+
+def _listed(page: Any) -> list[Any]:
+    data = field_of(page, "data")
+    if not isinstance(data, list):
+        raise ValueError(f"the batch list has no data list ({type(page).__name__})")
+    return data
+
+
+def _bytes_of(content: Any) -> bytes:
+    data = field_of(content, "content")
+    if not isinstance(data, bytes):
+        raise ValueError("the file's content is not bytes")
+    return data
+
+
+def _state_of(batch: Any) -> BatchState:
+    status = text_field(field_of(batch, "status"), "status")
+    if not status:
+        raise ValueError(f"the reply is not a batch ({type(batch).__name__})")
+    counts = field_of(batch, "request_counts")
+    completed = count_field(field_of(counts, "completed"), "request_counts.completed")
+    failed = count_field(field_of(counts, "failed"), "request_counts.failed")
+    error = None
+    if status == "failed":
+        errors = field_of(field_of(batch, "errors"), "data") or []
+        items = errors if isinstance(errors, list) else [errors]
+        error = (
+            "; ".join(f"{field_of(e, 'code')}: {field_of(e, 'message')}" for e in items) or "the batch failed"
+        )
+    return BatchState(
+        status,
+        status in ("completed", "failed", "expired", "cancelled"),
+        completed + failed,
+        count_field(field_of(counts, "total"), "request_counts.total"),
+        error,
+        {
+            "output": text_field(field_of(batch, "output_file_id"), "output_file_id"),
+            "errors": text_field(field_of(batch, "error_file_id"), "error_file_id"),
+        },
+    )
+
+
+def _result(spec: str, item: dict[str, Any], line: bytes) -> BatchResult:
+    """One line of an output or error file (every odd field raises: read_result makes it bad_body)."""
+    custom_id = item["custom_id"]
+    error = item.get("error")
+    if error:
+        if not isinstance(error, dict):
+            raise ValueError(f"error is {type(error).__name__}, not an object")
+        code = text_field(error.get("code"), "error.code")
+        message = text_field(error.get("message"), "error.message")
+        kind = {"batch_expired": "batch_expired", "batch_cancelled": "batch_cancelled"}.get(
+            code or "", "batch_error"
+        )
+        return BatchResult(
+            custom_id,
+            line,
+            error=result_error(
+                kind, f"{spec}: {code or 'error'}: {message}", kind == "batch_expired", line=line
+            ),
+        )
+    response = item.get("response")
+    if not isinstance(response, dict):
+        raise ValueError(f"response is {type(response).__name__}, not an object")
+    status = response.get("status_code")
+    if isinstance(status, bool) or not isinstance(status, int):
+        raise ValueError(f"status_code is {status!r}, not a number")
+    if status != 200:
+        body = response.get("body")
+        detail = field_of(body, "error") if isinstance(body, dict) else None
+        detail = field_of(detail, "message") if isinstance(detail, dict) else detail
+        message = detail if isinstance(detail, str) and detail else "no detail"
+        return BatchResult(custom_id, line, error=status_error(spec, status, message, line))
+    try:
+        reply = read_completion(response.get("body"))
+    except (ValueError, TypeError) as exc:
+        return BatchResult(
+            custom_id,
+            line,
+            error=result_error(
+                "bad_body", f"{spec}: the batch result is not a reply ({exc})", True, line=line
+            ),
+        )
+    completion = Completion(
+        reply["text"],
+        line,
+        reply["stop"],
+        reply["usage"],
+        text_field(response.get("request_id"), "request_id"),
+        reply["model"],
+        refusal=reply["refusal"],
+    )
+    return BatchResult(custom_id, line, completion)
 
 
 def make(spec: ModelSpec, params: GenerationParams, key: str | None) -> OpenAIProvider:

@@ -20,7 +20,7 @@ Intervals are clipped to [-1, 1].
 """
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from .intervals import t_critical, z_critical
@@ -30,15 +30,32 @@ MANTEL_HAENSZEL = "Mantel-Haenszel risk difference over cases (Sato variance)"
 MEAN_OF_CASES = "difference of mean per-case rates (Welch t over cases)"
 
 
-@dataclass(frozen=True)
+Bounds = tuple[float, float]
+
+
+@dataclass
 class Effect:
+    """B - A and an interval; `bounds` may be a function computing the interval when first read
+    (the paired verdict's interval inverts the exact test, which a verdict alone need not pay for)."""
+
     estimate: float
-    interval: tuple[float, float]
+    bounds: "Bounds | None | Callable[[], Bounds | None]"
     method: str
     sign: int  # the exact sign of the estimate: +1 B ahead, -1 A ahead, 0 neither
 
+    @property
+    def interval(self) -> Bounds | None:
+        if callable(self.bounds):
+            self.bounds = self.bounds()
+        return self.bounds
+
     def to_dict(self) -> dict[str, object]:
-        return {"estimate": self.estimate, "interval": list(self.interval), "method": self.method}
+        interval = self.interval
+        return {
+            "estimate": self.estimate,
+            "interval": None if interval is None else list(interval),
+            "method": self.method,
+        }
 
 
 def _clip(low: float, high: float) -> tuple[float, float]:
@@ -111,3 +128,67 @@ def mean_of_cases(
         crit = z_critical(confidence)
     half = crit * se
     return Effect(estimate, _clip(estimate - half, estimate + half), MEAN_OF_CASES, sign)
+
+
+DISCORDANT = "difference of discordant pairs over the rounds (anytime-valid confidence sequence)"
+KT_MIXTURE = 0.5  # the Beta(1/2, 1/2) mixture runs recorded before the exact boundary used
+
+
+def _log_beta(x: float, y: float) -> float:
+    return math.lgamma(x) + math.lgamma(y) - math.lgamma(x + y)
+
+
+def discordant_interval(
+    totals: Sequence[tuple[int, int]], pairs: int, alpha: float, mixture: float
+) -> tuple[float, tuple[float, float]] | None:
+    """A sequential run recorded under the mixture e-value (before the exact boundary): that
+    rule's own interval, as (estimate, interval) for B - A.
+
+    `totals` are (B-higher discordant pairs, discordant pairs) after each round at which the rule
+    could stop; `pairs` the pairs asked in all. q, the chance that a discordant pair has B's
+    outcome the success, is in the confidence sequence while the Beta mixture's likelihood ratio
+    against q stays below 1/alpha at every one of those rounds (the test is q = 1/2, so 1/2 is
+    excluded exactly when the rule's p = 1 / max e decides). Each round's set is an interval
+    (the log ratio is convex in q); their intersection is reported on the points scale as
+    D·(2q - 1), D the share of pairs that were discordant, with the estimate the point of it
+    nearest the last round's s/d. None when the rounds' sets do not meet (the data contradict
+    every q, which happens with probability at most alpha)."""
+    from .tests import decision_limit
+
+    threshold = -math.log(decision_limit(alpha))
+    low, high = 0.0, 1.0
+    for s, d in totals:
+        if d == 0:
+            continue
+        base = _log_beta(s + mixture, d - s + mixture) - _log_beta(mixture, mixture)
+
+        def log_ratio(q: float, s: int = s, d: int = d, base: float = base) -> float:
+            with_s = s * math.log(q) if s else 0.0
+            with_f = (d - s) * math.log1p(-q) if d - s else 0.0
+            return base - with_s - with_f
+
+        centre = s / d
+        ends = []
+        for end in (0.0, 1.0):
+            inside, outside = centre, end
+            if (end == 0.0 and s == 0) or (end == 1.0 and s == d):
+                ends.append(end)  # the ratio stays below its bound all the way to this end
+                continue
+            for _ in range(100):
+                middle = (inside + outside) / 2
+                if middle in (inside, outside):
+                    break
+                if log_ratio(middle) < threshold:
+                    inside = middle
+                else:
+                    outside = middle
+            ends.append(inside)
+        low, high = max(low, ends[0]), min(high, ends[1])
+    if low > high:
+        return None
+    s_last, d_last = totals[-1] if totals else (0, 0)
+    if not d_last or not pairs:
+        return 0.0, (-1.0, 1.0)
+    share = d_last / pairs
+    q = min(max(s_last / d_last, low), high)
+    return share * (2 * q - 1), (share * (2 * low - 1), share * (2 * high - 1))

@@ -1,13 +1,14 @@
 """The verdict rules: which test decides, and what it says, for two arms' per-case counts.
 
-- Paired design (the same questions on both sides): the stratified exact conditional test.
+- Paired design (the same questions on both sides): the stratified exact conditional test; the
+  interval beside it is that test inverted (promptprobe.stats.conditional), so it excludes 0
+  exactly when the test decides, at whatever level it is asked for.
 - Unpaired design: the difference of the mean per-case rates, tested by exchanging whole cases
   between the arms when every case was asked equally often (exact: the cases are exchangeable),
   and otherwise by the beta-binomial test over cases (promptprobe.stats.betabinomial: a case
   asked once and one asked 20 times are not exchangeable) together with the case permutation:
-  the larger of the two p-values decides. Its interval is that same test
-  inverted (shifted nulls, promptprobe.stats.inversion), so it excludes 0 exactly when the test
-  decides, at whatever level it is asked for.
+  the larger of the two p-values decides. Its interval is that same test inverted (shifted
+  nulls, promptprobe.stats.inversion), so it excludes 0 exactly when the test decides.
 - Generalisation (paired): the sign test over the cases that moved, conditional on each case's
   total so that it stays exact when the arms' repeats differ (promptprobe.stats.generalisation),
   "likely" only with at least 5 of them; its interval is that test inverted.
@@ -21,6 +22,8 @@ from dataclasses import dataclass
 
 from .betabinomial import TEST as BETA_BINOMIAL_TEST
 from .betabinomial import BetaBinomialTest
+from .conditional import METHOD as CONDITIONAL_METHOD
+from .conditional import conditional_interval, model_of
 from .effect import Effect, mantel_haenszel, mean_of_cases
 from .generalisation import ConditionalSignTest
 from .inversion import invert
@@ -58,15 +61,35 @@ def paired_verdict(
     """`a[i]` and `b[i]` are the same case's counts under each arm."""
     cases = [(ka, na, kb, nb) for (ka, na), (kb, nb) in zip(a, b, strict=True)]
     result = stratified_exact(cases)
-    effect = mantel_haenszel(cases, confidence)
-
-    def interval_at(level: float) -> tuple[float, float] | None:
-        # The paired test's own inverted interval is a1's (issue 24 item 1); until it lands, the
-        # Mantel-Haenszel interval where it agrees with the test.
-        bounds = mantel_haenszel(cases, 1 - level).interval
-        return bounds if (bounds[0] > 0 or bounds[1] < 0) == decides(result.p_value, level) else None
-
+    estimate = mantel_haenszel(cases, confidence)
+    interval_at = paired_interval(cases, result.p_value, estimate.sign, estimate.estimate)
+    effect = Effect(estimate.estimate, lambda: interval_at(alpha), CONDITIONAL_METHOD, estimate.sign)
     return Verdict(PAIRED_TEST, result.p_value, word(result.p_value, alpha, effect.sign), effect, interval_at)
+
+
+def paired_interval(
+    cases: Sequence[tuple[int, int, int, int]], p_value: float, sign: int, estimate: float
+) -> Callable[[float], tuple[float, float] | None]:
+    """The stratified exact test inverted, at any level; one model of the cases serves every level."""
+    model = model_of(cases)
+    found: dict[float, tuple[float, float]] = {}
+
+    def interval_at(alpha: float) -> tuple[float, float]:
+        if alpha not in found:
+            low, high = conditional_interval(cases, p_value, alpha, sign, estimate, model).interval
+            # Never narrower than Sato's large-sample interval, except across 0 when decided: the
+            # model conditioned on each case's margins does not see how uncertain the per-question
+            # rates are, and alone it covers as little as 79% far from 50% (docs/statistics.md).
+            sato_low, sato_high = mantel_haenszel(cases, 1 - alpha).interval
+            decided = decides(p_value, alpha)
+            if not decided or sign < 0 or sato_low > 0:
+                low = min(low, sato_low)
+            if not decided or sign > 0 or sato_high < 0:
+                high = max(high, sato_high)
+            found[alpha] = (low, high)
+        return found[alpha]
+
+    return interval_at
 
 
 def equal_repeats(a: Sequence[Counts], b: Sequence[Counts]) -> bool:
@@ -128,10 +151,8 @@ def unpaired_verdict(
             found[level] = invert(test.p_at, test.estimate, level, guess=guess)
         return found[level]
 
-    bounds = interval_at(alpha)
-    if bounds is not None:  # (else the Welch interval stays; a1's Effect may carry None)
-        method = f"difference of mean per-case rates ({test.name}, inverted)"
-        effect = Effect(effect.estimate, bounds, method, effect.sign)
+    method = f"difference of mean per-case rates ({test.name}, inverted)"
+    effect = Effect(effect.estimate, lambda: interval_at(alpha), method, effect.sign)  # read when shown
     return Verdict(test.name, p, word(p, alpha, effect.sign), effect, interval_at)
 
 

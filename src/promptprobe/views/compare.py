@@ -8,26 +8,38 @@ questions (any order, any repeats), unpaired otherwise; a sequential run's own d
 stopped on its rule. The effect shown is B - A measured the way the test compares (within cases
 when paired), so its sign is the verdict's direction; Newcombe's interval on the pooled counts
 stays beside it, labelled. Several metrics at once get adjusted p-values (Westfall-Young min-P
-over relabellings within cases when paired, Holm otherwise: promptprobe.stats.multiplicity), and
-the verdicts (and so the gate) use the adjusted ones. Boschloo's exact p is shown where it is affordable and
+over relabellings within cases when paired, Holm otherwise: promptprobe.stats.multiplicity),
+and the verdicts
+(and so the gate) use the adjusted ones. Boschloo's exact p is shown where it is affordable and
 never decides.
+
+`settle` says what a result decided: `verdict`, `worse`, `better_arm`, `decided_by`, and the
+interval beside the verdict, the test's own at the level the verdict was decided at (under
+several metrics alpha·p/p_adjusted, so that it excludes 0 exactly when p_adjusted decides);
+`compare_words.describe` then puts every word a reader sees into `words`.
 """
 
+import re
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from ..checks import METRICS, Metric
-from ..counts import ArmCounts, CountsTable, build_counts
+from ..counts import ArmCounts, CountsTable, build_counts, resolved_patterns
 from ..errors import InputError
 from ..jsonio import dumps_pretty
+from ..stats.effect import DISCORDANT, KT_MIXTURE, discordant_interval
 from ..stats.intervals import icc_anova, newcombe
 from ..stats.multiplicity import HOLM, Adjusted
 from ..stats.multiplicity import adjust as family_adjusted
 from ..stats.planning import MAX_REPEATS, paired_repeats, size_plan, unpaired_repeats
-from ..stats.tests import boschloo_affordable, boschloo_p
+from ..stats.sequential_interval import METHOD as STAGEWISE
+from ..stats.sequential_interval import Rounds, sequential_interval
+from ..stats.tests import boschloo_affordable, boschloo_p, decides
 from ..stats.verdict import generalisation, paired_verdict, unpaired_verdict, word
+from .compare_words import describe, level, p_text, percent, points
+from .pairs import chosen, pair_arms
 from .report import metric_object
 from .tables import table, wrap
 
@@ -82,12 +94,14 @@ def compare_sides(
     exact: bool = True,
     hints: bool = True,
     rule: Metric | None = None,
+    settled: bool = True,
 ) -> dict[str, Any]:
     """The compare object for B - A on one metric (`exact=False` skips Boschloo; `hints=False`
     leaves the sample-size hints out, for `add_hints` to add once a family is adjusted; `rule`:
     the metric itself when it is a run's own [[check]]).
 
-    Its verdict uses this metric's own p; `adjust` re-decides a family of them on adjusted p."""
+    Its verdict uses this metric's own p; `adjust` re-decides a family of them on adjusted p
+    (`settled=False` leaves the settling to it, so that no interval is computed twice)."""
     rule = rule or METRICS[metric]
     higher = rule.higher_is_better
     sa, sb = _summary(a, rule), _summary(b, rule)
@@ -138,6 +152,7 @@ def compare_sides(
             "Boschloo's exact p is not computed at this size (it grows with n²); the verdict never used it"
         )
     effect = decision.effect
+    failed = _every_sample_failed(sa, sb)
     if effect.sign and (sb["rate"] - sa["rate"]) * effect.sign < 0:
         notes.append(
             "the pooled rates point the other way than the comparison within cases (Simpson's paradox: "
@@ -154,17 +169,113 @@ def compare_sides(
         "test": decision.test,
         "p_value": decision.p_value,
         "p_adjusted": decision.p_value,
-        "effect": effect.to_dict(),
+        "effect": {"estimate": effect.estimate, "interval": None, "method": effect.method},
         "paired": paired_view,
         "verdict": decision.verdict,
         "higher_is_better": higher,
-        "worse": is_worse(decision.verdict, higher),
+        "worse": False,
+        "better_arm": None,
+        "decided_by": None,
         "n_needed_per_arm": None,
         "repeats_needed": None,
         "notes": notes,
+        "_sign": effect.sign,
+        "_interval_at": decision.interval_at,
+        "_failed": failed,
     }
+    if settled:
+        settle(result, decision.p_value, alpha)
     if hints:
         add_hints(result, a, b, alpha)
+    return result
+
+
+def _every_sample_failed(a: dict[str, Any], b: dict[str, Any]) -> str | None:
+    """"A" or "B" when every sample of that arm counted on this metric failed and some of the
+    other arm's did not: that arm is worse on the metric whatever the test can tell."""
+    a_failed = a["n"] > 0 and a["errors"] == a["n"]
+    b_failed = b["n"] > 0 and b["errors"] == b["n"]
+    if a_failed == b_failed:
+        return None
+    return "A" if a_failed else "B"
+
+
+def better_arm(verdict: str, higher_is_better: bool) -> str | None:
+    """"A" or "B": the arm reliably better in the metric's direction (None when undecided)."""
+    if verdict == "indistinguishable":
+        return None
+    return "B" if (verdict == "B>A") == higher_is_better else "A"
+
+
+def effective_alpha(p_value: float | None, p_adjusted: float | None, alpha: float) -> float:
+    """The level a metric was tested at: alpha·p/p_adjusted, at which p decides exactly when
+    p_adjusted decides at alpha (alpha itself for one metric). A p of 0 decides at any level:
+    its interval is given at alpha/100."""
+    if p_value is None or p_adjusted is None or p_adjusted == p_value:
+        return alpha
+    if p_value <= 0:
+        return alpha if p_adjusted <= 0 else alpha / 100
+    level = alpha * p_value / p_adjusted
+    # Rounding must not make the level disagree with the adjusted decision.
+    wanted = decides(p_adjusted, alpha)
+    for _ in range(4):
+        if decides(p_value, level) == wanted:
+            break
+        level *= 1 + 1e-12 if wanted else 1 - 1e-12
+    return level
+
+
+def settle(
+    result: dict[str, Any], p_adjusted: float | None, alpha: float, verdict: str | None = None
+) -> None:
+    """What a decided or undecided result says, from its (adjusted) p at alpha, or from a
+    `verdict` another rule reached (the sequential rule): verdict, worse, better_arm, decided_by,
+    the interval beside the verdict at the level it was decided at, and the words."""
+    result["p_adjusted"] = p_adjusted
+    higher = result["higher_is_better"]
+    sign = _sign(result)
+    decided_by = "sequential rule" if verdict is not None else None
+    if verdict is None:
+        verdict = word(p_adjusted, alpha, sign)
+        decided_by = "test" if verdict != "indistinguishable" else None
+    if decided_by == "test" and result["design"] == "sequential":
+        decided_by = "sequential rule"
+    failed = result.get("_failed")
+    against = {"A": 1 if higher else -1, "B": -1 if higher else 1}.get(failed or "", 0)
+    if verdict == "indistinguishable" and failed and sign == against:
+        verdict = "B>A" if sign > 0 else "A>B"
+        decided_by = f"every sample of {failed} failed"
+    result.update(
+        verdict=verdict,
+        worse=is_worse(verdict, higher),
+        better_arm=better_arm(verdict, higher),
+        decided_by=decided_by,
+    )
+    level = effective_alpha(result["p_value"], p_adjusted, alpha)
+    interval, why = None, None
+    interval_at = result.get("_interval_at")
+    if decided_by and decided_by.startswith("every sample"):
+        why = f"{decided_by}, so there is no output to compare; the test alone cannot tell"
+    elif interval_at is None:
+        why = result.get("_no_interval") or "this design's test has no interval"
+    else:
+        interval = interval_at(level)
+        decided = verdict != "indistinguishable"
+        if interval is None:
+            why = result.get("_no_interval") or "no interval of this test agrees with its verdict here"
+        elif (interval[0] > 0 or interval[1] < 0) != decided:
+            interval = None
+            why = "the interval at this level would contradict the verdict"
+    result["effect"].update(
+        interval=None if interval is None else list(interval), confidence=1 - level, interval_note=why
+    )
+    describe(result)
+
+
+def finish(result: dict[str, Any]) -> dict[str, Any]:
+    """Drop what only the building of a result needed (before it is shown or written)."""
+    for key in [k for k in result if k.startswith("_")]:
+        del result[key]
     return result
 
 
@@ -187,25 +298,23 @@ Patterns = list[tuple[Counter, Counter]]
 
 def adjust(results: list[dict[str, Any]], alpha: float, patterns: Patterns | None = None) -> None:
     """`p_adjusted` across the metrics compared together, and verdicts decided on it: Westfall-Young
-    min-P over relabellings within cases when every metric is paired and the joint outcome patterns
-    are given (one pair of pattern counts per case, over these metrics in order), else Holm."""
+    min-P over relabellings within cases when every result is paired and the joint outcome patterns
+    are given (one pair of pattern counts per case, over the results in order), else Holm."""
     if len(results) < 2:
         return
     family = _family(results, patterns)
     for result, p in zip(results, family.p_adjusted, strict=True):
-        result["p_adjusted"] = p
+        before = result["verdict"]
         result["adjustment"] = family.method
-        verdict = word(p, alpha, _sign(result))
-        if verdict != result["verdict"]:
+        settle(result, p, alpha)
+        if result["verdict"] != before:
             result["notes"].append(
-                f"{result['metric']}: {result['verdict']} on its own p = {result['p_value']:.3g}, but not "
+                f"{result['metric']}: {before} on its own p = {result['p_value']:.3g}, but not "
                 f"after {family.method} adjustment over the {len(results)} metrics compared "
                 f"(adjusted p = {p:.3g})"
             )
         if family.reason:
             result["notes"].append(f"the metrics are adjusted by Holm: {family.reason}")
-        result["verdict"] = verdict
-        result["worse"] = is_worse(verdict, result["higher_is_better"])
 
 
 def _family(results: list[dict[str, Any]], patterns: Patterns | None) -> Adjusted:
@@ -219,27 +328,53 @@ def _family(results: list[dict[str, Any]], patterns: Patterns | None) -> Adjuste
     family = family_adjusted(raw, patterns)
     pairs = zip(family.raw or raw, raw, strict=True)
     if any(abs(x - y) > 1e-9 * max(x, y) + 1e-15 for x, y in pairs):
-        # The patterns must give the very p-values the counts gave; if not, Holm on the counts'.
+        # The patterns must give the very p-values the counts gave (a case left out of a user's check
+        # across two runs is not in the patterns); if not, Holm on the counts'.
         reason = "the outcome patterns did not match the counts"
         return Adjusted(family_adjusted(raw).p_adjusted, HOLM, reason=reason)
     return family
 
 
 def joint_patterns(
-    counts_a: CountsTable, arm_a: ArmCounts, counts_b: CountsTable, arm_b: ArmCounts, metrics: list[str]
+    rows: list[tuple[CountsTable, ArmCounts, CountsTable, ArmCounts, str]],
 ) -> Patterns:
-    """Per case both arms asked: each arm's counts of outcome vectors over `metrics` (None where a
-    metric is outside a sample, or not a metric of that run)."""
+    """The joint outcome patterns of a family whose rows are (table A, arm A, table B, arm B,
+    metric): per case both arms asked, each arm's counts of outcome vectors over the rows (None
+    where a row's metric is outside a sample, or the sample belongs to another pair of arms). Rows
+    of different pairs of arms share no samples, so their cases are listed apart."""
+    out: Patterns = []
+    groups: dict[tuple[int, int], list[int]] = {}
+    for index, (_, arm_a, _, arm_b, _) in enumerate(rows):
+        groups.setdefault((id(arm_a), id(arm_b)), []).append(index)
+    for members in groups.values():
+        counts_a, arm_a, counts_b, arm_b, _ = rows[members[0]]
+        patterns_a = resolved_patterns(counts_a, arm_a)
+        patterns_b = resolved_patterns(counts_b, arm_b)
 
-    def project(table: CountsTable, seen: Counter) -> Counter:
-        where = [table.pattern_metrics.index(m) if m in table.pattern_metrics else None for m in metrics]
-        out: Counter = Counter()
-        for pattern, count in seen.items():
-            out[tuple(None if i is None else pattern[i] for i in where)] += count
-        return out
+        for case_id in counts_a.case_order:
+            if case_id in patterns_a and case_id in patterns_b:
+                out.append(
+                    (
+                        _project(rows, members, counts_a, patterns_a[case_id]),
+                        _project(rows, members, counts_b, patterns_b[case_id]),
+                    )
+                )
+    return out
 
-    cases = [c for c in counts_a.case_order if c in arm_a.patterns and c in arm_b.patterns]
-    return [(project(counts_a, arm_a.patterns[c]), project(counts_b, arm_b.patterns[c])) for c in cases]
+
+def _project(rows: list[Any], members: list[int], table: CountsTable, seen: Counter) -> Counter:
+    """A (case, arm)'s patterns over its table's metrics, as vectors over the family's rows."""
+    where = {
+        i: table.pattern_metrics.index(rows[i][4]) if rows[i][4] in table.pattern_metrics else None
+        for i in members
+    }
+    found: Counter = Counter()
+    for pattern, count in seen.items():
+        vector: list[int | None] = [None] * len(rows)
+        for i, j in where.items():
+            vector[i] = None if j is None else pattern[j]
+        found[tuple(vector)] += count
+    return found
 
 
 def add_hints(result: dict[str, Any], a: Side, b: Side, alpha: float) -> None:
@@ -258,6 +393,7 @@ def add_hints(result: dict[str, Any], a: Side, b: Side, alpha: float) -> None:
     )
     result["n_needed_per_arm"] = plan.n
     result["repeats_needed"] = _repeats_hint(a, b, rate_a, rate_b, alpha)
+    describe(result)
 
 
 def _repeats_hint(a: Side, b: Side, rate_a: float, rate_b: float, alpha: float) -> dict[str, Any]:
@@ -324,7 +460,7 @@ def parse_selector(text: str) -> tuple[Path, dict[str, str]]:
 
 def select_arm(text: str, counts: CountsTable) -> ArmCounts:
     _, filters = parse_selector(text)
-    arms = [a for a in counts.arms if all(getattr(a, k) == v for k, v in filters.items())]
+    arms = chosen(filters, counts)
     if len(arms) != 1:
         problem = "matches no arm" if not arms else f"matches {len(arms)} arms"
         listing = "; ".join(a.label for a in counts.arms)
@@ -337,6 +473,28 @@ def side_of(text: str, counts: CountsTable, arm: ArmCounts, metric: str, name: s
     recorded = arm.metrics.get(metric, {})
     per_case = {c: recorded[c] for c in counts.case_order if c in recorded}  # probe-set order
     return Side(text, per_case, questions, str(counts.run), counts.probeset.sha256, name)
+
+
+def _applies_across(
+    a: Side, b: Side, counts_a: CountsTable, counts_b: CountsTable, metric: str
+) -> tuple[Side, Side]:
+    """Two runs: a case where every sample of one run failed (so that run cannot tell whether a
+    user's check applies to it) is left out of the check when the other run's outputs say it
+    does not apply, as that run left it out: the design stays paired."""
+    seen_a = counts_a.check_applies.get(metric)
+    seen_b = counts_b.check_applies.get(metric)
+    if seen_a is None and seen_b is None:
+        return a, b
+
+    def without(side: Side, own: dict[str, bool] | None, other: dict[str, bool] | None) -> Side:
+        own, other = own or {}, other or {}
+        dropped = [c for c in side.per_case if c not in own and other.get(c) is False]
+        if not dropped:
+            return side
+        kept = {c: cell for c, cell in side.per_case.items() if c not in dropped}
+        return replace(side, per_case=kept)
+
+    return without(a, seen_a, seen_b), without(b, seen_b, seen_a)
 
 
 def arm_names(
@@ -386,7 +544,7 @@ def _flip(decision: str) -> str:
 
 
 def _apply_sequential(
-    counts: CountsTable, arm_a: ArmCounts, arm_b: ArmCounts, result: dict[str, Any]
+    counts: CountsTable, arm_a: ArmCounts, arm_b: ArmCounts, result: dict[str, Any], alpha: float
 ) -> None:
     """On a run that stopped on the sequential rule, that rule decides its metric."""
     rule = counts.manifest.get("sequential")
@@ -404,10 +562,12 @@ def _apply_sequential(
     lines = counts.sequential
     last = lines[-1]
     decision = (last.get("decision") if last.get("stop") else None) or "indistinguishable"
-    if rule.get("terms") != "rate" and not result["higher_is_better"]:
+    legacy = rule.get("terms") != "rate" and not result["higher_is_better"]
+    swapped = arm_a.label != rule["a"]  # the user put the arms the other way round
+    if legacy:
         # Runs recorded before 0.2 named the arm that did well; verdicts name the higher rate.
         decision = _flip(decision)
-    if arm_a.label != rule["a"]:  # the user put the arms the other way round
+    if swapped:
         decision = _flip(decision)
     p_value, test, evidence = _sequential_evidence(rule, lines)
     sign = {"B>A": 1, "A>B": -1}.get(decision, _sign(result))
@@ -416,21 +576,86 @@ def _apply_sequential(
             "the samples counted here differ from the rounds the sequential rule decided on (a round was "
             "re-run on resume); the verdict is the rule's"
         )
+    interval_at, estimate, method = _sequential_interval(rule, lines, legacy, swapped, decision, p_value)
+    result["effect"] = {"estimate": estimate, "interval": None, "method": method}
     result.update(
         design="sequential",
-        verdict=decision,
         _sign=sign,
+        _interval_at=interval_at,
+        _no_interval=(
+            "the run stopped before its rule did, so the rule's test has no interval yet"
+            if not last.get("stop")
+            else "the rounds disagree about the discordant pairs' share (probability at most alpha)"
+        ),
         test=test,
         p_value=p_value,
-        p_adjusted=p_value,
         e_value=last.get("e_value"),
-        worse=is_worse(decision, result["higher_is_better"]),
     )
+    settle(result, p_value, alpha, verdict=decision)
     result["notes"].append(
         f"the verdict is the sequential decision after round {last.get('round')} ({evidence}, valid however "
         "often it was checked); fixed-n tests after optional stopping are not valid and are shown for "
         "reference only"
     )
+
+
+def _sequential_interval(
+    rule: dict[str, Any],
+    lines: list[dict[str, Any]],
+    legacy: bool,
+    swapped: bool,
+    decision: str,
+    p_value: float,
+) -> tuple[Any, float, str]:
+    """(interval_at, the estimate, its method) of a sequential run: the exact boundary's stage-wise
+    test inverted, or for a run recorded under the earlier mixture e-value its confidence sequence."""
+    last = lines[-1]
+    if "lead" in last:
+        rounds = Rounds(
+            [line.get("discordant") or 0 for line in lines],
+            [line.get("lead_needed") for line in lines],
+            -last["lead"] if swapped else last["lead"],
+            sum(line.get("pairs") or 0 for line in lines),
+        )
+        decided = decision if decision in ("A>B", "B>A") else None
+        found = sequential_interval(rounds, p_value, 0.05, decided) if last.get("stop") else None
+
+        def interval_at(level: float) -> tuple[float, float] | None:
+            if not last.get("stop"):
+                return None
+            at_level = decided if decides(p_value, level) else None
+            return sequential_interval(rounds, p_value, level, at_level)[1]
+
+        estimate = found[0] if found else sequential_interval(rounds, 1.0, 0.05, None)[0]
+        return interval_at, estimate, STAGEWISE
+    counted = [line for line in lines if line.get("round", 0) >= rule.get("min_rounds", 1)]
+    totals = [_b_higher(line, legacy, swapped) for line in counted]
+    pairs = sum(line.get("pairs") or 0 for line in lines)
+    mixture = _mixture(rule.get("mixture"))
+    found_cs = discordant_interval(totals, pairs, 0.05, mixture) if totals else None
+
+    def sequence_at(level: float) -> tuple[float, float] | None:
+        answer = discordant_interval(totals, pairs, level, mixture) if totals else None
+        return answer[1] if answer else None
+
+    return sequence_at, (found_cs[0] if found_cs else 0.0), DISCORDANT
+
+
+def _b_higher(line: dict[str, Any], legacy: bool, swapped: bool) -> tuple[int, int]:
+    """(discordant pairs where B's outcome is the success, discordant pairs) after a round."""
+    discordant = line.get("discordant_total") or 0
+    if "b_higher_total" in line:
+        higher = line["b_higher_total"]
+    else:  # recorded before pairs were counted by rate: favour_b counted B doing well
+        higher = line.get("favour_b_total") or 0
+        higher = discordant - higher if legacy else higher
+    return (discordant - higher if swapped else higher), discordant
+
+
+def _mixture(text: Any) -> float:
+    """The Beta(a, a) mixture of a run's rule ("Beta(0.5, 0.5)"); the Krichevsky-Trofimov one when unsaid."""
+    match = re.match(r"Beta\(([0-9.]+),", str(text or ""))
+    return float(match.group(1)) if match else KT_MIXTURE
 
 
 def _sequential_evidence(rule: dict[str, Any], lines: list[dict[str, Any]]) -> tuple[float, str, str]:
@@ -446,9 +671,8 @@ def _sequential_evidence(rule: dict[str, Any], lines: list[dict[str, Any]]) -> t
     test = "exact sequential boundary on discordant pairs (alpha spent over the rounds to the cap)"
     lead = abs(last["lead"])
     needed = last.get("lead_needed")
-    said = (
-        f"the leading arm was ahead by {lead} of {last['discordant_total']} discordant pairs, "
-        + (f"the boundary there {needed}" if needed else "no boundary yet")
+    said = f"the leading arm was ahead by {lead} of {last['discordant_total']} discordant pairs, " + (
+        f"the boundary there {needed}" if needed else "no boundary yet"
     )
     if not last.get("stop"):
         # Stopped by hand before the rule stopped it: no p-value is valid yet; 1 decides nothing.
@@ -466,41 +690,85 @@ def compare_runs(
     classification: int | None = None,
     top_k: int | None = None,
     hints: bool = True,
+    typed: tuple[str, str] | None = None,
 ) -> dict[str, Any]:
     """Compare two selected arms on each metric; each run directory is read once. Several
-    metrics are one family: adjusted p-values decide their verdicts."""
-    run_a, _ = parse_selector(a)
-    run_b, _ = parse_selector(b)
+    metrics are one family: adjusted p-values decide their verdicts. Two runs of several
+    arms compare arm by arm (each arm of A with the arm of the same name in B): every pair and
+    metric is then one row of one family, and its sides are named by the runs as `typed`
+    (e.g. `latest~1`, `latest`)."""
+    run_a, filters_a = parse_selector(a)
+    run_b, filters_b = parse_selector(b)
     tables: dict[Path, CountsTable] = {}
     for run in (run_a, run_b):
         key = run.resolve()
         if key not in tables:
             tables[key] = build_counts(run, classification=classification, top_k=top_k)
     counts_a, counts_b = tables[run_a.resolve()], tables[run_b.resolve()]
+    return compare_tables(
+        a, b, counts_a, counts_b, metrics, all_metrics=all_metrics, alpha=alpha, hints=hints, typed=typed
+    )
+
+
+def compare_tables(
+    a: str,
+    b: str,
+    counts_a: CountsTable,
+    counts_b: CountsTable,
+    metrics: list[str] | None = None,
+    *,
+    all_metrics: bool = False,
+    alpha: float = 0.05,
+    hints: bool = True,
+    typed: tuple[str, str] | None = None,
+) -> dict[str, Any]:
+    """`compare_runs` on counts tables already read (`counts_b` is `counts_a` for two arms of one
+    run): A and B are `RUN#...` selectors (an arm of each, or two runs compared arm by arm)."""
+    run_a, filters_a = parse_selector(a)
+    run_b, filters_b = parse_selector(b)
     known = {**counts_a.metrics, **counts_b.metrics}  # the built-in ones and both runs' own checks
     names = list(known) if all_metrics else list(dict.fromkeys(metrics or ["header_present"]))
     for metric in names:
         if metric not in known:
             raise InputError(f"unknown metric {metric!r} (known: {', '.join(known)})")
-    arm_a, arm_b = select_arm(a, counts_a), select_arm(b, counts_b)
-    name_a, name_b = arm_names(counts_a, arm_a, counts_b, arm_b)
-    results, sides = [], []
-    for metric in names:
-        side_a = side_of(a, counts_a, arm_a, metric, name_a)
-        side_b = side_of(b, counts_b, arm_b, metric, name_b)
-        if all_metrics and (not side_a.per_case or not side_b.per_case):
-            continue  # --all: e.g. no case has `expect`, so declared_correct has no samples
-        result = compare_sides(side_a, side_b, metric, alpha, hints=False, rule=known[metric])
-        if counts_a is counts_b:
-            _apply_sequential(counts_a, arm_a, arm_b, result)
-        results.append(result)
-        sides.append((side_a, side_b))
-    adjust(results, alpha, joint_patterns(counts_a, arm_a, counts_b, arm_b, [r["metric"] for r in results]))
+    pairs, unpaired = pair_arms(run_a, filters_a, counts_a, run_b, filters_b, counts_b)
+    results, sides, rows = [], [], []
+    for pair in pairs:
+        arm_a, arm_b = pair.a, pair.b
+        name_a, name_b = arm_names(counts_a, arm_a, counts_b, arm_b)
+        if pair.name is not None:  # the same arm in two runs: the runs tell them apart
+            name_a, name_b = (str(parse_selector(t)[0]) for t in typed) if typed else (run_a.name, run_b.name)
+        # A pair found by name is labelled with the selector that picks each of its arms.
+        label_a = a if pair.name is None else f"{run_a}#prompt={arm_a.prompt},model={arm_a.model}"
+        label_b = b if pair.name is None else f"{run_b}#prompt={arm_b.prompt},model={arm_b.model}"
+        for metric in names:
+            side_a = side_of(label_a, counts_a, arm_a, metric, name_a)
+            side_b = side_of(label_b, counts_b, arm_b, metric, name_b)
+            if counts_a is not counts_b:
+                side_a, side_b = _applies_across(side_a, side_b, counts_a, counts_b, metric)
+            if all_metrics and (not side_a.per_case or not side_b.per_case):
+                continue  # --all: e.g. no case has `expect`, so declared_correct has no samples
+            result = compare_sides(
+                side_a, side_b, metric, alpha, hints=False, rule=known[metric], settled=False
+            )
+            if counts_a is counts_b:
+                _apply_sequential(counts_a, arm_a, arm_b, result, alpha)
+            if pair.name is not None:
+                result["pair"] = pair.name
+                result["notes"].extend(unpaired)
+            results.append(result)
+            sides.append((side_a, side_b))
+            rows.append((counts_a, arm_a, counts_b, arm_b, metric))
+    if len(results) > 1:
+        adjust(results, alpha, joint_patterns(rows))
+    for result in results:
+        if "words" not in result:  # one metric: its own p decides
+            settle(result, result["p_value"], alpha)
     if hints:
         for result, (side_a, side_b) in zip(results, sides, strict=True):
             add_hints(result, side_a, side_b, alpha)
     for result in results:
-        result.pop("_sign", None)
+        finish(result)
     return {
         "results": results,
         "family": len(results),
@@ -509,119 +777,17 @@ def compare_runs(
     }
 
 
-# -- words ---------------------------------------------------------------------------------
-
-
-def _points(value: float) -> str:
-    return f"{100 * value:+.0f}"
-
-
-def _p(value: float | None) -> str:
-    return "-" if value is None else f"{value:.3g}"
-
-
-def judgement(result: dict[str, Any]) -> str:
-    """`NAME_B is better than NAME_A on METRIC` (or worse), or that they cannot be told apart."""
-    a, b = result["a"]["name"], result["b"]["name"]
-    metric = result["metric"] + ("" if result["higher_is_better"] else " (lower is better)")
-    if result["verdict"] == "indistinguishable":
-        return f"{b} and {a} cannot be told apart on {metric}"
-    return f"{b} is {'worse' if result['worse'] else 'better'} than {a} on {metric}"
-
-
-def badge(result: dict[str, Any]) -> dict[str, str]:
-    """The verdict of one metric in a line: `always-header is better than exception-only on
-    header_present: +72 points, 95% CI +53 to +84`, and its kind (better, worse, same)."""
-    effect = result["effect"]
-    lo, hi = effect["interval"]
-    kind = "same" if result["verdict"] == "indistinguishable" else ("worse" if result["worse"] else "better")
-    text = f"{judgement(result)}: {_points(effect['estimate'])} points, 95% CI {_points(lo)} to {_points(hi)}"
-    return {"kind": kind, "text": text}
-
-
-def effect_words(result: dict[str, Any]) -> str:
-    effect = result["effect"]
-    lo, hi = effect["interval"]
-    within = {"paired": " within cases", "sequential": " within cases"}.get(
-        result["design"], " (mean of cases)"
-    )
-    text = f"B - A = {_points(effect['estimate'])} points{within}, 95% CI {_points(lo)} to {_points(hi)}"
-    pooled_lo, pooled_hi = result["newcombe"]
-    if result["design"] != "unpaired" or abs(effect["estimate"] - result["diff"]) > 0.005:
-        text += f"; pooled {_points(result['diff'])}, Newcombe {_points(pooled_lo)} to {_points(pooled_hi)}"
-    return text
-
-
-def sentence(result: dict[str, Any]) -> str:
-    """The verdict in words a prompt engineer acts on: which arm, better or worse, by how much."""
-    a, b = result["a"], result["b"]
-    counts = f"{a['name']} {a['k']}/{a['n']}, {b['name']} {b['k']}/{b['n']}"
-    text = f"{result['verdict']}: {judgement(result)}: {counts} ({effect_words(result)})"
-    adjusted = result.get("p_adjusted")
-    p_text = f"{result['test']} p = {_p(result['p_value'])}"
-    if adjusted is not None and result["p_value"] is not None and adjusted != result["p_value"]:
-        p_text += f", {result.get('adjustment') or 'Holm'}-adjusted {_p(adjusted)}"
-    if result["design"] == "sequential":
-        return text + f"; {p_text}: decided by the sequential rule (valid however often it was checked)"
-    if result["verdict"] != "indistinguishable":
-        where = "on these questions" if result["design"] == "paired" else "beyond question-to-question spread"
-        return text + f"; {p_text}: larger than this sample produces by chance ({where})"
-    text += f"; {p_text}"
-    hint = result.get("repeats_needed")
-    if hint is None:
-        if result["a"]["rate"] == result["b"]["rate"]:
-            return text + "; the observed rates are equal, so there is no difference to size a probe for"
-        return text
-    size = abs(100 * (result["b"]["rate"] - result["a"]["rate"]))
-    paired = (
-        f"about {hint['paired']} repeats of these {hint['cases']} cases (paired, "
-        f"{100 * hint['paired_power']:.0f}% power simulated)"
-        if hint["paired"]
-        else f"more than {hint['paired_limit']} repeats of these {hint['cases']} cases (paired)"
-    )
-    if hint["unpaired"]:
-        unpaired = f"about {hint['unpaired']} repeats"
-    elif hint["unpaired_cases_needed"]:
-        unpaired = f"no number of repeats: at least {hint['unpaired_cases_needed']} cases a side"
-    else:
-        unpaired = f"no number of repeats of {hint['cases']} cases (probe plan --cases says how many)"
-    return text + f"; to detect a {size:.0f}-point difference you need {paired}; unpaired: {unpaired}"
-
-
-def generalise_sentence(result: dict[str, Any]) -> str | None:
-    paired = result.get("paired")
-    if not paired:
-        return None
-    g = len(paired["cases"])
-    moved = f"{paired['moved']} of {g} cases moved ({paired['up']} towards B, {paired['down']} towards A)"
-    span = f"mean per-case difference {_points(paired['mean_diff'])} points"
-    if paired["interval"]:
-        lo, hi = paired["interval"]
-        span += f", 95% interval {_points(lo)} to {_points(hi)}"
-    if paired["likely"]:
-        return (
-            f"would it generalise: likely; {moved}, sign test p = {paired['p_value']:.3g}; {span}: "
-            "other questions like these would move too"
-        )
-    if paired["moved"] < 5:
-        return f"would it generalise: not shown; {moved}: at least 5 must move before it can be said; {span}"
-    return (
-        f"would it generalise: not shown; {moved}, sign test p = {paired['p_value']:.3g}; {span}: the change "
-        "may be specific to these questions"
-    )
-
-
-def _pct(value: float) -> str:
-    return f"{100 * value:.1f}%"
+# -- the terminal table --------------------------------------------------------------------
 
 
 GREEN, RED, RESET = "\x1b[32m", "\x1b[31m", "\x1b[0m"
 
 
 def _verdict_cell(result: dict[str, Any], color: bool) -> str:
-    if not color or result["verdict"] == "indistinguishable":
-        return result["verdict"]
-    return f"{RED if result['worse'] else GREEN}{result['verdict']}{RESET}"
+    words = result["words"]
+    if not color or words["kind"] == "same":
+        return words["verdict"]
+    return f"{RED if words['kind'] == 'worse' else GREEN}{words['verdict']}{RESET}"
 
 
 def render_comparison(
@@ -637,42 +803,55 @@ def render_comparison(
     if not results:
         return "no metric has samples on both sides"
     first = results[0]
-    out = [
-        f"A = {first['a']['name']} ({first['a']['label']})",
-        f"B = {first['b']['name']} ({first['b']['label']})",
-        "",
-    ]
+    by_pair = "pair" in first  # two runs compared arm by arm
+    if by_pair:
+        out = [
+            f"A = {first['a']['name']} ({parse_selector(first['a']['label'])[0]})",
+            f"B = {first['b']['name']} ({parse_selector(first['b']['label'])[0]})",
+            f"arm by arm: {', '.join(dict.fromkeys(r['pair'] for r in results))} (each arm of A against the "
+            "arm of the same name in B)",
+            "",
+        ]
+    else:
+        out = [
+            f"A = {first['a']['name']} ({first['a']['label']})",
+            f"B = {first['b']['name']} ({first['b']['label']})",
+            "",
+        ]
     family = len(results) > 1
     rows = []
     for r in results:
         a, b = r["a"], r["b"]
-        effect = r["effect"]
+        cells = r["words"]["cells"]
         rows.append(
             [
+                *([r["pair"]] if by_pair else []),
                 r["metric"],
                 f"{a['k']}/{a['n']}",
-                _pct(a["rate"]),
+                percent(a["rate"]),
                 f"{b['k']}/{b['n']}",
-                _pct(b["rate"]),
-                _points(effect["estimate"]),
-                f"{_points(effect['interval'][0])}..{_points(effect['interval'][1])}",
-                f"{_points(r['diff'])} ({_points(r['newcombe'][0])}..{_points(r['newcombe'][1])})",
-                _p(r["p_value"]),
-                *([_p(r["p_adjusted"])] if family else []),
-                _p(r["p_boschloo"]),
+                percent(b["rate"]),
+                cells["estimate"],
+                cells["interval"],
+                cells["pooled"],
+                p_text(r["p_value"]),
+                *([p_text(r["p_adjusted"])] if family else []),
+                p_text(r["p_boschloo"]),
                 r["design"],
                 f"{a['errors']}/{b['errors']}",
                 _verdict_cell(r, color and fmt == "table"),
             ]
         )
+    levels = {r["effect"]["confidence"] for r in results}
     headers = [
+        *(["arm"] if by_pair else []),
         "metric",
         "A k/n",
         "A",
         "B k/n",
         "B",
         "B-A (pts)",
-        "95% CI (pts)",
+        f"{level(levels.pop())} CI (pts)" if len(levels) == 1 else "CI (pts)",
         "pooled, Newcombe",
         "p",
         *(["p adjusted"] if family else []),
@@ -696,22 +875,27 @@ def render_comparison(
     out.append(table(rows, headers, fmt, optional=optional, width=width))
     out.append("")
     for r in results:
-        prefix = f"{r['metric']}: " if family else ""
-        out.append(prefix + sentence(r))
-        generalise = generalise_sentence(r)
-        if generalise:
-            out.append(prefix + generalise)
+        prefix = f"{r['pair']}: " if by_pair else ""
+        out.append(prefix + r["words"]["sentence"])
+        if r["words"]["generalise"]:
+            out.append(prefix + (f"{r['metric']}: " if family else "") + r["words"]["generalise"])
+    out.append(
+        "CI: the test's own interval for B - A, at the level the verdict was decided at (it excludes 0 "
+        "exactly when the verdict is decided); pooled, Newcombe: descriptive, not the test's"
+        + (" (under several metrics: alpha x p / p adjusted)" if family else "")
+    )
     if family:
         method = first.get("adjustment") or "Holm"
         how = (
-            "Westfall-Young min-P over relabellings of each case's samples, which counts metrics that read "
-            "the same outputs once"
+            "Westfall-Young min-P over relabellings of each case's samples, which counts metrics that "
+            "read the same outputs once"
             if method != "Holm"
             else "Holm"
         )
         out.append(
-            f"p adjusted: p-values adjusted for comparing {len(results)} metrics at once ({how}); the "
-            "verdicts and --fail-if-worse use them, so the chance of any false alarm stays at alpha"
+            f"p adjusted: p-values adjusted for comparing {len(results)} {'rows' if by_pair else 'metrics'} "
+            f"at once ({how}); the verdicts and --fail-if-worse use them, so the chance of any false alarm "
+            "stays at alpha"
         )
     if not family and first.get("paired"):
         moved = [c for c in first["paired"]["cases"] if c["diff"] != 0]
@@ -725,7 +909,7 @@ def render_comparison(
                             c["case_id"],
                             f"{c['a'][0]}/{c['a'][1]}",
                             f"{c['b'][0]}/{c['b'][1]}",
-                            _points(c["diff"]),
+                            points(c["diff"]),
                         ]
                         for c in moved
                     ],
@@ -755,15 +939,6 @@ def render_comparison(
 
 
 def failure_line(result: dict[str, Any]) -> str:
-    """The `FAIL:` line of --fail-if-worse: which metric got worse, by how much, how sure."""
-    direction = "higher is better" if result["higher_is_better"] else "lower is better"
-    effect = result["effect"]
-    lo, hi = effect["interval"]
-    p_text = f"{result['test']} p = {_p(result['p_value'])}"
-    if result.get("p_adjusted") is not None and result["p_adjusted"] != result["p_value"]:
-        p_text += f", {result.get('adjustment') or 'Holm'}-adjusted {_p(result['p_adjusted'])}"
-    return (
-        f"FAIL: {result['metric']} got worse: {result['a']['name']} {_pct(result['a']['rate'])} -> "
-        f"{result['b']['name']} {_pct(result['b']['rate'])} ({_points(effect['estimate'])} points, 95% CI "
-        f"{_points(lo)} to {_points(hi)}; {direction}; {p_text})"
-    )
+    """The `FAIL:` line of --fail-if-worse (built with the result's words)."""
+    return result["words"]["failure"]
+

@@ -1,27 +1,29 @@
 """`--format html`: one self-contained HTML file (no network, no script) to look at a run or a
-comparison: a forest plot per metric (SVG), the verdict in words, a case x arm grid coloured
-by rate, the phrases that failing outputs share, and every case's raw outputs side by side.
+comparison. It renders the same view objects as the live viewer (`probe view`) with the same
+template pieces (templates/_macros.j2): the run overview (views/overview.py: report, verdicts in
+words, case x arm grid), a forest plot per metric (SVG), the phrases failing outputs share, and
+every case's outputs side by side, identical outputs grouped with their counts.
 
-Model outputs are untrusted text: the template escapes everything (Jinja2 autoescape) and the
-only markup around an output is built from escaped pieces (the visible-character rendering and
-the highlighted marker).
+Model outputs are untrusted text: the templates escape everything (Jinja2 autoescape) and the
+only markup around an output is built from escaped pieces (views/outputs.py).
 """
 
-import re
 from pathlib import Path
 from typing import Any
 
-from ..counts import CountsTable, build_counts, merged_samples
-from .compare import badge, generalise_sentence, sentence
-from .report import build_report, sequential_sentence
-from .show import visible
+from ..counts import CountsTable, build_counts
+from .outputs import Scanned, page_of
+from .overview import arm_name, run_overview, side_by_side
+from .report import sequential_sentence
 
 PLOT_WIDTH = 520
-ROW_HEIGHT = 26
-MAX_OUTPUTS_PER_CELL = 10
+ROW_HEIGHT = 36
+LABEL_CHARS = 64  # what fits above a bar at 12 px in PLOT_WIDTH; longer labels lose their middle
+GROUPS_PER_CELL = 10
 
 
-def _environment() -> Any:
+def environment() -> Any:
+    """The Jinja2 environment of every page: autoescaped, templates from the package."""
     from jinja2 import Environment, PackageLoader, select_autoescape
 
     return Environment(
@@ -32,19 +34,30 @@ def _environment() -> Any:
     )
 
 
-def _forest(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """An SVG forest plot: per row a mark at the rate, a thick line for Wilson, a thin one adjusted."""
-    left, width = 200, PLOT_WIDTH - 220
+def shorten(label: str, limit: int = LABEL_CHARS) -> str:
+    """A label that fits: its start and end kept, its middle replaced by an ellipsis."""
+    if len(label) <= limit:
+        return label
+    keep = limit - 1
+    return label[: keep - keep // 3] + "…" + label[len(label) - keep // 3 :]
+
+
+def forest(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """An SVG forest plot: per row its label above a mark at the rate, a thick line for Wilson and
+    a thin one for the adjusted interval; labels start at the left edge, so none is cut off."""
+    left, right = 16, PLOT_WIDTH - 20
+    width = right - left
 
     def x(value: float) -> float:
         return round(left + value * width, 2)
 
     marks = []
     for i, row in enumerate(rows):
-        y = 20 + i * ROW_HEIGHT
+        y = 30 + i * ROW_HEIGHT
         marks.append(
             {
                 **row,
+                "short": shorten(row["label"]),
                 "y": y,
                 "x": x(row["rate"]),
                 "wilson_x": [x(row["wilson"][0]), x(row["wilson"][1])],
@@ -55,112 +68,40 @@ def _forest(rows: list[dict[str, Any]]) -> dict[str, Any]:
                 "whi": round(100 * row["wilson"][1], 1),
             }
         )
-    ticks = [{"x": x(t / 100), "label": f"{t}%"} for t in range(0, 101, 25)]
+    ticks = [
+        {"x": x(t / 100), "label": f"{t}%", "anchor": {0: "start", 100: "end"}.get(t, "middle")}
+        for t in range(0, 101, 25)
+    ]
     return {
         "marks": marks,
         "ticks": ticks,
-        "height": 30 + len(rows) * ROW_HEIGHT,
+        "height": 24 + len(rows) * ROW_HEIGHT,
         "width": PLOT_WIDTH,
         "left": left,
-        "right": left + width,
+        "right": right,
     }
 
 
-# What visible() writes for an invisible character, and the ASCII label the page draws instead:
-# the Unicode control pictures (␍, ␄) are empty boxes in many browsers' default fonts.
-INVISIBLE = re.compile(r"␍|␄|→|·+|⟨[^⟩\n]*⟩")
-LABELS = {"␍": "CR", "␄": "no newline at end", "→": "TAB"}
-
-
-def _segments(text: str, markers: tuple[str, ...]) -> list[tuple[str, str]]:
-    """The output made visible, cut into (text, kind) pieces for the template to escape: kind
-    "marker" (a header marker, highlighted), "inv" (an invisible character's label) or "text"."""
-    shown = visible(text)
-    pieces: list[tuple[str, str]] = []
-    for part, kind in _markers(shown, markers):
-        if kind == "marker":
-            pieces.append((part, kind))
-            continue
-        position = 0
-        for match in INVISIBLE.finditer(part):
-            pieces.append((part[position : match.start()], "text"))
-            token = match.group(0)
-            label = LABELS.get(token) or (token[1:-1] if token.startswith("⟨") else token)
-            pieces.append((label, "inv"))
-            position = match.end()
-        pieces.append((part[position:], "text"))
-    return [p for p in pieces if p[0]]
-
-
-def _markers(shown: str, markers: tuple[str, ...]) -> list[tuple[str, str]]:
-    pieces: list[tuple[str, str]] = []
-    position = 0
-    while True:
-        hits = [(shown.find(m, position), m) for m in markers if shown.find(m, position) >= 0]
-        if not hits:
-            pieces.append((shown[position:], "text"))
-            return pieces
-        at, marker = min(hits)
-        pieces.append((shown[position:at], "text"))
-        pieces.append((marker, "marker"))
-        position = at + len(marker)
-
-
-def _grid(counts: CountsTable, metric: str) -> dict[str, Any]:
-    rows = []
-    for case in counts.probeset.cases:
-        cells = []
-        for arm in counts.arms:
-            cell = arm.metrics.get(metric, {}).get(case.id)
-            if cell is None:
-                cells.append(None)
-                continue
-            k, n, errors = cell
-            rate = k / n if n else 0.0
-            good = rate if counts.metrics[metric].higher_is_better else 1 - rate
-            cells.append(
-                {"k": k, "n": n, "errors": errors, "rate": round(100 * rate), "hue": round(120 * good)}
+def plots_of(overview: dict[str, Any]) -> list[dict[str, Any]]:
+    """A forest plot per metric, one row per arm, from the overview's report."""
+    plots = []
+    names = {(a["prompt"], a["model"]): a["name"] for a in overview["arms"]}
+    for name, rule in overview["metrics"].items():
+        rows = [
+            {"label": names[(arm["prompt"], arm["model"])], **arm["metrics"][name]}
+            for arm in overview["report"]["arms"]
+            if name in arm["metrics"]
+        ]
+        if rows:
+            plots.append(
+                {
+                    "metric": name,
+                    "higher_is_better": rule["higher_is_better"],
+                    "description": rule["description"],
+                    "plot": forest(rows),
+                }
             )
-        if any(cells):
-            rows.append({"case": case.id, "cells": cells})
-    return {"metric": metric, "rows": rows}
-
-
-def _outputs(counts: CountsTable, arm_keys: list[tuple[str, str]]) -> list[dict[str, Any]]:
-    """Per case, per arm: the raw outputs with their header class."""
-    markers = counts.settings.header.markers
-    by_case: dict[str, dict[tuple[str, str], list[dict[str, Any]]]] = {
-        c.id: {key: [] for key in arm_keys} for c in counts.probeset.cases
-    }
-    for sample in merged_samples(counts.run, counts.classification, lambda message: None):
-        key = (sample["prompt"], sample["model"])
-        cell = by_case.get(sample["case_id"], {}).get(key)
-        if cell is None or len(cell) >= MAX_OUTPUTS_PER_CELL:
-            continue
-        header = sample.get("header") or {}
-        entry: dict[str, Any] = {
-            "sample_id": sample["sample_id"],
-            "header": "error" if sample.get("error") else header.get("header", "?"),
-            "where": header.get("where"),
-            "line": header.get("line"),
-        }
-        if sample.get("raw") is not None:
-            text = (counts.run / sample["raw"]["path"]).read_bytes().decode("utf-8", "replace")
-            entry["segments"] = _segments(text, markers)
-        if sample.get("error"):
-            entry["error"] = f"{sample['error']['kind']}: {sample['error']['message']}"
-        cell.append(entry)
-    cases = []
-    for case in counts.probeset.cases:
-        columns = [sorted(by_case[case.id][key], key=lambda e: e["sample_id"]) for key in arm_keys]
-        if any(columns):
-            cases.append({"case": case.id, "question": case.question, "columns": columns})
-    return cases
-
-
-def _arm_label(arm: dict[str, Any], varying: list[str]) -> str:
-    """An arm named by what differs between the arms of the run: its prompt and/or its model."""
-    return ", ".join(arm[key] for key in varying) or arm["prompt"]
+    return plots
 
 
 def report_html(counts: CountsTable | str | Path) -> str:
@@ -169,125 +110,91 @@ def report_html(counts: CountsTable | str | Path) -> str:
 
     if not isinstance(counts, CountsTable):
         counts = build_counts(counts)
-    report = build_report(counts)
-    varying = [k for k in ("prompt", "model") if len({a[k] for a in report["arms"]}) > 1] or ["prompt"]
-    plots = []
-    for name, rule in counts.metrics.items():
-        rows = [
-            {"label": _arm_label(arm, varying), **arm["metrics"][name]}
-            for arm in report["arms"]
-            if name in arm["metrics"]
-        ]
-        if rows:
-            plots.append(
-                {
-                    "metric": name,
-                    "higher_is_better": rule.higher_is_better,
-                    "description": rule.description,
-                    "plot": _forest(rows),
-                }
+    overview = run_overview(counts)
+    report = overview["report"]
+    whys = [
+        explain(f"{counts.run}#{arm['selector']}", "header_present", counts=counts)
+        for arm in overview["arms"]
+    ]
+    for why, arm in zip(whys, overview["arms"], strict=True):
+        why["arm"] = arm["name"]
+    samples = Scanned(counts)
+    markers = counts.settings.header.markers
+    cases = []
+    for case in counts.probeset.cases:
+        sides = [
+            page_of(
+                counts.run,
+                samples.groups(a.prompt, a.model, case.id),
+                markers,
+                1,
+                GROUPS_PER_CELL,
             )
-    summary = _summary(counts, report) if len(report["arms"]) == 2 else None
-    whys = []
-    for arm in report["arms"]:
-        target = f"{counts.run}#prompt={arm['prompt']},model={arm['model']}"
-        whys.append({"label": _arm_label(arm, varying), "why": explain(target, "header_present")})
+            for a in counts.arms
+        ]
+        if any(side["samples"] for side in sides):
+            cases.append({"case_id": case.id, "question": case.question, "sides": sides})
     return (
-        _environment()
+        environment()
         .get_template("report.html.j2")
         .render(
             title=f"promptprobe report: {report['probeset']}",
-            report=report,
+            overview=overview,
             sequential=sequential_sentence(report["sequential"]) if report.get("sequential") else None,
-            plots=plots,
-            grids=[
-                _grid(counts, name)
-                for name in counts.metrics
-                if any(a.metrics.get(name) for a in counts.arms)
-            ],
-            arm_labels=[_arm_label(a, varying) for a in report["arms"]],
-            outputs=_outputs(counts, [(a.prompt, a.model) for a in counts.arms]),
+            plots=plots_of(overview),
             whys=whys,
+            cases=cases,
+            names=[arm["name"] for arm in overview["arms"]],
             comparison=None,
-            summary=summary,
         )
     )
 
 
-def _summary(counts: CountsTable, report: dict[str, Any]) -> dict[str, Any]:
-    """A two-arm run's comparison on every metric, one badge each (second arm against the first)."""
-    from .compare import compare_runs
-
-    a, b = (f"{counts.run}#prompt={arm['prompt']},model={arm['model']}" for arm in report["arms"])
-    results = compare_runs(a, b, all_metrics=True, hints=False)["results"]
-    return {
-        "a": results[0]["a"]["name"] if results else "A",
-        "b": results[0]["b"]["name"] if results else "B",
-        "badges": [dict(badge(result), metric=result["metric"]) for result in results],
-    }
-
-
 def compare_html(a: str, b: str, comparison: dict[str, Any]) -> str:
     """The HTML view of `probe compare`: verdicts in words, forest plots of A and B, and both
-    arms' outputs side by side per case."""
+    arms' outputs side by side per case, discordant cases first."""
     from .compare import parse_selector, select_arm
 
-    results = []
-    for result in comparison["results"]:
-        rows = [
-            {**result["a"], "label": f"A: {result['a']['name']}"},
-            {**result["b"], "label": f"B: {result['b']['name']}"},
-        ]
-        results.append(
-            {
-                **result,
-                "sentence": sentence(result),
-                "generalise": generalise_sentence(result),
-                "badge": badge(result),
-                "plot": _forest(rows),
-            }
-        )
-    first = comparison["results"][0] if comparison["results"] else None
-    names = (first["a"]["name"], first["b"]["name"]) if first else ("A", "B")
     run_a, _ = parse_selector(a)
     counts_a = build_counts(run_a)
-    arm_a = select_arm(a, counts_a)
     run_b, _ = parse_selector(b)
     counts_b = counts_a if run_b.resolve() == run_a.resolve() else build_counts(run_b)
-    arm_b = select_arm(b, counts_b)
-    outputs_a = {c["case"]: c for c in _outputs(counts_a, [(arm_a.prompt, arm_a.model)])}
-    outputs_b = {c["case"]: c for c in _outputs(counts_b, [(arm_b.prompt, arm_b.model)])}
-    outputs = [
-        {
-            "case": case_id,
-            "question": outputs_a.get(case_id, outputs_b.get(case_id))["question"],
-            "columns": [
-                outputs_a.get(case_id, {}).get("columns", [[]])[0],
-                outputs_b.get(case_id, {}).get("columns", [[]])[0],
-            ],
-        }
-        for case_id in dict.fromkeys([*outputs_a, *outputs_b])
-    ]
+    arm_a, arm_b = select_arm(a, counts_a), select_arm(b, counts_b)
+    results = comparison["results"]
+    summary = {
+        "a": results[0]["a"]["name"] if results else arm_name(None, arm_a.prompt, arm_a.model, counts_a.arms),
+        "b": results[0]["b"]["name"] if results else arm_name(None, arm_b.prompt, arm_b.model, counts_b.arms),
+        "results": results,
+        "retrieval_drift": comparison.get("retrieval_drift") or [],
+        "warnings": comparison.get("warnings") or [],
+    }
+    samples_a = Scanned(counts_a)
+    samples_b = samples_a if counts_b is counts_a else Scanned(counts_b)
+    metric = results[0]["metric"] if results else "header_present"
+    view = side_by_side(
+        counts_a, arm_a, samples_a, counts_b, arm_b, samples_b, metric,
+        per_page=None, groups_per_side=GROUPS_PER_CELL, summary=summary,
+    )  # fmt: skip
+    for result in view["verdicts"]["results"]:
+        result["plot"] = forest(
+            [
+                {**result["a"], "label": f"A: {result['a']['name']}"},
+                {**result["b"], "label": f"B: {result['b']['name']}"},
+            ]
+        )
+    view["a"]["selector"], view["b"]["selector"] = a, b
+    cases = [dict(case, sides=[case["a"], case["b"]]) for case in view["cases"]]
     return (
-        _environment()
+        environment()
         .get_template("report.html.j2")
         .render(
             title="promptprobe comparison",
-            report=None,
+            overview=None,
             sequential=None,
             plots=[],
-            grids=[],
-            arm_labels=[f"A: {names[0]}", f"B: {names[1]}"],
-            outputs=outputs,
             whys=[],
-            comparison={
-                "a": a,
-                "b": b,
-                "name_a": names[0],
-                "name_b": names[1],
-                "results": results,
-                "drift": comparison.get("retrieval_drift") or [],
-            },
-            summary=None,
+            cases=cases,
+            names=[f"A: {view['a']['name']}", f"B: {view['b']['name']}"],
+            comparison=view,
         )
     )

@@ -94,9 +94,11 @@ def _arm(arm: ArmCounts, counts: CountsTable, by_tag: bool) -> dict[str, Any]:
     result: dict[str, Any] = {
         "prompt": arm.prompt,
         "model": arm.model,
+        "model_spec": arm.spec,
         "samples": arm.samples,
         "errors": arm.errors,
         "error_kinds": dict(arm.error_kinds),
+        "check_errors": dict(arm.check_errors),
         "metrics": metrics,
         "cases": cases,
         "usage": _usage(arm),
@@ -171,11 +173,19 @@ def sequential_view(counts: CountsTable) -> dict[str, Any] | None:
         return None
     rounds = counts.sequential
     last = rounds[-1] if rounds else {}
+    decision = last.get("decision")
+    # The decision in words, by B's name and the metric's direction (as compare says it).
+    metric = counts.metrics.get(rule.get("metric", ""))
+    words = None
+    if last.get("stop") and decision in ("A>B", "B>A") and metric and rule.get("terms") == "rate":
+        name_b = _short_arm_names(rule.get("a"), rule.get("b"))[1] or "B"
+        words = f"{name_b} {'better' if (decision == 'B>A') == metric.higher_is_better else 'worse'}"
     return {
         "rule": rule,
         "rounds": len(rounds),
         "max_rounds": rule.get("max_rounds"),
-        "decision": last.get("decision"),
+        "decision": decision,
+        "words": words,
         "stopped": bool(last.get("stop")),
         # The exact boundary: the lead, the lead that decides, the stage-wise p.
         "discordant": last.get("discordant_total"),
@@ -270,7 +280,8 @@ def sequential_sentence(view: dict[str, Any]) -> str:
         names = _short_arm_names(rule.get("a"), rule.get("b"))
         higher = names[1] if decision == "B>A" else names[0]
         named = f" ({higher}'s rate is higher)" if higher and rule.get("terms") == "rate" else ""
-        return f"{where}: {decision}{named}, decided at round {rounds} (cap {cap} rounds); {evidence}"
+        said = f"{view['words']}: " if view.get("words") else ""
+        return f"{where}: {said}{decision}{named}, decided at round {rounds} (cap {cap} rounds); {evidence}"
     if view["stopped"]:
         return f"{where}: indistinguishable at the cap of {cap} rounds; {evidence}"
     return f"{where}: {rounds} of at most {cap} rounds so far, not decided ({evidence})"
@@ -407,6 +418,11 @@ def render_report(report: dict[str, Any], fmt: str = "table", width: int | None 
                 f"{arm['errors']} of {arm['samples']} samples failed after retries ({kinds}); "
                 "they stay in every denominator as that metric's unfavourable outcome. "
                 "See samples.jsonl for each message."
+            )
+        for name, n in sorted((arm.get("check_errors") or {}).items()):
+            out.append(
+                f"your check {name} failed on {n} of {arm['samples']} samples; each counts as its "
+                "unfavourable outcome (checks.user_errors in samples.jsonl holds each message)."
             )
         if arm.get("by_tag"):
             out.append("")

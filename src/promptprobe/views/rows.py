@@ -1,25 +1,36 @@
-"""One row per sample, for the tools data people already use (pandas, DuckDB, Datasette):
-`probe export RUN --format jsonl|csv|table`.
+"""One row per sample, for the tools data people already use (pandas, DuckDB, Datasette,
+a spreadsheet): `probe export RUN --format jsonl|csv|table`.
 
-Each row: sample, arm, prompt, model, case, repeat, header, error kind, latency, input and
-output tokens, and one column per metric with its outcome: 1 or 0, empty where the metric does
-not apply to the case, and for a failed sample the metric's unfavourable outcome (as every
-report counts it), so that a column's mean is the rate the report shows.
+Each row says which arm (prompt name, model name and spec, where its calls went and what set
+that, as the manifest recorded it), which question (case id, question, tags, repeat), what came
+back (the output decoded as UTF-8, undecodable bytes as U+FFFD, beside the sha256 of the exact
+bytes; the header class; the error's kind and message) and the outcome of every metric: 1 or 0,
+empty where the metric does not apply to the case, and for a failed sample the metric's
+unfavourable outcome (as every report counts it), so that a column's mean is the rate the
+report shows.
+
+Rows are streamed in the order the samples were recorded: memory does not grow with the run.
+In CSV (RFC 4180: rows end in CRLF), every text cell is quoted and one that a spreadsheet would
+run as a formula (starting with `=`, `+`, `-`, `@`, a tab or a carriage return) gets a leading
+`'`, as OWASP recommends against CSV injection; the JSON lines keep every value as it is.
 """
 
 import csv
 import io
+import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from .. import endpoints
 from ..checks import metrics_for
-from ..counts import merged_samples, settings_of
+from ..counts import build_counts, classifications, merged_samples, settings_of
 from ..engine.cost import usage_tokens
 from ..engine.store import load_manifest
+from ..errors import InputError
 from ..jsonio import dumps_line
 from ..probeset import parse_probeset
-from .show import select_samples
+from .show import HEADER_CLASSES
 from .tables import table
 
 FIXED = [
@@ -27,88 +38,200 @@ FIXED = [
     "arm",
     "prompt",
     "model",
+    "model_spec",
     "endpoint",
+    "endpoint_from",
     "case_id",
+    "question",
+    "tags",
     "repeat",
     "header",
+    "output",
+    "raw_sha256",
     "error_kind",
+    "error",
     "latency_ms",
     "input_tokens",
     "output_tokens",
 ]
+# Left out of the terminal table: long text, and what the other columns already say.
+NOT_IN_TABLE = {
+    "arm",
+    "model_spec",
+    "endpoint",
+    "endpoint_from",
+    "question",
+    "tags",
+    "output",
+    "raw_sha256",
+    "error",
+    "input_tokens",
+    "output_tokens",
+}
+# OWASP, CSV injection: a cell starting with one of these is a formula to a spreadsheet.
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+TAG_SEPARATOR = "; "
 
 
-def sample_rows(
-    run_dir: Path, sample: str | None = None, case: str | None = None, header: str | None = None
-) -> tuple[list[str], list[dict[str, Any]]]:
-    """(columns, rows) of the selected samples, with the latest reclassification applied."""
-    from ..counts import classifications
+def neutralise(value: Any) -> Any:
+    """A CSV cell a spreadsheet will not run: text starting like a formula gets a leading `'`."""
+    if isinstance(value, str) and value.startswith(FORMULA_START):
+        return "'" + value
+    return value
 
-    manifest = load_manifest(run_dir)
-    probeset = parse_probeset(
-        manifest["probeset"]["source"].encode("utf-8"), Path(manifest["probeset"]["path"])
-    )
-    cases = {c.id: c for c in probeset.cases}
-    numbers = classifications(run_dir)
-    number = numbers[-1] if numbers else None
-    settings = settings_of(run_dir, manifest, number)
-    metrics = metrics_for(settings)
-    applicable = [name for name, m in metrics.items() if any(m.applies(c, settings) for c in cases.values())]
-    _, chosen = select_samples(run_dir, sample, case, header)
-    wanted = {record["sample_id"] for record in chosen}
-    arms = {(a["prompt"], a["model"]): a.get("arm") for a in manifest["arms"]}
-    went = endpoints.of_run(manifest)
-    rows = []
-    for record in merged_samples(run_dir, number, lambda message: None):
-        if record["sample_id"] not in wanted:
-            continue
-        case_obj = cases.get(record["case_id"])
+
+class SampleRows:
+    """The columns of a run's export and its rows, read in one streaming pass."""
+
+    def __init__(
+        self, run_dir: Path, sample: str | None = None, case: str | None = None, header: str | None = None
+    ) -> None:
+        manifest = load_manifest(run_dir)
+        probeset = parse_probeset(
+            manifest["probeset"]["source"].encode("utf-8"), Path(manifest["probeset"]["path"])
+        )
+        self.run_dir = run_dir
+        self.cases = {c.id: c for c in probeset.cases}
+        if header is not None and header not in HEADER_CLASSES:
+            raise InputError(f"--header must be one of {', '.join(HEADER_CLASSES)}, got {header!r}")
+        if case is not None and case not in self.cases:
+            raise InputError(f"{run_dir}: no case {case!r} in this run")
+        self.sample, self.case, self.header = sample, case, header
+        numbers = classifications(run_dir)
+        self.number = numbers[-1] if numbers else None
+        self.settings = settings_of(run_dir, manifest, self.number)
+        self.metrics = metrics_for(self.settings)
+        self.applicable = [
+            name
+            for name, m in self.metrics.items()
+            if any(m.applies(c, self.settings) for c in self.cases.values())
+        ]
+        self.columns = FIXED + self.applicable
+        self.arms = {(a["prompt"], a["model"]): a.get("arm") for a in manifest["arms"]}
+        self.specs = {m.get("name") or m["spec"]: m["spec"] for m in manifest.get("models", [])}
+        self.went = endpoints.of_run(manifest)  # by spec: where each model's calls went, as recorded
+        # Where a user's check applies is told by its outputs (the counts' rule for failed samples).
+        self.check_applies = build_counts(run_dir).check_applies if self.settings.user else {}
+
+    def _wanted(self, record: dict[str, Any]) -> bool:
+        if self.sample and record["sample_id"] != self.sample:
+            return False
+        if self.case and record["case_id"] != self.case:
+            return False
+        state = "error" if record.get("error") else (record.get("header") or {}).get("header")
+        return not self.header or state == self.header
+
+    def _output(self, record: dict[str, Any]) -> tuple[str | None, str | None]:
+        raw = record.get("raw")
+        if not raw:
+            return None, None
+        # A plain string path: pathlib interns every part, and a million unique names would stay.
+        path = os.path.join(self.run_dir, raw["path"])
+        try:
+            with open(path, "rb") as handle:
+                data = handle.read()
+        except OSError as exc:
+            raise InputError(f"{path}: cannot read the raw output ({exc.strerror})") from None
+        return data.decode("utf-8", "replace"), raw.get("sha256")
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        found = False
+        for record in merged_samples(self.run_dir, self.number, lambda message: None):
+            if not self._wanted(record):
+                continue
+            found = True
+            yield self.row(record)
+        if self.sample and not found and not self.header:
+            raise InputError(f"{self.run_dir}: no sample {self.sample!r} in this run")
+
+    def row(self, record: dict[str, Any]) -> dict[str, Any]:
+        case = self.cases.get(record["case_id"])
         error = record.get("error")
         usage = (record.get("response") or {}).get("usage") or {}
         tokens_in, tokens_out = usage_tokens(usage) if usage else (None, None)
+        spec = self.specs.get(record["model"], record["model"])
+        went = self.went.get(spec)
+        output, sha256 = self._output(record)
         row: dict[str, Any] = {
             "sample_id": record["sample_id"],
-            "arm": arms.get((record["prompt"], record["model"])),
+            "arm": self.arms.get((record["prompt"], record["model"])),
             "prompt": record["prompt"],
             "model": record["model"],
-            "endpoint": went[record["model"]].url if record["model"] in went else None,
+            "model_spec": spec,
+            "endpoint": went.url if went else None,
+            "endpoint_from": went.source if went else None,
             "case_id": record["case_id"],
+            "question": case.question if case else None,
+            "tags": list(case.tags) if case else [],
             "repeat": record["repeat"],
             "header": (record.get("header") or {}).get("header") if not error else "error",
+            "output": output,
+            "raw_sha256": sha256,
             "error_kind": error["kind"] if error else None,
+            "error": error.get("message") if error else None,
             "latency_ms": record.get("latency_ms"),
             "input_tokens": tokens_in,
             "output_tokens": tokens_out,
         }
         outcomes = record.get("outcomes") or {}
-        for name in applicable:
-            metric = metrics[name]
-            if case_obj is None or not metric.applies(case_obj, settings):
+        for name in self.applicable:
+            metric = self.metrics[name]
+            if case is None or not metric.applies(case, self.settings):
                 row[name] = None
+            elif error and self.check_applies.get(name, {}).get(record["case_id"]) is False:
+                row[name] = None  # a check that returned None for every output of this case
             elif error:
                 row[name] = 0 if metric.higher_is_better else 1
             elif name in outcomes:
                 row[name] = int(bool(outcomes[name]))
             else:
-                outcome = metric.outcome(record, case_obj, settings)  # None: a check that does not apply
+                outcome = metric.outcome(record, case, self.settings)  # None: a check that does not apply
                 row[name] = None if outcome is None else int(bool(outcome))
-        rows.append(row)
-    return FIXED + applicable, rows
+        return row
 
 
-def render_rows(
+class _CsvLines:
+    """One CSV line at a time (RFC 4180: CRLF between rows), every text cell quoted, as OWASP
+    recommends beside the leading `'`; a CR or LF inside an output stays inside its cell."""
+
+    def __init__(self, quoting: int = csv.QUOTE_NONNUMERIC) -> None:
+        self.buffer = io.StringIO()
+        self.writer = csv.writer(self.buffer, lineterminator="\r\n", quoting=quoting)
+
+    def __call__(self, values: list[Any]) -> str:
+        self.buffer.seek(0)
+        self.buffer.truncate()
+        self.writer.writerow(values)
+        return self.buffer.getvalue()
+
+
+def csv_cell(value: Any) -> Any:
+    if value is None:
+        return ""
+    if isinstance(value, list):
+        value = TAG_SEPARATOR.join(value)
+    return neutralise(value)
+
+
+def iter_rows(
     run_dir: Path, fmt: str, sample: str | None = None, case: str | None = None, header: str | None = None
-) -> str:
-    columns, rows = sample_rows(run_dir, sample, case, header)
-    if fmt == "jsonl":
-        return "".join(dumps_line(row).decode("utf-8") for row in rows)
-    if fmt == "csv":
-        out = io.StringIO()
-        writer = csv.DictWriter(out, fieldnames=columns, lineterminator="\n")
-        writer.writeheader()
-        for row in rows:
-            writer.writerow({k: "" if v is None else v for k, v in row.items()})
-        return out.getvalue()
-    shown = [c for c in columns if c not in ("arm", "model", "input_tokens", "output_tokens")]
-    body = [["-" if row[c] is None else row[c] for c in shown] for row in rows]
-    return table(body, shown, "table") + "\n"
+) -> Iterator[str]:
+    """The export as pieces of text, one row at a time (`jsonl`, `csv`), or the terminal table
+    (`table`: the short columns). Nothing is yielded before the first row is found, so a
+    selection that matches nothing fails before anything is written."""
+    rows = SampleRows(run_dir, sample, case, header)
+    if fmt == "table":
+        shown = [c for c in rows.columns if c not in NOT_IN_TABLE]
+        body = [["-" if row[c] is None else row[c] for c in shown] for row in rows]
+        yield table(body, shown, "table") + "\n"
+        return
+    line = _CsvLines()
+    head = _CsvLines(csv.QUOTE_MINIMAL)(rows.columns) if fmt == "csv" else ""  # names: nothing to quote
+    for row in rows:
+        if fmt == "jsonl":
+            yield dumps_line(row).decode("utf-8")
+        else:
+            yield head + line([csv_cell(row[c]) for c in rows.columns])
+            head = ""
+    if head:
+        yield head  # no sample matched: the columns alone

@@ -143,6 +143,22 @@ def show(
     return "\n\n".join(blocks) if blocks else "no sample matches"
 
 
+def _model(name: str, specs: dict[str, str]) -> str:
+    """A model by its arm name, with its spec beside it when they differ."""
+    spec = specs.get(name, name)
+    return name if spec == name else f"{name} ({spec})"
+
+
+def _went(name: str, specs: dict[str, str], went: dict[str, Any]) -> dict[str, Any] | None:
+    """Where the calls of the model an arm names went (endpoints are recorded by spec)."""
+    spec = specs.get(name, name)
+    return went[spec].to_dict() if spec in went else None
+
+
+def _described(endpoint: dict[str, Any] | None) -> str | None:
+    return endpoints.Endpoint.from_dict(endpoint).describe() if endpoint else None
+
+
 def _cell(value: Any) -> str:
     if value is None:
         return "-"  # an attachment never says "None"
@@ -178,7 +194,8 @@ def export(
         if key in wanted and (r.get("error") is None or key not in retrievals):
             retrievals[key] = r
     prompts = {p["name"]: p["sha256"] for p in manifest["prompts"]}
-    went = endpoints.of_run(manifest)  # where each model's calls went, as recorded
+    specs = {m.get("name") or m["spec"]: m["spec"] for m in manifest.get("models", [])}
+    went = endpoints.of_run(manifest)  # where each model's calls went, as recorded (by spec)
     items = []
     for record in chosen:
         raw = _raw(run_dir, record)
@@ -187,7 +204,7 @@ def export(
                 "sample": record,
                 "question": questions.get(record["case_id"]),
                 "prompt_sha256": prompts.get(record["prompt"]),
-                "endpoint": went[record["model"]].to_dict() if record["model"] in went else None,
+                "endpoint": _went(record["model"], specs, went),
                 "retrieval": retrievals.get((record["case_id"], record["repeat"])),
                 "raw_text": raw.decode("utf-8", "surrogateescape") if raw is not None else None,
                 "raw_base64": base64.b64encode(raw).decode("ascii") if raw is not None else None,
@@ -216,8 +233,8 @@ def export(
             ("case", record["case_id"]),
             ("question", item["question"]),
             ("prompt", f"{record['prompt']} (sha256 {item['prompt_sha256']})"),
-            ("model", record["model"]),
-            ("endpoint", went[record["model"]].describe() if record["model"] in went else None),
+            ("model", _model(record["model"], specs)),
+            ("endpoint", _described(item["endpoint"])),
             ("provider-reported model", response.get("model")),
             ("request id", response.get("request_id")),
             ("stop reason", response.get("stop_reason")),

@@ -127,3 +127,43 @@ def fit_table(
             widths[widest] = max(floors[widest], widths[widest] - max(1, _width(text) - limit))
             text = render(keep, list(widths))
     return text, [headers[i] for i in keep]
+
+
+BREAK_AFTER = "@,/:"  # in this order: before an endpoint's URL first
+
+
+def _pieces(word: str, width: int) -> list[str]:
+    """A word longer than `width` in pieces that fit, each ending after `@`, `,`, `/` or `:` (the
+    first of these found in the second half of the line), else cut at the width."""
+    pieces = []
+    while len(word) > width:
+        found = (word.rfind(c, width // 2, width) for c in BREAK_AFTER)
+        cut = next((i + 1 for i in found if i >= 0), width)
+        pieces.append(word[:cut])
+        word = word[cut:]
+    return [*pieces, word] if word else pieces
+
+
+def wrap_cell(text: str, width: int) -> str:
+    """A cell folded to `width`: between words where it can; a word longer than the line (a model
+    spec with its URL) is broken inside, so a long name cannot push a column off the screen."""
+    lines: list[str] = []
+    line = ""
+    for word in text.split():
+        if len(word) <= width:
+            if line and len(line) + 1 + len(word) <= width:
+                line += " " + word
+            else:
+                lines += [line] if line else []
+                line = word
+            continue
+        room = width - len(line) - 1
+        if line and room >= max(8, width // 3):  # the long word starts on this line
+            first = _pieces(word, room)[0]
+            line, word = f"{line} {first}", word[len(first) :]
+        lines += [line] if line else []
+        *whole, line = _pieces(word, width)
+        lines += whole
+    if line:
+        lines.append(line)
+    return "\n".join(lines)

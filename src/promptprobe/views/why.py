@@ -12,10 +12,11 @@ pieces of one sentence) are shown once, the longest first.
 import re
 import unicodedata
 from collections import Counter
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from ..counts import build_counts, merged_samples
+from ..counts import CountsTable, build_counts, merged_samples
 from ..errors import InputError
 from ..jsonio import dumps_pretty
 from ..tokens import STOPWORDS
@@ -45,18 +46,28 @@ def phrases(text: str) -> set[str]:
     return found
 
 
-def explain(target: str, metric: str = "header_present", alpha: float = 0.05) -> dict[str, Any]:
-    """The why object of docs/json.md for RUN or RUN#prompt=...,model=..."""
+def explain(
+    target: str, metric: str = "header_present", alpha: float = 0.05, counts: CountsTable | None = None
+) -> dict[str, Any]:
+    """The why object of docs/json.md for RUN or RUN#prompt=...,model=... (`counts`: the run's
+    table when already read)."""
     run_dir, filters = parse_selector(target)
-    counts = build_counts(run_dir)
+    counts = counts or build_counts(run_dir)
+    arm = select_arm(target, counts) if filters else None
+    return explain_scored(
+        scored_samples(counts, arm, metric), metric, _arm_name(arm, counts) if arm else "all arms", alpha
+    )
+
+
+def scored_samples(counts: CountsTable, arm: Any, metric: str) -> Iterator[tuple[dict[str, Any], bool, str]]:
+    """(sample, passed, output text) of each sample with an output that `metric` applies to,
+    of one arm (or every arm when `arm` is None)."""
     if metric not in counts.metrics:
         raise InputError(f"unknown metric {metric!r} (known: {', '.join(counts.metrics)})")
-    arm = select_arm(target, counts) if filters else None
+    run_dir = Path(counts.run)
     rule = counts.metrics[metric]
     cases = counts.cases
-    failing: list[tuple[str, set[str]]] = []
-    passing: list[tuple[str, set[str]]] = []
-    for sample in merged_samples(Path(run_dir), counts.classification, lambda message: None):
+    for sample in merged_samples(run_dir, counts.classification, lambda message: None):
         if arm is not None and (sample["prompt"], sample["model"]) != (arm.prompt, arm.model):
             continue
         case = cases.get(sample["case_id"])
@@ -68,12 +79,26 @@ def explain(target: str, metric: str = "header_present", alpha: float = 0.05) ->
         event = recorded[metric] if metric in recorded else rule.outcome(sample, case, counts.settings)
         if event is None:
             continue  # a user's check that does not apply to this sample
-        good = event == rule.higher_is_better
-        text = (Path(run_dir) / sample["raw"]["path"]).read_bytes().decode("utf-8", "replace")
+        try:
+            text = (run_dir / sample["raw"]["path"]).read_bytes().decode("utf-8", "replace")
+        except OSError as exc:
+            raise InputError(
+                f"{run_dir}: cannot read the output of sample {sample['sample_id']} ({exc.strerror})"
+            ) from None
+        yield sample, event == rule.higher_is_better, text
+
+
+def explain_scored(
+    scored: Iterable[tuple[dict[str, Any], bool, str]], metric: str, arm_name: str, alpha: float = 0.05
+) -> dict[str, Any]:
+    """The why object from scored samples (`scored_samples`)."""
+    failing: list[tuple[str, set[str]]] = []
+    passing: list[tuple[str, set[str]]] = []
+    for sample, good, text in scored:
         (passing if good else failing).append((sample["sample_id"], phrases(text)))
     result: dict[str, Any] = {
         "metric": metric,
-        "arm": _arm_name(arm, counts) if arm else "all arms",
+        "arm": arm_name,
         "failing_samples": len(failing),
         "passing_samples": len(passing),
         "phrases": [],

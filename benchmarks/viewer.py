@@ -1,0 +1,169 @@
+"""How fast `probe view` opens a 100,000-sample run, and how much memory it takes, against
+`probe report` on the same run (benchmarks/synthetic.py makes it: 20 cases x 2 arms x 2,500
+repeats).
+
+The viewer runs as `probe view WORK --port 0` in its own process; each figure is the wall time of
+one HTTP request from this process, and the memory is the viewer process's peak resident size
+(VmHWM) after every page was opened. `probe report` is timed the same way as benchmarks/scale.py.
+
+    .venv/bin/python benchmarks/viewer.py [--samples N] [--work DIR]
+"""
+
+import argparse
+import json
+import re
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).parent))
+from synthetic import make_run  # noqa: E402
+
+PROBE = str(Path(sys.executable).parent / "probe")
+
+
+def peak_mb(pid: int) -> float:
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(re.search(r"VmHWM:\s+(\d+) kB", status).group(1)) / 1024
+
+
+def timed_get(client: httpx.Client, url: str) -> tuple[float, httpx.Response]:
+    started = time.perf_counter()
+    answer = client.get(url)
+    seconds = time.perf_counter() - started
+    answer.raise_for_status()
+    return seconds, answer
+
+
+def report_figures(run: Path) -> tuple[float, float]:
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    started = time.perf_counter()
+    subprocess.run([PROBE, "report", str(run)], check=True, stdout=subprocess.DEVNULL)
+    seconds = time.perf_counter() - started
+    return seconds, max(before, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss) / 1024
+
+
+def with_raw_files(run: Path) -> None:
+    """The outputs a page shows: a group is read from its first sample's file (repeat 1)."""
+    texts = {"present": "[[ANSWER]]\nok", "absent": "plain", "misplaced": "sorry\n[[NO_ANSWER]]"}
+    for line in (run / "samples.jsonl").open("rb"):
+        sample = json.loads(line)
+        if sample["repeat"] > 1:
+            break
+        header = sample["header"]
+        text = "[[NO_ANSWER]]\nsorry" if header.get("declared") == "no_answer" else texts[header["header"]]
+        (run / sample["raw"]["path"]).write_text(text)
+
+
+def measure(work: Path, samples: int) -> list[tuple[str, str]]:
+    runs = work / "runs"
+    run = make_run(runs / "20261130T000000-synthetic-000001", samples)
+    with_raw_files(run)
+    rows: list[tuple[str, str]] = []
+    seconds, memory = report_figures(run)
+    rows.append(
+        (f"probe report, {samples:,} samples (for reference)", f"{seconds:.2f} s, peak {memory:.0f} MB")
+    )
+    started = time.perf_counter()
+    viewer = subprocess.Popen(
+        [PROBE, "view", str(runs), "--port", "0"],
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        line = viewer.stderr.readline()  # "probe view: ... at http://127.0.0.1:PORT/ ..." once it listens
+        base = re.search(r"at (http://\S+)/ ", line).group(1)
+        listening = time.perf_counter()
+        rows.append(("probe view: listening", f"{listening - started:.2f} s after start"))
+        rid = run.name
+        with httpx.Client(base_url=base, timeout=120) as client:
+            seconds, answer = timed_get(client, f"/runs/{rid}.json")
+            counting = answer.json()["counting"]
+            shown = (
+                f"{100 * counting['read_bytes'] / counting['of_bytes']:.0f}% counted, no verdict yet"
+                if counting
+                else "whole, with its verdicts"
+            )
+            rows.append(("run page, first request: cold", f"{seconds:.3f} s ({shown})"))
+            while counting:  # as the page's own polling goes on
+                counting = client.get(f"/runs/{rid}.json").json()["counting"]
+            rows.append(
+                (
+                    "run page whole, with its verdicts",
+                    f"{time.perf_counter() - listening:.2f} s after listening",
+                )
+            )
+            pages = [
+                ("run page, again (counted, nothing changed)", f"/runs/{rid}"),
+                ("run page JSON", f"/runs/{rid}.json"),
+                ("runs page (counted: headline verdict)", "/"),
+                (
+                    f"one cell: {samples // 40:,} outputs grouped, first page",
+                    f"/runs/{rid}/cases/case-000?arm=2",
+                ),
+                ("a case, both arms side by side", f"/runs/{rid}/cases/case-000"),
+                ("compare page, first (verdicts, hints, 10 cases)", f"/compare?a={rid}:1&b={rid}:2"),
+                ("compare page, again", f"/compare?a={rid}:1&b={rid}:2"),
+                ("compare page 2", f"/compare?a={rid}:1&b={rid}:2&page=2"),
+            ]
+            for label, url in pages:
+                seconds, answer = timed_get(client, url)
+                rows.append((label, f"{seconds:.3f} s ({len(answer.content) / 1024:.0f} KB)"))
+            tag = client.get(f"/runs/{rid}").headers["etag"]
+            started = time.perf_counter()
+            unchanged = client.get(f"/runs/{rid}", headers={"If-None-Match": tag})
+            rows.append(
+                ("a live poll of an unchanged run page (304)", f"{time.perf_counter() - started:.3f} s")
+            )
+            assert unchanged.status_code == 304
+        rows.append(("probe view: peak memory after every page", f"{peak_mb(viewer.pid):.0f} MB"))
+    finally:
+        viewer.terminate()
+        viewer.wait(timeout=30)
+    rows.append(("probe view over an empty runs directory: peak memory", f"{empty_viewer_mb(work):.0f} MB"))
+    return rows
+
+
+def empty_viewer_mb(work: Path) -> float:
+    """The viewer's own size (Python, Starlette, uvicorn, scipy), to set the figure above against."""
+    empty = work / "empty"
+    empty.mkdir()
+    viewer = subprocess.Popen(
+        [PROBE, "view", str(empty), "--port", "0"],
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        base = re.search(r"at (http://\S+)/ ", viewer.stderr.readline()).group(1)
+        httpx.get(base + "/").raise_for_status()
+        return peak_mb(viewer.pid)
+    finally:
+        viewer.terminate()
+        viewer.wait(timeout=30)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--samples", type=int, default=100_000)
+    parser.add_argument("--work", type=Path, default=None, help="Where to write the synthetic run (kept).")
+    args = parser.parse_args()
+    if args.work is not None:
+        rows = measure(args.work, args.samples)
+    else:
+        with tempfile.TemporaryDirectory(prefix="probe-viewer-") as folder:
+            rows = measure(Path(folder), args.samples)
+    print("| what | figure |")
+    print("|---|---|")
+    for label, figure in rows:
+        print(f"| {label} | {figure} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,74 @@
+"""Where every finished sample goes, whichever back-end made it: counted in the run's tally,
+priced (batch samples at the batch rate), shown, and appended to samples.jsonl, one fsynced
+write per sample or, for a batch's results, per group."""
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from .cost import PriceTable, split_usage
+from .plan import Arm
+from .store import RunStore
+
+
+@dataclass
+class Tally:
+    recorded: int = 0
+    errors: int = 0
+    cost: float = 0.0
+    cost_known: bool = True
+
+
+class Recorder:
+    """Records finished samples; `group` records are written together (1: each at once)."""
+
+    def __init__(
+        self,
+        store: RunStore,
+        prices: PriceTable | None,
+        tally: Tally,
+        on_record: Callable[[dict[str, Any]], None] | None = None,
+        group: int = 1,
+    ) -> None:
+        self.store = store
+        self.prices = prices
+        self.tally = tally
+        self.on_record = on_record or (lambda record: None)
+        self.group = group
+        self.buffer: list[dict[str, Any]] = []
+        self.lock = threading.Lock()
+
+    def record(self, record: dict[str, Any], arm: Arm) -> None:
+        """A finished record: written (now, or with its group), counted, priced and shown. A
+        record the store refuses (StoreClosed: the run is being finished) is not counted."""
+        if self.group <= 1:
+            self.store.append_sample(record)
+        with self.lock:
+            self.tally.recorded += 1
+            self.tally.errors += bool(record.get("error"))
+            self._add_cost(arm, record)
+            self.on_record(record)
+            if self.group > 1:
+                self.buffer.append(record)
+                if len(self.buffer) >= self.group:
+                    self._flush()
+
+    def flush(self) -> None:
+        with self.lock:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self.buffer:
+            buffer, self.buffer = self.buffer, []
+            self.store.append_many("samples.jsonl", buffer)
+
+    def _add_cost(self, arm: Arm, record: dict[str, Any]) -> None:
+        usage = (record.get("response") or {}).get("usage")
+        if not usage:
+            return
+        price = self.prices.lookup(arm.model) if self.prices else None
+        if price is None:
+            self.tally.cost_known = False
+            return
+        self.tally.cost += price.cost_of(split_usage(usage), batch=record.get("via") == "batch")

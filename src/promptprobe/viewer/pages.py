@@ -1,0 +1,310 @@
+"""The viewer's pages, one view object each (served as HTML, and as JSON at the same URL plus
+`.json`): the runs, a run (views/overview.py, as `probe report -o report.html` renders it), one
+case's outputs, two arms side by side, why, and the incident file and raw bytes to download.
+
+Each builder returns plain data; the templates only lay it out. What a page cannot read (a torn
+line, a manifest without its arms) it says in `problems`, beside whatever it could.
+"""
+
+import threading
+import time
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any
+
+from ..counts import ArmCounts, CountsTable
+from ..errors import InputError
+from ..views.outputs import GROUPS_PER_PAGE, SAMPLE_ID, Indexed, groups_of, page_of, raw_path
+from ..views.overview import arms_of, compare_arms, run_overview, side_by_side
+from ..views.why import explain_scored, phrases, scored_samples
+from .runs import RunsDir, manifest_line
+
+GROUPS_PER_SIDE = 10
+
+
+class NotFound(Exception):
+    """No such run, case, arm or sample (the page answers 404 and says which)."""
+
+
+class Memo:
+    """The last few view objects, each kept while the counts it came from stand unchanged."""
+
+    def __init__(self, size: int = 16) -> None:
+        self.size = size
+        self.items: OrderedDict[Any, Any] = OrderedDict()
+        self.lock = threading.Lock()
+
+    def get(self, key: Any, make: Any) -> Any:
+        with self.lock:
+            if key in self.items:
+                self.items.move_to_end(key)
+                return self.items[key]
+        value = make()
+        with self.lock:
+            self.items[key] = value
+            while len(self.items) > self.size:
+                self.items.popitem(last=False)
+        return value
+
+
+MEMO = Memo()
+
+
+def overview_of(counts: CountsTable) -> dict[str, Any]:
+    # Keyed by the table object itself: LiveCounts hands out the same one until the run changes.
+    return MEMO.get(("overview", counts.run, id(counts)), lambda: (counts, run_overview(counts)))[1]
+
+
+_PARTIAL: dict[Path, tuple[CountsTable, dict[str, Any]]] = {}
+
+
+def _partial_overview(counts: CountsTable) -> dict[str, Any]:
+    """The overview of a run counted in part (the last one per run only: it is soon outdated)."""
+    known = _PARTIAL.get(counts.run)
+    if known is None or known[0] is not counts:
+        known = _PARTIAL[counts.run] = (counts, run_overview(counts, verdicts=False))
+    return known[1]
+
+
+def run_line(counts: CountsTable) -> dict[str, Any]:
+    """A run's line of the runs page, from its counts (the run page's own numbers)."""
+    overview = overview_of(counts)
+    report = overview["report"]
+    summary = overview["verdicts"]
+    headline = None
+    if summary and summary["results"]:
+        first = summary["results"][0]
+        words = first["words"]
+        headline = {
+            "metric": first["metric"],
+            "verdict": first["verdict"],
+            "kind": words["kind"],
+            "text": words["badge"],
+        }
+    return {
+        "id": counts.run.name,
+        "probeset": report["probeset"],
+        "status": report["status"],
+        "samples": report["recorded"],
+        "planned": report["planned"],
+        "errors": sum(arm["errors"] for arm in report["arms"]),
+        "created": str(counts.manifest.get("created") or ""),
+        "arms": [{"index": a["index"], "name": a["name"]} for a in overview["arms"]],
+        "verdict": headline,
+        "problems": list(report["warnings"]),
+    }
+
+
+RUNS_PAGE_WAIT = 0.5  # seconds the runs page spends counting runs itself; the rest, the background
+
+
+def runs_page(runs: RunsDir) -> dict[str, Any]:
+    # With nothing counting in the background, this page counts every run itself.
+    deadline = time.monotonic() + RUNS_PAGE_WAIT if runs.background else float("inf")
+    lines = [runs.line(run_id, wait=time.monotonic() < deadline) for run_id in runs.ids()]
+    lines.sort(key=lambda line: (line.get("created") or "", line["id"]), reverse=True)
+    return {"runs_dir": str(runs.root), "runs": lines}
+
+
+def _counted(runs: RunsDir, run_id: str) -> tuple[Any, CountsTable]:
+    path = runs.path_of(run_id)
+    if path is None:
+        raise NotFound(f"no run {run_id!r} in this runs directory")
+    return runs.counts(run_id)
+
+
+def run_page(runs: RunsDir, run_id: str) -> dict[str, Any]:
+    path = runs.path_of(run_id)
+    if path is None:
+        raise NotFound(f"no run {run_id!r} in this runs directory")
+    try:
+        _, counts, left = runs.look(run_id)
+    except InputError as exc:
+        line = manifest_line(path)
+        return {"id": run_id, "unreadable": line, "problems": [*line["problems"], str(exc)]}
+    if left:
+        # A large run not counted yet: what is counted so far, said to be so, and no verdict
+        # until every sample is in; the page follows the count as it goes on.
+        samples = path / "samples.jsonl"
+        size = max(samples.stat().st_size if samples.is_file() else 0, left)
+        overview = _partial_overview(counts)
+        return {
+            **overview,
+            "counting": {"read_bytes": size - left, "of_bytes": size},
+            "problems": list(counts.warnings),
+        }
+    _PARTIAL.pop(counts.run, None)
+    return {**overview_of(counts), "counting": None, "problems": list(counts.warnings)}
+
+
+def _arm(counts: CountsTable, index: int | None) -> ArmCounts:
+    if index is None or not 1 <= index <= len(counts.arms):
+        raise NotFound(f"no arm {index} in run {counts.run.name} (it has {len(counts.arms)})")
+    return counts.arms[index - 1]
+
+
+def case_page(runs: RunsDir, run_id: str, case_id: str, arm: int | None, page: int) -> dict[str, Any]:
+    """One case: its question, each arm's counts on every metric, and its outputs grouped by
+    identical text (one arm's, page by page, or every arm's side by side)."""
+    live, counts = _counted(runs, run_id)
+    case = counts.cases.get(case_id)
+    if case is None:
+        raise NotFound(f"no case {case_id!r} in run {run_id}")
+    key = ("case", run_id, case_id, arm, page, id(counts))
+    return MEMO.get(key, lambda: (counts, _case_view(live, counts, run_id, case, arm, page)))[1]
+
+
+def _case_view(
+    live: Any, counts: CountsTable, run_id: str, case: Any, arm: int | None, page: int
+) -> dict[str, Any]:
+    case_id = case.id
+    arms = arms_of(counts)
+    chosen = [_arm(counts, arm)] if arm is not None else counts.arms
+    samples = Indexed(live, counts)
+    markers = counts.settings.header.markers
+    sides = []
+    for entry, arm_counts in zip(arms, counts.arms, strict=True):
+        if arm_counts not in chosen:
+            continue
+        groups = samples.groups(arm_counts.prompt, arm_counts.model, case_id)
+        per_page = GROUPS_PER_PAGE if arm is not None else GROUPS_PER_SIDE
+        outputs = page_of(counts.run, groups, markers, page if arm is not None else 1, per_page)
+        metrics = {
+            name: {"k": cell[0], "n": cell[1], "errors": cell[2]}
+            for name, per_case in arm_counts.metrics.items()
+            if (cell := per_case.get(case_id))
+        }
+        sides.append({"arm": entry, "metrics": metrics, "outputs": outputs})
+    return {
+        "run": run_id,
+        "case": {
+            "case_id": case.id,
+            "question": case.question,
+            "tags": list(case.tags),
+            "expect": case.expect,
+        },
+        "arms": arms,
+        "arm": arm,
+        "sides": sides,
+        "problems": list(counts.warnings),
+    }
+
+
+def parse_side(text: str | None) -> tuple[str, int] | None:
+    """`RUN_ID:N` (the run's N-th arm)."""
+    if not text or ":" not in text:
+        return None
+    run_id, _, number = text.rpartition(":")
+    return (run_id, int(number)) if number.isdigit() else None
+
+
+def compare_page(
+    runs: RunsDir, a: str | None, b: str | None, metric: str | None, page: int
+) -> dict[str, Any]:
+    """Any two arms of one run or two: what can be chosen, and when both are chosen, the
+    side-by-side view object (verdicts, then per case both arms' outputs, discordant first)."""
+    choices = [
+        {"value": f"{line['id']}:{arm['index']}", "label": f"{line['id']} · {arm['name']}"}
+        for line in runs_page(runs)["runs"]
+        for arm in line.get("arms") or []
+    ]
+    view: dict[str, Any] = {"choices": choices, "a": a, "b": b, "metric": metric or "header_present"}
+    side_a, side_b = parse_side(a), parse_side(b)
+    if side_a is None or side_b is None:
+        view["comparison"] = None
+        return view
+    live_a, counts_a = _counted(runs, side_a[0])
+    live_b, counts_b = (live_a, counts_a) if side_b[0] == side_a[0] else _counted(runs, side_b[0])
+    arm_a, arm_b = _arm(counts_a, side_a[1]), _arm(counts_b, side_b[1])
+    # The verdicts (with their sample-size hints, a short simulation) once per pair of tables;
+    # each page of cases then only reads outputs.
+    summary = MEMO.get(
+        ("verdicts", a, b, id(counts_a), id(counts_b)),
+        lambda: (counts_a, counts_b, compare_arms(counts_a, arm_a, counts_b, arm_b, hints=True)),
+    )[2]
+    # A page polled while nothing changed is not read again (the key holds the tables' identity).
+    view["comparison"] = MEMO.get(
+        ("compare", a, b, view["metric"], page, id(counts_a), id(counts_b)),
+        lambda: (counts_a, counts_b, side_by_side(
+            counts_a, arm_a, Indexed(live_a, counts_a), counts_b, arm_b, Indexed(live_b, counts_b),
+            view["metric"], page, groups_per_side=GROUPS_PER_SIDE, summary=summary,
+        )),
+    )[2]  # fmt: skip
+    view["problems"] = list(counts_a.warnings) + (list(counts_b.warnings) if counts_b is not counts_a else [])
+    return view
+
+
+def why_page(
+    runs: RunsDir, run_id: str, arm: int | None, metric: str | None, phrase: str | None, page: int
+) -> dict[str, Any]:
+    """The phrases an arm's failing outputs share, and those outputs grouped (only those that
+    contain `phrase`, when one is chosen)."""
+    _, counts = _counted(runs, run_id)
+    arms = arms_of(counts)
+    index = arm or 1
+    chosen = _arm(counts, index)
+    metric = metric or "header_present"
+    if metric not in counts.metrics:
+        raise NotFound(f"no metric {metric!r} in run {run_id} (known: {', '.join(counts.metrics)})")
+
+    def build() -> tuple[Any, dict[str, Any], list[dict[str, Any]], dict[str, str]]:
+        scored = list(scored_samples(counts, chosen, metric))
+        why = explain_scored(scored, metric, arms[index - 1]["name"])
+        failing = [sample for sample, good, _ in scored if not good]
+        return counts, why, groups_of(failing), {}
+
+    _, why, groups, _ = MEMO.get(("why", run_id, index, metric, id(counts)), build)
+    wanted = (phrase or "").strip()
+
+    def contains(group: dict[str, Any]) -> bool:  # the phrase as why cuts it (folded words)
+        return group["text"] is not None and wanted in phrases(group["text"])
+
+    keep = contains if wanted else None
+    return {
+        "run": run_id,
+        "arms": arms,
+        "arm": index,
+        "metric": metric,
+        "metrics": list(counts.metrics),
+        "why": why,
+        "phrase": phrase or None,
+        "failing_outputs": page_of(counts.run, groups, counts.settings.header.markers, page, keep=keep),
+        "problems": list(counts.warnings),
+    }
+
+
+def incident(runs: RunsDir, run_id: str, case_id: str, fmt: str) -> str:
+    """`probe export RUN --case ID` (markdown or JSON): the incident attachment of one case."""
+    from ..redaction import SCRUBBER
+    from ..views.show import export
+
+    path = runs.path_of(run_id)
+    if path is None:
+        raise NotFound(f"no run {run_id!r} in this runs directory")
+    try:
+        text = export(path, case=case_id, fmt=fmt)
+    except InputError as exc:
+        raise NotFound(str(exc)) from None
+    return SCRUBBER.text(text)  # as `probe export -o FILE` writes it
+
+
+def raw_bytes(
+    runs: RunsDir, run_id: str, sample_id: str, arm: int | None, case_id: str | None
+) -> tuple[bytes, dict]:
+    """The exact bytes of one sample's output, and its record's raw entry (path, sha256, bytes)."""
+    from ..jsonio import iter_jsonl
+
+    if not SAMPLE_ID.fullmatch(sample_id):
+        raise NotFound(f"no sample {sample_id!r}")
+    live, counts = _counted(runs, run_id)
+    if arm is not None and case_id is not None:
+        records = Indexed(live, counts).records(_arm(counts, arm).prompt, _arm(counts, arm).model, case_id)
+    else:
+        records = iter_jsonl(counts.run / "samples.jsonl", lambda message: None)
+    for record in records:
+        if record.get("sample_id") == sample_id and record.get("raw"):
+            path = raw_path(Path(counts.run), record["raw"])
+            if path is None:
+                raise NotFound(f"sample {sample_id}: its raw file is missing or outside the run directory")
+            return path.read_bytes(), record["raw"]
+    raise NotFound(f"no output of sample {sample_id!r} in run {run_id}")

@@ -1,0 +1,170 @@
+"""The words of a compare result: what a reader is told, built once into the result itself.
+
+The terminal table, the sentences under it, the JSON, the HTML verdict boxes, the notebook view
+and the live viewer all show `result["words"]`, so none of them phrases a verdict or formats an
+interval of its own. The verdict is said by the candidate's (B's) name in the metric's direction:
+"always-header better", "always-header worse", or "can't tell yet". The interval beside it is the
+test's own, at the level the verdict was decided at; Newcombe's interval on the pooled counts is
+said beside it as descriptive.
+"""
+
+from typing import Any
+
+CANT_TELL = "can't tell yet"
+
+
+def points(value: float) -> str:
+    """B - A in points with a sign; a value that is not 0 never prints as 0."""
+    shown = f"{100 * value:+.0f}"
+    if value != 0 and shown in ("+0", "-0"):
+        shown = f"{100 * value:+.2g}"
+    return shown
+
+
+def percent(value: float) -> str:
+    return f"{100 * value:.1f}%"
+
+
+def level(confidence: float) -> str:
+    """95% as "95%", 1 - 0.05/3 as "98.3%": as many decimals as it takes not to read as 100%."""
+    for decimals in range(1, 8):
+        text = f"{100 * confidence:.{decimals}f}".rstrip("0").rstrip(".")
+        if float(text) < 100 or confidence >= 1:
+            return f"{text}%"
+    return f"{100 * confidence}%"
+
+
+def p_text(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3g}"
+
+
+def metric_label(result: dict[str, Any]) -> str:
+    return result["metric"] + ("" if result["higher_is_better"] else " (lower is better)")
+
+
+def verdict_words(result: dict[str, Any]) -> str:
+    """`NAME better`, `NAME worse` (NAME: the candidate B), or `can't tell yet`."""
+    if result["verdict"] == "indistinguishable":
+        return CANT_TELL
+    return f"{result['b']['name']} {'worse' if result['worse'] else 'better'}"
+
+
+def interval_words(result: dict[str, Any]) -> str:
+    """`95% CI +55 to +90`, or why no interval stands beside the verdict."""
+    effect = result["effect"]
+    if effect["interval"] is None:
+        return f"no interval beside this verdict: {effect['interval_note']}"
+    lo, hi = effect["interval"]
+    return f"{level(effect['confidence'])} CI {points(lo)} to {points(hi)}"
+
+
+def descriptive_words(result: dict[str, Any]) -> str:
+    lo, hi = result["newcombe"]
+    return f"pooled {points(result['diff'])}, Newcombe 95% {points(lo)} to {points(hi)} (descriptive)"
+
+
+def _p_words(result: dict[str, Any]) -> str:
+    text = f"{result['test']} p = {p_text(result['p_value'])}"
+    adjusted = result.get("p_adjusted")
+    if adjusted is not None and result["p_value"] is not None and adjusted != result["p_value"]:
+        text += f", {result.get('adjustment') or 'Holm'}-adjusted {p_text(adjusted)}"
+    return text
+
+
+def sentence(result: dict[str, Any]) -> str:
+    """The verdict in words a prompt engineer acts on: which arm, better or worse, by how much."""
+    a, b = result["a"], result["b"]
+    within = {"paired": " within cases", "sequential": " over the rounds' pairs"}.get(
+        result["design"], " (mean of cases)"
+    )
+    effect = result["effect"]
+    text = (
+        f"{verdict_words(result)} on {metric_label(result)}: {a['name']} {a['k']}/{a['n']}, "
+        f"{b['name']} {b['k']}/{b['n']} (B - A = {points(effect['estimate'])} points{within}, "
+        f"{interval_words(result)}; {descriptive_words(result)}); {_p_words(result)}"
+    )
+    decided_by = result.get("decided_by")
+    if decided_by == "sequential rule":
+        return text + ": decided by the sequential rule (valid however often it was checked)"
+    if decided_by == "test":
+        where = "on these questions" if result["design"] == "paired" else "beyond question-to-question spread"
+        return text + f": larger than this sample produces by chance ({where})"
+    if decided_by:
+        return text + f": decided because {decided_by}, not by the test"
+    hint = result.get("repeats_needed")
+    if hint is None:
+        if result["a"]["rate"] == result["b"]["rate"]:
+            return text + "; the observed rates are equal, so there is no difference to size a probe for"
+        return text
+    size = abs(100 * (result["b"]["rate"] - result["a"]["rate"]))
+    paired = (
+        f"about {hint['paired']} repeats of these {hint['cases']} cases (paired, "
+        f"{100 * hint['paired_power']:.0f}% power simulated)"
+        if hint["paired"]
+        else f"more than {hint['paired_limit']} repeats of these {hint['cases']} cases (paired)"
+    )
+    if hint["unpaired"]:
+        unpaired = f"about {hint['unpaired']} repeats"
+    elif hint["unpaired_cases_needed"]:
+        unpaired = f"no number of repeats: at least {hint['unpaired_cases_needed']} cases a side"
+    else:
+        unpaired = f"no number of repeats of {hint['cases']} cases (probe plan --cases says how many)"
+    return text + f"; to detect a {size:.0f}-point difference you need {paired}; unpaired: {unpaired}"
+
+
+def generalise_sentence(result: dict[str, Any]) -> str | None:
+    paired = result.get("paired")
+    if not paired:
+        return None
+    g = len(paired["cases"])
+    moved = f"{paired['moved']} of {g} cases moved ({paired['up']} towards B, {paired['down']} towards A)"
+    span = f"mean per-case difference {points(paired['mean_diff'])} points"
+    if paired["interval"]:
+        lo, hi = paired["interval"]
+        span += f", 95% interval {points(lo)} to {points(hi)}"
+    if paired["likely"]:
+        return (
+            f"would it generalise: likely; {moved}, sign test p = {paired['p_value']:.3g}; {span}: "
+            "other questions like these would move too"
+        )
+    if paired["moved"] < 5:
+        return f"would it generalise: not shown; {moved}: at least 5 must move before it can be said; {span}"
+    return (
+        f"would it generalise: not shown; {moved}, sign test p = {paired['p_value']:.3g}; {span}: the change "
+        "may be specific to these questions"
+    )
+
+
+def failure_line(result: dict[str, Any]) -> str:
+    """The `FAIL:` line of --fail-if-worse: which metric got worse, by how much, how sure."""
+    direction = "higher is better" if result["higher_is_better"] else "lower is better"
+    a, b = result["a"], result["b"]
+    where = f" ({result['pair']})" if result.get("pair") else ""
+    return (
+        f"FAIL: {result['metric']}{where} got worse: {a['name']} {percent(a['rate'])} -> {b['name']} "
+        f"{percent(b['rate'])} ({points(result['effect']['estimate'])} points, {interval_words(result)}; "
+        f"{direction}; {_p_words(result)})"
+    )
+
+
+def describe(result: dict[str, Any]) -> None:
+    """Put every word a reader sees of this result into `result["words"]`."""
+    kind = "same" if result["verdict"] == "indistinguishable" else ("worse" if result["worse"] else "better")
+    effect = result["effect"]
+    headline = f"{verdict_words(result)} on {metric_label(result)}"
+    result["words"] = {
+        "verdict": verdict_words(result),
+        "kind": kind,
+        "headline": headline,
+        "interval": interval_words(result),
+        "descriptive": descriptive_words(result),
+        "sentence": sentence(result),
+        "generalise": generalise_sentence(result),
+        "badge": f"{headline}: {points(effect['estimate'])} points, {interval_words(result)}",
+        "failure": failure_line(result) if result["worse"] else None,
+        "cells": {  # the table's columns
+            "estimate": points(effect["estimate"]),
+            "interval": "-" if effect["interval"] is None else "..".join(map(points, effect["interval"])),
+            "pooled": f"{points(result['diff'])} ({'..'.join(map(points, result['newcombe']))})",
+        },
+    }

@@ -1,0 +1,88 @@
+"""`probe runs`: the runs of a runs directory, newest first, as a table that keeps the arms in
+view at 100 columns (the id already holds the probe set and the time, so those go first)."""
+
+from collections.abc import Sequence
+from typing import Any
+
+from ..jsonio import dumps_pretty
+from ..runref import RunInfo
+from .tables import fit_table, table, terminal_width, wrap_cell
+
+HEADERS = ["id", "probe set", "arms", "status", "samples", "errors", "created"]
+MIN_ARMS_WIDTH = 16
+WRAPPED_ARMS = 30  # the arms wrap to this width before other columns are left out
+DROPPABLE = ("created", "probe set")
+
+
+def arms_cell(pairs: Sequence[tuple[str, str]], width: int | None = None) -> str:
+    """A run's arms in few words: `a, b x helpdesk` when they are every prompt with every model,
+    else each `prompt x model`, separated by `;`. With `width`, folded to it: the prompts, then
+    `x` and the models on lines of their own."""
+    prompts = list(dict.fromkeys(prompt for prompt, _ in pairs))
+    models = list(dict.fromkeys(model for _, model in pairs))
+    if pairs and len(pairs) == len(prompts) * len(models):
+        parts = [", ".join(prompts), "x " + ", ".join(models)]
+    else:
+        parts = ["; ".join(f"{prompt} x {model}" for prompt, model in pairs)]
+    if width is None or len(" ".join(parts)) <= width:
+        return " ".join(parts)
+    return "\n".join(wrap_cell(part, width) for part in parts)
+
+
+def _samples(info: RunInfo) -> str:
+    """`72/72`; a sequential run's plan is its cap, which it usually stops well before."""
+    if info.planned is None:
+        return str(info.samples)
+    if info.sequential:
+        return f"{info.samples} (cap {info.planned})"
+    return f"{info.samples}/{info.planned}"
+
+
+def _row(info: RunInfo) -> list[Any]:
+    return [
+        info.id,
+        info.probeset,
+        arms_cell(info.pairs),
+        info.status,
+        _samples(info),
+        info.errors,
+        info.created.replace("T", " ")[:19],
+    ]
+
+
+def _width(text: str) -> int:
+    return max((len(line) for line in text.splitlines()), default=0)
+
+
+def render_runs(found: list[RunInfo], fmt: str = "table", width: int | None = None) -> str:
+    """The runs as JSON (`{"runs": [...]}`), a markdown table, or a plain table no wider than
+    the terminal: the arms wrap (to no less than 30 columns), then `created` and `probe set`
+    (both in the id) are left out, then the arms wrap further; a long spec breaks after `@`
+    or `/`."""
+    if fmt == "json":
+        return dumps_pretty({"runs": [info.to_dict() for info in found]})
+    rows = [_row(info) for info in found]
+    if fmt != "table":
+        return table(rows, HEADERS, fmt)
+    limit = width or terminal_width()
+    arms = HEADERS.index("arms")
+    natural = max(len(row[arms]) for row in rows)
+    choices = (HEADERS, [h for h in HEADERS if h != "created"], [h for h in HEADERS if h not in DROPPABLE])
+    for last, kept in enumerate(choices, 1 - len(choices)):
+        columns = [HEADERS.index(name) for name in kept]
+        others = [i for i in columns if i != arms]
+        rest = _width(plain([[row[i] for i in others] for row in rows], [HEADERS[i] for i in others]))
+        room = limit - rest - 2
+        if natural <= room or room >= WRAPPED_ARMS or last == 0:
+            room = max(MIN_ARMS_WIDTH, min(room, natural))
+            fitted = [
+                [arms_cell(info.pairs, room) if i == arms else row[i] for i in columns]
+                for info, row in zip(found, rows, strict=True)
+            ]
+            return plain(fitted, kept)
+    raise AssertionError("unreachable: the last choice always renders")
+
+
+def plain(rows: list[list[Any]], headers: Sequence[str]) -> str:
+    """A plain table as it is (its cells already folded)."""
+    return fit_table(rows, headers, "table", width=10**6)[0]
