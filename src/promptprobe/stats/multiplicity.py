@@ -25,7 +25,10 @@ stratum): still exact, conditional on which samples each metric applies to.
 
 The relabellings are enumerated exactly when there are at most EXACT_LIMIT distinct outcomes,
 otherwise drawn: PERMUTATIONS seeded draws (numpy), p = (1 + hits) / (1 + draws), so the same run
-always gives the same adjusted p-values.
+always gives the same adjusted p-values. Relabelled within whole cases, each metric's p is exact
+under the relabelling, so the exact min-P is never above Holm's (Bonferroni bounds it); the draws
+can give no less than 1/(1 + draws), far above a p of 1e-10, so there Holm's value stands (the
+adjusted p is the smaller of the two).
 """
 
 import math
@@ -273,12 +276,26 @@ def westfall_young(
     adjusted_sorted = np.minimum(1.0, np.maximum.accumulate(np.maximum(shares, raw[order])))
     adjusted = np.empty(metrics)
     adjusted[order] = adjusted_sorted
+    if _whole_cases(cases):
+        # Relabelled within whole cases, each metric's p is exact under the relabelling, so the
+        # min-P is never above Holm's (Bonferroni bounds it): only the draws' floor of
+        # 1/(1 + draws) could make it so, for a p far below it. Holm's bounds it there.
+        adjusted = np.minimum(adjusted, np.array(holm([float(x) for x in raw]), dtype=float))
     return Adjusted(
         [float(x) for x in adjusted],
         WESTFALL_YOUNG,
         exact=drawn == 0,
         permutations=drawn,
         raw=[float(x) for x in raw],
+    )
+
+
+def _whole_cases(cases: Sequence[tuple[CasePatterns, CasePatterns]]) -> bool:
+    """Whether every case's samples all have the same metrics applying to them (one stratum)."""
+    return all(
+        len({tuple(v is None for v in pattern) for side in case for pattern, count in side.items() if count})
+        <= 1
+        for case in cases
     )
 
 
