@@ -47,7 +47,7 @@ def main() -> None:
     rng = np.random.default_rng(SEED)
     target = "mean per-question B - A"
     print(f"{args.trials} simulated probes per cell, seed {SEED}, 95% intervals, target: {target}")
-    print("| cases | repeats | ICC | A vs B | shipped (Sato, noise floor) | Sato alone | Newcombe pooled |")
+    print("| cases | repeats | ICC | A vs B | Sato with the noise floor | Sato alone | Newcombe pooled |")
     print("|---:|---:|---:|---|---:|---:|---:|")
     lowest = {"shipped": 1.0, "sato": 1.0, "newcombe": 1.0}
     for cases in (5, 10, 20):
@@ -80,7 +80,7 @@ def main() -> None:
     print(f"\nlowest coverage over the sweep (Monte Carlo error at 95%: ±{error:.1%}):")
     print("| interval | lowest coverage |\n|---|---:|")
     for name, label in (
-        ("shipped", "Sato with the noise floor (shipped)"),
+        ("shipped", "Sato with the noise floor"),
         ("sato", "Sato alone"),
         ("newcombe", "Newcombe on pooled counts"),
     ):

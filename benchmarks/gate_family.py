@@ -8,10 +8,13 @@ questions (with replacement from the 12) and, per question and arm, samples from
 question's 30 recorded ones; both arms alike, so any "worse" is a false alarm.
 
 - paired fixed-n: 3 and 10 repeats; every metric's stratified exact p; the gate fails when a
-  metric is decided worse at its own p (no correction: the rule it replaced), at Bonferroni's
-  m·p, or at Holm's adjusted p (shipped).
+  metric is decided worse at its own p (no correction), at Bonferroni's m·p, at Holm's adjusted
+  p (the rule before), or at the Westfall-Young step-down min-P adjusted p (shipped:
+  promptprobe.stats.multiplicity, from each probe's joint outcome patterns, as `compare` does);
+  beside them a single-step min-P with 200 relabellings per probe (the ceiling it was held to).
 - sequential: rounds until the rule decides header_present or reaches its cap (--detect 15);
-  header_present's p is 1/e (anytime-valid), the others' the fixed-n p on the rounds run.
+  header_present's p is the sequential rule's own (valid at its stop), the others' the fixed-n p
+  on the rounds run; a family with a sequential p is adjusted by Holm (shipped there too).
 - power (the other side of the coin): B's samples drawn from the always-header prompt's pool
   with probability 0.25 per sample (a small real improvement on the header metrics, a small
   real change elsewhere) and A's from exception-only; the share of probes whose gate calls
@@ -24,6 +27,7 @@ import argparse
 import math
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -33,6 +37,7 @@ from promptprobe.demo import DemoServer, demo_inputs
 from promptprobe.engine.run import ProbeRun, RunOptions
 from promptprobe.jsonio import read_jsonl
 from promptprobe.models import parse_model_spec
+from promptprobe.stats.multiplicity import westfall_young
 from promptprobe.stats.power import stratified_p_batch
 from promptprobe.stats.sequential import rounds_for_power, stops_and_p_values
 from promptprobe.stats.tests import holm
@@ -105,6 +110,34 @@ def min_p_adjusted(samples_a, samples_b, names, trial, repeats, rng, permutation
     return lambda p: (1 + np.sum(minimum <= p * (1 + 1e-9))) / (1 + permutations)
 
 
+def shipped_adjusted(samples_a, samples_b, names, trial):
+    """The shipped adjustment of one probe's family: Westfall-Young from its joint outcome patterns
+    (per case and arm, how many samples showed each vector of metric outcomes)."""
+    cases = samples_a[names[0]].shape[1]
+    patterns = []
+    for case in range(cases):
+        sides = []
+        for samples in (samples_a, samples_b):
+            block = np.stack([samples[n][trial, case] for n in names], axis=1)  # (repeats, metrics)
+            sides.append(Counter(tuple(None if math.isnan(v) else int(v) for v in row) for row in block))
+        patterns.append(tuple(sides))
+    return np.array(westfall_young(patterns, len(names)).p_adjusted)
+
+
+def shipped_fails(samples_a, samples_b, names, p, sign, keep=None):
+    """Per trial: does the gate fail at the shipped adjusted p (on the metrics in `keep`)?"""
+    worse_direction = np.array([-1 if METRICS[n].higher_is_better else 1 for n in names])
+    keep = np.ones(len(names), dtype=bool) if keep is None else keep
+    fails = np.zeros(len(p), dtype=bool)
+    adjusted = np.empty_like(p)
+    for t in range(len(p)):
+        adjusted[t] = shipped_adjusted(samples_a, samples_b, names, t)
+        present = ~np.isnan(p[t])
+        decided = present & keep & (adjusted[t] <= ALPHA * (1 + 1e-9)) & (sign[t] == worse_direction)
+        fails[t] = decided.any()
+    return fails, adjusted
+
+
 def paired_family(counts_a, counts_b, repeats):
     """(trials, metrics) p-values and the sign of B - A per metric (NaN where nothing applies)."""
     names = [n for n in METRICS if not np.isnan(counts_a[n]).all()]
@@ -160,9 +193,17 @@ def main() -> None:
     )
     print(f"\nfamily-wise false alarms of --all --fail-if-worse (Monte Carlo error at 5%: ±{error:.1%}):")
     ceiling = min(args.trials, 400)
-    columns = ["design", "repeats", "metrics tested", "no correction (old)", "Bonferroni", "Holm (shipped)"]
+    columns = [
+        "design",
+        "repeats",
+        "metrics tested",
+        "no correction",
+        "Bonferroni",
+        "Holm (before)",
+        "Westfall-Young (shipped)",
+    ]
     print("| " + " | ".join([*columns, f"min-P permutation (the ceiling, {ceiling} probes)"]) + " |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for repeats in (3, 10):
         picks = rng.integers(0, cases, size=(args.trials, cases))
         samples_a = draw_samples(null_pool, rng, args.trials, picks, repeats)
@@ -171,8 +212,9 @@ def main() -> None:
         b = {n: v.sum(axis=2) for n, v in samples_b.items()}
         names, p, sign = paired_family(a, b, repeats)
         shares = [gate_fails(names, p, sign, rule).mean() for rule in ("none", "bonferroni", "holm")]
+        shipped, _ = shipped_fails(samples_a, samples_b, names, p, sign)
         min_p = min_p_gate(samples_a, samples_b, names, p, sign, repeats, rng, ceiling)
-        cells = " | ".join(f"{x:.1%}" for x in [*shares, min_p])
+        cells = " | ".join(f"{x:.1%}" for x in [*shares, shipped.mean(), min_p])
         print(f"| paired | {repeats} | {len(names)} | {cells} |", flush=True)
     sequential_rows(null_pool, rng, args.trials, cases)
     power_rows(pools, rng, args.trials, cases)
@@ -208,7 +250,7 @@ def sequential_rows(pool, rng, trials, cases):
     print(
         f"| sequential (cap {cap} rounds, --detect 15) | to the stop | 13 | "
         + " | ".join(f"{shares[r] / trials:.1%}" for r in ("none", "bonferroni", "holm"))
-        + " | - |",
+        + f" | {shares['holm'] / trials:.1%} (Holm) | - |",
         flush=True,
     )
 
@@ -248,13 +290,17 @@ def power_rows(pools, rng, trials, cases):
         for n in names
     ]
     j = names.index("header_present")
+    labels = {"none": "none", "bonferroni": "Bonferroni", "holm": "Holm (before)"}
     for rule in ("none", "bonferroni", "holm"):
         sub_names = [n for n, w in zip(names, truly_worse, strict=True) if w]
         keep = [i for i, w in enumerate(truly_worse) if w]
         fails = gate_fails(sub_names, p[:, keep], sign[:, keep], rule) if keep else np.zeros(trials, bool)
         adjusted = adjusted_p(p, rule)
         improved = ((adjusted[:, j] <= ALPHA * (1 + 1e-9)) & (sign[:, j] > 0)).mean()
-        print(f"| {rule} | {fails.mean():.1%} | {improved:.1%} |", flush=True)
+        print(f"| {labels[rule]} | {fails.mean():.1%} | {improved:.1%} |", flush=True)
+    fails, adjusted = shipped_fails(samples_a, samples_b, names, p, sign, np.array(truly_worse))
+    improved = ((adjusted[:, j] <= ALPHA * (1 + 1e-9)) & (sign[:, j] > 0)).mean()
+    print(f"| Westfall-Young (shipped) | {fails.mean():.1%} | {improved:.1%} |", flush=True)
     ceiling = min(trials, 400)
     improved = 0
     for t in range(ceiling):

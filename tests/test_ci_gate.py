@@ -108,7 +108,7 @@ def test_an_unchanged_prompt_passes_and_leaves_the_run_and_the_report(repository
     comparison = (repository / "out" / "comparison.md").read_text()
     assert comparison.startswith("## promptprobe: prompts/always-header.md against main\n")
     assert "### prompts/always-header.md: not worse" in comparison and "| header_present " in comparison
-    assert "Holm" in comparison  # --all: one family
+    assert "p adjusted: p-values adjusted for comparing" in comparison  # --all: one family
 
 
 def test_several_prompts_are_one_run_each_gated_at_alpha_over_their_number(repository, demo_model):

@@ -362,3 +362,18 @@ def test_plan_tiny_alpha_does_not_overflow():
     # continuity-corrected approximation, said so in `test`.
     assert values["n_per_arm"] > 15_000 and values["test"].startswith("normal approximation with continuity")
     assert values["n_per_arm_power"] is None
+
+
+def test_a_plan_is_confirmed_by_the_lower_bound_of_its_power():
+    # 80.5% on 8,000 probes is 79.8% at its one-sided 95% lower bound: not yet 80%, so the plan
+    # steps up (by 10%: 10 -> 11) to where the bound reaches it (81%: 80.3%).
+    from scipy.stats import norm
+
+    from promptprobe.stats.planning import confirmed, reaches
+
+    powers = {10: 0.805, 11: 0.81}
+    assert 0.805 - norm.ppf(0.95) * math.sqrt(0.805 * 0.195 / 8000) < 0.8 < 0.81 - norm.ppf(0.95) * math.sqrt(
+        0.81 * 0.19 / 8000
+    )
+    assert not reaches(0.805, 0.8, 8000) and reaches(0.81, 0.8, 8000)
+    assert confirmed(lambda m: powers.get(m, 0.0), 10, 0.8, 100, 8000) == (11, 0.81)

@@ -264,7 +264,7 @@ def compare(
     runs_dir: str | Path | None = None,
 ) -> Comparison:
     """`probe compare A B`: A the baseline, B the candidate, each `RUN` or `RUN#prompt=NAME` /
-    `RUN#model=NAME` (or its spec). Several metrics (or `all_metrics`) are one Holm-adjusted
+    `RUN#model=NAME` (or its spec). Several metrics (or `all_metrics`) are one adjusted
     family; two runs of several arms compare arm by arm (each result names its `pair`)."""
     from .runref import resolve_selector
     from .views.compare import compare_runs

@@ -1055,18 +1055,18 @@ def report(
     type=METRIC,
     multiple=True,
     help="The metric to compare (default header_present); repeat for several, which are then one "
-    "family with Holm-adjusted p-values. " + METRICS_HELP,
+    "family with adjusted p-values. " + METRICS_HELP,
 )
 @click.option(
     "--all",
     "all_metrics",
     is_flag=True,
-    help="Compare every metric with samples on both sides (one family, Holm-adjusted).",
+    help="Compare every metric with samples on both sides (one family, adjusted p-values).",
 )
 @click.option(
     "--fail-if-worse",
     is_flag=True,
-    help="Exit 4 when B is reliably worse than A on a metric (at the Holm-adjusted p when several).",
+    help="Exit 4 when B is reliably worse than A on a metric (at the adjusted p when several).",
 )
 @click.option(
     "--alpha", type=click.FloatRange(0, 0.5, min_open=True), callback=finite, default=0.05, show_default=True

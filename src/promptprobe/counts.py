@@ -2,7 +2,10 @@
 successes, trials and failures, plus per arm its header classes, tokens, cost and latencies,
 and per case what the retrieval returned. Report, compare, why and the HTML view all read this
 table; none of them reads samples.jsonl itself for counting. Memory does not grow with the
-number of samples (latencies are kept as one packed array per arm).
+number of samples (latencies are kept as one packed array per arm). Beside the counts, per
+(arm, case) how many samples showed each distinct vector of metric outcomes (the joint patterns
+a family of metrics is adjusted on, promptprobe.stats.multiplicity): bounded by the distinct
+vectors, not the samples.
 
 A failed sample (no output) stays in every denominator it belongs to and counts as that
 metric's unfavourable outcome: a miss where higher is better, an event where lower is better.
@@ -61,6 +64,9 @@ class ArmCounts:
     batched: int = 0  # samples sent through a batch API
     latencies: array = field(default_factory=lambda: array("d"))
     spec: str = ""  # the model's spec; `model` is its arm name (the spec unless named NAME=SPEC)
+    # case_id -> Counter of outcome vectors over CountsTable.pattern_metrics (1, 0, None: n/a;
+    # PENDING: a failed sample's user check until finish() knows whether it applies to the case)
+    patterns: dict[str, Counter] = field(default_factory=dict)
 
     @property
     def label(self) -> str:
@@ -86,6 +92,7 @@ class CountsTable:
     # user check -> case_id -> True: it returned True/False for some output of the case; False: it
     # returned None for every output; absent: no sample of the case had an output
     check_applies: dict[str, dict[str, bool]] = field(default_factory=dict)
+    pattern_metrics: list[str] = field(default_factory=list)  # the order of a pattern's outcomes
 
     @property
     def cases(self) -> dict[str, Case]:
@@ -222,6 +229,7 @@ def finished_copy(table: CountsTable) -> CountsTable:
             },
             headers={case_id: Counter(states) for case_id, states in arm.headers.items()},
             latencies=array("d", arm.latencies),
+            patterns=resolved_patterns(table, arm),
         )
         for arm in table.arms
     ]
@@ -233,6 +241,36 @@ def finished_copy(table: CountsTable) -> CountsTable:
         warnings=list(table.warnings),
         sequential=list(table.sequential),
     )
+
+
+PENDING = -1  # in a pattern: a failed sample's user check, until it is known to apply to the case
+
+
+def resolved_patterns(table: CountsTable, arm: ArmCounts) -> dict[str, Counter]:
+    """An arm's patterns with each failed sample's user checks settled as its counts settle them:
+    outside the check (None) where the check returned None for every output of the case, its
+    unfavourable outcome otherwise."""
+    names = table.pattern_metrics
+    out: dict[str, Counter] = {}
+    for case_id, seen in arm.patterns.items():
+        if not seen:
+            continue
+        settled: Counter = Counter()
+        for pattern, count in seen.items():
+            if PENDING in pattern:
+                pattern = tuple(
+                    value
+                    if value != PENDING
+                    else (
+                        None
+                        if table.check_applies.get(names[j], {}).get(case_id) is False
+                        else int(not table.metrics[names[j]].higher_is_better)
+                    )
+                    for j, value in enumerate(pattern)
+                )
+            settled[pattern] += count
+        out[case_id] = settled
+    return out
 
 
 class LineIndex:
@@ -453,13 +491,15 @@ class _Counter:
             case_id: [(name, m) for name, m in table.metrics.items() if m.applies(case, settings)]
             for case_id, case in cases.items()
         }
+        table.pattern_metrics = list(table.metrics)
         for arm in table.arms:
             arm.metrics = {name: {} for name in table.metrics}
             arm.headers = {case_id: Counter() for case_id in cases}
+            arm.patterns = {case_id: Counter() for case_id in cases}
         price_of = _pricer(load_prices(manifest.get("prices") or {}), manifest)
         self.slots = {
             (arm.prompt, arm.model, case_id): _Slot(
-                arm, case, applicable[case_id], price_of(arm.model), overridden
+                arm, case, applicable[case_id], price_of(arm.model), overridden, table.pattern_metrics
             )
             for arm in table.arms
             for case_id, case in cases.items()
@@ -505,6 +545,7 @@ class _Counter:
             for per_case in arm.metrics.values():
                 for case_id in [c for c, cell in per_case.items() if cell[1] == 0]:
                     del per_case[case_id]  # no sample of this arm for this case
+            arm.patterns = resolved_patterns(table, arm)
 
     # -- parallel ---------------------------------------------------------------------------
 
@@ -518,6 +559,7 @@ class _Counter:
             "empty": table.empty_retrievals,
             "check_applies": table.check_applies,
             "pending": [arm.pending for arm in table.arms],
+            "patterns": [arm.patterns for arm in table.arms],
             "arms": [
                 (
                     arm.samples,
@@ -549,6 +591,9 @@ class _Counter:
             mine = table.check_applies.setdefault(name, {})
             for case_id, applies in per_case.items():
                 mine[case_id] = mine.get(case_id, False) or applies
+        for arm, patterns in zip(table.arms, part["patterns"], strict=True):
+            for case_id, seen in patterns.items():
+                arm.patterns[case_id].update(seen)
         for arm, pending in zip(table.arms, part["pending"], strict=True):
             for name, per_case in pending.items():
                 for case_id, failed in per_case.items():
@@ -695,18 +740,27 @@ class _Slot:
     """One (arm, case): where its samples are counted, with the metrics that apply to the case."""
 
     def __init__(
-        self, arm: ArmCounts, case: Case, metrics: list[tuple[str, Metric]], price: Any, overridden: set[str]
+        self,
+        arm: ArmCounts,
+        case: Case,
+        metrics: list[tuple[str, Metric]],
+        price: Any,
+        overridden: set[str],
+        order: list[str],
     ) -> None:
         self.arm = arm
         self.case = case
         self.headers = arm.headers[case.id]
+        self.patterns = arm.patterns[case.id]
+        self.width = len(order)
         self.price = price
         self.cells = []
         for name, metric in metrics:
             cell = arm.metrics[name].setdefault(case.id, [0, 0, 0])
             # The recorded outcome stands unless a setting it depends on is changed for this report.
             derive = metric.outcome if overridden.intersection(metric.recompute_on) else None
-            self.cells.append((cell, metric.higher_is_better, name, derive, metric.outcome))
+            index = order.index(name)  # where its outcome sits in a pattern
+            self.cells.append((cell, metric.higher_is_better, name, derive, metric.outcome, index))
 
     def count(
         self, sample: dict[str, Any], settings: CheckSettings, applies: dict[str, dict[str, bool]]
@@ -714,27 +768,31 @@ class _Slot:
         arm = self.arm
         arm.samples += 1
         error = sample.get("error")
+        # This sample's outcome on every metric (None where it is outside the metric): its pattern.
+        pattern: list[int | None] = [None] * self.width
         if error:
             arm.errors += 1
             arm.error_kinds[error["kind"]] += 1
             self.headers["errors"] += 1
-            for cell, higher_is_better, name, *_ in self.cells:
+            for cell, higher_is_better, name, *_, index in self.cells:
                 if name not in METRICS:
                     # A user's check: whether it applies to this case is known once every sample is read.
                     pending = arm.pending.setdefault(name, {})
                     pending[self.case.id] = pending.get(self.case.id, 0) + 1
+                    pattern[index] = PENDING
                     continue
                 cell[1] += 1
                 cell[2] += 1
                 # Errors never flatter an arm: a miss where higher is better, an event where lower is.
                 if not higher_is_better:
                     cell[0] += 1
+                pattern[index] = 0 if higher_is_better else 1
         else:
             header = sample.get("header")
             self.headers[header["header"] if header else "errors"] += 1
             case = self.case
             recorded = sample.get("outcomes")
-            for cell, _, name, derive, outcome in self.cells:
+            for cell, _, name, derive, outcome, index in self.cells:
                 if derive is not None or recorded is None or name not in recorded:
                     # Changed settings, or a run recorded before outcomes were kept: derive it.
                     hit = (derive or outcome)(sample, case, settings)
@@ -748,6 +806,7 @@ class _Slot:
                 cell[1] += 1
                 if hit:
                     cell[0] += 1
+                pattern[index] = 1 if hit else 0
             failed_checks = (sample.get("checks") or {}).get("user_errors")
             if failed_checks:
                 # A check of yours that failed on this sample: an error of that metric only.
@@ -758,6 +817,7 @@ class _Slot:
             latency = sample.get("latency_ms")
             if latency is not None:
                 arm.latencies.append(latency)
+        self.patterns[tuple(pattern)] += 1
         response = sample.get("response")
         usage = response.get("usage") if response else None
         batched = sample.get("via") == "batch"

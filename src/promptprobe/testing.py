@@ -23,7 +23,7 @@ def assert_not_worse(
     runs_dir: str | Path | None = None,
 ) -> Comparison:
     """Fail (AssertionError) when the candidate is reliably worse than the baseline on the metric
-    (several metrics: at Holm-adjusted p), with the `FAIL:` sentence of `probe compare
+    (several metrics: at the adjusted p), with the `FAIL:` sentence of `probe compare
     --fail-if-worse`; return the comparison otherwise."""
     arguments.reference("baseline", baseline)
     arguments.reference("candidate", candidate)

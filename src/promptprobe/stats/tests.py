@@ -177,6 +177,49 @@ def _side_a_subsets(
     return False, chosen
 
 
+class CasePermutation:
+    """The permutation test over cases, and the same test of "B - A = delta" (B's rates shifted by
+    -delta, Lehmann's shift model) for its interval. Every exchange's statistic is linear in delta:
+    the cases put on side A sum to s0 - delta·c, c the number of B's cases among them."""
+
+    def __init__(
+        self,
+        rates_a: Sequence[float],
+        rates_b: Sequence[float],
+        *,
+        seed: int = 20261130,
+        exact_limit: int = EXACT_PERMUTATIONS,
+        resamples: int = RESAMPLES,
+    ) -> None:
+        import numpy as np
+
+        a = np.asarray(rates_a, dtype=float)
+        b = np.asarray(rates_b, dtype=float)
+        if len(a) == 0 or len(b) == 0:
+            raise ValueError("each side needs at least one case")
+        self.a, self.b = a, b
+        self.exact, chosen = _side_a_subsets(len(a), len(b), exact_limit, resamples, seed)
+        pooled = np.concatenate([a, b])
+        self.sums = pooled[chosen].sum(axis=1)
+        self.from_b = (chosen >= len(a)).sum(axis=1)
+        self.estimate = float(b.mean() - a.mean())
+        self.cache: dict[float, float] = {}
+
+    def p_at(self, delta: float = 0.0) -> float:
+        """Two-sided p of mean(B - delta) - mean(A) with whole cases exchanged."""
+        import numpy as np
+
+        if delta not in self.cache:
+            n_a, n_b = len(self.a), len(self.b)
+            total = self.a.sum() + self.b.sum() - delta * n_b
+            observed = abs(self.b.mean() - delta - self.a.mean())
+            sums = self.sums - delta * self.from_b
+            hits = int(np.sum(np.abs((total - sums) / n_b - sums / n_a) >= observed - 1e-12))
+            n = len(sums)
+            self.cache[delta] = hits / n if self.exact else (1 + hits) / (1 + n)
+        return self.cache[delta]
+
+
 def case_permutation(
     rates_a: Sequence[float],
     rates_b: Sequence[float],
@@ -186,21 +229,8 @@ def case_permutation(
     resamples: int = RESAMPLES,
 ) -> float:
     """Two-sided p of mean(B) - mean(A) with whole cases exchanged between the arms."""
-    import numpy as np
-
-    a = np.asarray(rates_a, dtype=float)
-    b = np.asarray(rates_b, dtype=float)
-    if len(a) == 0 or len(b) == 0:
-        raise ValueError("each side needs at least one case")
-    pooled = np.concatenate([a, b])
-    total = pooled.sum()
-    n_a, n_b = len(a), len(b)
-    observed = abs(b.mean() - a.mean())
-    exact, chosen = _side_a_subsets(n_a, n_b, exact_limit, resamples, seed)
-    # The statistic depends only on the sum of the cases put on side A.
-    sums = pooled[chosen].sum(axis=1)
-    hits = int(np.sum(np.abs((total - sums) / n_b - sums / n_a) >= observed - 1e-12))
-    return hits / len(chosen) if exact else (1 + hits) / (1 + len(chosen))
+    test = CasePermutation(rates_a, rates_b, seed=seed, exact_limit=exact_limit, resamples=resamples)
+    return test.p_at(0.0)
 
 
 def sign_test(up: int, down: int) -> float:

@@ -3,26 +3,35 @@
 - Paired design (the same questions on both sides): the stratified exact conditional test; the
   interval beside it is that test inverted (promptprobe.stats.conditional), so it excludes 0
   exactly when the test decides, at whatever level it is asked for.
-- Unpaired design: the permutation test over cases of the difference in mean per-case rates.
-- Generalisation (paired): the exact sign test over the cases that moved, "likely" only with
-  at least 5 of them; its interval is for the mean per-case difference B - A.
+- Unpaired design: the difference of the mean per-case rates, tested by exchanging whole cases
+  between the arms when every case was asked equally often (exact: the cases are exchangeable),
+  and otherwise by the beta-binomial test over cases (promptprobe.stats.betabinomial: a case
+  asked once and one asked 20 times are not exchangeable) together with the case permutation:
+  the larger of the two p-values decides. Its interval is that same test inverted (shifted
+  nulls, promptprobe.stats.inversion), so it excludes 0 exactly when the test decides.
+- Generalisation (paired): the sign test over the cases that moved, conditional on each case's
+  total so that it stays exact when the arms' repeats differ (promptprobe.stats.generalisation),
+  "likely" only with at least 5 of them; its interval is that test inverted.
 All differences are B - A: B the candidate, A the baseline. `A>B`/`B>A` say which rate is
 reliably higher, whatever the metric's direction; the direction of a decided verdict is the exact
 sign of the effect shown beside it (promptprobe.stats.effect), never a separate computation.
 """
 
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from .betabinomial import TEST as BETA_BINOMIAL_TEST
+from .betabinomial import BetaBinomialTest
 from .conditional import METHOD as CONDITIONAL_METHOD
 from .conditional import conditional_interval, model_of
 from .effect import Effect, mantel_haenszel, mean_of_cases
-from .intervals import t_critical
-from .tests import case_permutation, decides, sign_test, stratified_exact
+from .generalisation import ConditionalSignTest
+from .inversion import invert
+from .tests import CasePermutation, decides, stratified_exact
 
 MIN_MOVED_FOR_GENERALISATION = 5
 PAIRED_TEST = "stratified exact conditional (exact CMH)"
+GENERALISATION_TEST = "sign test over the cases that moved, conditional on each case's total"
 UNPAIRED_TEST = "permutation over cases"
 
 Counts = tuple[int, int]  # (successes, trials)
@@ -83,6 +92,45 @@ def paired_interval(
     return interval_at
 
 
+def equal_repeats(a: Sequence[Counts], b: Sequence[Counts]) -> bool:
+    """Every case of both arms asked the same number of times: whole cases are exchangeable."""
+    return len({n for _, n in (*a, *b) if n}) <= 1
+
+
+@dataclass(frozen=True)
+class UnpairedTest:
+    """The unpaired test of "B - A = delta": `p_at(0)` decides, every delta makes the interval."""
+
+    name: str
+    p_at: Callable[[float], float]
+    estimate: float  # the difference of the mean per-case rates
+
+
+def unpaired_test(a: Sequence[Counts], b: Sequence[Counts], resamples: int | None = None) -> UnpairedTest:
+    """The case permutation when every case was asked equally often, else the beta-binomial test."""
+    model = BetaBinomialTest(a, b)
+    options = {} if resamples is None else {"resamples": resamples}
+    permutation = CasePermutation([k / n for k, n in a if n], [k / n for k, n in b if n], **options)
+    if not equal_repeats(a, b):
+        # Both must reject: the model fails where few cases leave its ICC uncertain (high ICC), the
+        # permutation where cases asked once meet cases asked often (low ICC); not both at once.
+        return UnpairedTest(
+            BETA_BINOMIAL_TEST, lambda delta: max(model.p_at(delta), permutation.p_at(delta)), model.estimate
+        )
+
+    def p_at(delta: float) -> float:
+        # Rates shifted by delta leave a case with no spread exactly where it was: 5 cases at 3/3
+        # against 5 at 3/3 would reject every shift ("+0 to +0"). Beyond the span from 0 to the
+        # estimate the beta-binomial model's shifted null (each case's binomial noise) is accepted
+        # beside it; a value is rejected only where the permutation rejects it too, so the interval
+        # stays valid, and within the span the permutation alone speaks.
+        if min(0.0, model.estimate) <= delta <= max(0.0, model.estimate):
+            return permutation.p_at(delta)
+        return max(permutation.p_at(delta), model.p_at(delta))
+
+    return UnpairedTest(UNPAIRED_TEST, p_at, model.estimate)
+
+
 def unpaired_verdict(
     a: Sequence[Counts],
     b: Sequence[Counts],
@@ -90,18 +138,22 @@ def unpaired_verdict(
     resamples: int | None = None,
     confidence: float = 0.95,
 ) -> Verdict:
-    rates_a = [k / n for k, n in a if n]
-    rates_b = [k / n for k, n in b if n]
-    options = {} if resamples is None else {"resamples": resamples}
-    p = case_permutation(rates_a, rates_b, **options)
+    """Different questions on each side: the unit is the case (see the module's docstring)."""
     effect = mean_of_cases(a, b, confidence)
+    test = unpaired_test(a, b, resamples)
+    p = test.p_at(0.0)
+    found: dict[float, tuple[float, float] | None] = {}
 
     def interval_at(level: float) -> tuple[float, float] | None:
-        # Until the unpaired test has its own interval: the mean-of-cases interval where it agrees.
-        bounds = mean_of_cases(a, b, 1 - level).interval
-        return bounds if (bounds[0] > 0 or bounds[1] < 0) == decides(p, level) else None
+        if level not in found:
+            # The Welch interval over cases only tells the search where to start.
+            guess = mean_of_cases(a, b, 1 - level).interval
+            found[level] = invert(test.p_at, test.estimate, level, guess=guess)
+        return found[level]
 
-    return Verdict(UNPAIRED_TEST, p, word(p, alpha, effect.sign), effect, interval_at)
+    method = f"difference of mean per-case rates ({test.name}, inverted)"
+    effect = Effect(effect.estimate, lambda: interval_at(alpha), method, effect.sign)  # read when shown
+    return Verdict(test.name, p, word(p, alpha, effect.sign), effect, interval_at)
 
 
 @dataclass(frozen=True)
@@ -115,31 +167,13 @@ class Generalisation:
     interval: tuple[float, float] | None
 
 
-def generalisation(
-    a: Sequence[Counts], b: Sequence[Counts], alpha: float = 0.05, confidence: float = 0.95
-) -> Generalisation:
-    """Would other questions like these move too? Sign test over the per-case differences.
-
-    The interval is mean ± t(G-1)·SE of the per-case differences B - A, where SE uses their
-    spread but never less than the binomial noise of each case's own counts (rates smoothed
-    as (k+1)/(n+2)), so that identical differences do not give a zero-width interval; it is
-    clipped to [-1, 1].
-    """
+def generalisation(a: Sequence[Counts], b: Sequence[Counts], alpha: float = 0.05) -> Generalisation:
+    """Would other questions like these move too? The sign test over the cases that moved,
+    conditional on each case's total (exact with any repeats), and its interval at alpha."""
     diffs = [kb / nb - ka / na for (ka, na), (kb, nb) in zip(a, b, strict=True)]
     g = len(diffs)
-    up = sum(d > 0 for d in diffs)
-    down = sum(d < 0 for d in diffs)
-    p = sign_test(up, down)
+    test = ConditionalSignTest([(ka, na, kb, nb) for (ka, na), (kb, nb) in zip(a, b, strict=True)])
+    p = test.p_value
     mean = sum(diffs) / g if g else 0.0
-    interval = None
-    if g >= 2:
-        spread = sum((d - mean) ** 2 for d in diffs) / (g - 1)
-        noise = 0.0
-        for (ka, na), (kb, nb) in zip(a, b, strict=True):
-            pa, pb = (ka + 1) / (na + 2), (kb + 1) / (nb + 2)
-            noise += pa * (1 - pa) / na + pb * (1 - pb) / nb
-        se = math.sqrt(max(spread, noise / g) / g)
-        half = t_critical(g - 1, confidence) * se
-        interval = (max(-1.0, mean - half), min(1.0, mean + half))
-    likely = up + down >= MIN_MOVED_FOR_GENERALISATION and decides(p, alpha)
-    return Generalisation(g, up, down, p, likely, mean, interval)
+    likely = test.up + test.down >= MIN_MOVED_FOR_GENERALISATION and decides(p, alpha)
+    return Generalisation(g, test.up, test.down, p, likely, mean, test.interval_at(alpha) if g else None)

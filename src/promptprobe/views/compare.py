@@ -7,7 +7,9 @@ decides the test (promptprobe.stats.verdict): paired when both sides asked the s
 questions (any order, any repeats), unpaired otherwise; a sequential run's own decision when it
 stopped on its rule. The effect shown is B - A measured the way the test compares (within cases
 when paired), so its sign is the verdict's direction; Newcombe's interval on the pooled counts
-stays beside it, labelled. Several metrics at once get Holm-adjusted p-values, and the verdicts
+stays beside it, labelled. Several metrics at once get adjusted p-values (Westfall-Young min-P
+over relabellings within cases when paired, Holm otherwise: promptprobe.stats.multiplicity),
+and the verdicts
 (and so the gate) use the adjusted ones. Boschloo's exact p is shown where it is affordable and
 never decides.
 
@@ -24,15 +26,17 @@ from pathlib import Path
 from typing import Any
 
 from ..checks import METRICS, Metric
-from ..counts import ArmCounts, CountsTable, build_counts
+from ..counts import ArmCounts, CountsTable, build_counts, resolved_patterns
 from ..errors import InputError
 from ..jsonio import dumps_pretty
 from ..stats.effect import DISCORDANT, KT_MIXTURE, discordant_interval
 from ..stats.intervals import icc_anova, newcombe
+from ..stats.multiplicity import HOLM, Adjusted
+from ..stats.multiplicity import adjust as family_adjusted
 from ..stats.planning import MAX_REPEATS, paired_repeats, size_plan, unpaired_repeats
 from ..stats.sequential_interval import METHOD as STAGEWISE
 from ..stats.sequential_interval import Rounds, sequential_interval
-from ..stats.tests import boschloo_affordable, boschloo_p, decides, holm
+from ..stats.tests import boschloo_affordable, boschloo_p, decides
 from ..stats.verdict import generalisation, paired_verdict, unpaired_verdict, word
 from .compare_words import describe, level, p_text, percent, points
 from .pairs import chosen, pair_arms
@@ -96,7 +100,7 @@ def compare_sides(
     leaves the sample-size hints out, for `add_hints` to add once a family is adjusted; `rule`:
     the metric itself when it is a run's own [[check]]).
 
-    Its verdict uses this metric's own p; `adjust` re-decides a family of them with Holm
+    Its verdict uses this metric's own p; `adjust` re-decides a family of them on adjusted p
     (`settled=False` leaves the settling to it, so that no interval is computed twice)."""
     rule = rule or METRICS[metric]
     higher = rule.higher_is_better
@@ -288,19 +292,89 @@ def _sign(result: dict[str, Any]) -> int:
     return (estimate > 0) - (estimate < 0)
 
 
-def adjust(results: list[dict[str, Any]], alpha: float) -> None:
-    """Holm across the metrics compared together: `p_adjusted`, and verdicts decided on it."""
+# Per case: how many of A's and of B's samples showed each vector of outcomes.
+Patterns = list[tuple[Counter, Counter]]
+
+
+def adjust(results: list[dict[str, Any]], alpha: float, patterns: Patterns | None = None) -> None:
+    """`p_adjusted` across the metrics compared together, and verdicts decided on it: Westfall-Young
+    min-P over relabellings within cases when every result is paired and the joint outcome patterns
+    are given (one pair of pattern counts per case, over the results in order), else Holm."""
     if len(results) < 2:
         return
-    adjusted = holm([r["p_value"] for r in results])
-    for result, p in zip(results, adjusted, strict=True):
+    family = _family(results, patterns)
+    for result, p in zip(results, family.p_adjusted, strict=True):
         before = result["verdict"]
+        result["adjustment"] = family.method
         settle(result, p, alpha)
         if result["verdict"] != before:
             result["notes"].append(
                 f"{result['metric']}: {before} on its own p = {result['p_value']:.3g}, but not "
-                f"after Holm's adjustment over the {len(results)} metrics compared (adjusted p = {p:.3g})"
+                f"after {family.method} adjustment over the {len(results)} metrics compared "
+                f"(adjusted p = {p:.3g})"
             )
+        if family.reason:
+            result["notes"].append(f"the metrics are adjusted by Holm: {family.reason}")
+
+
+def _family(results: list[dict[str, Any]], patterns: Patterns | None) -> Adjusted:
+    raw = [r["p_value"] for r in results]
+    if patterns is not None and not all(r["design"] == "paired" for r in results):
+        reason = (
+            "relabelling samples within cases needs the same cases on both sides, which an unpaired or "
+            "sequential comparison does not have"
+        )
+        return Adjusted(family_adjusted(raw).p_adjusted, HOLM, reason=reason)
+    family = family_adjusted(raw, patterns)
+    pairs = zip(family.raw or raw, raw, strict=True)
+    if any(abs(x - y) > 1e-9 * max(x, y) + 1e-15 for x, y in pairs):
+        # The patterns must give the very p-values the counts gave (a case left out of a user's check
+        # across two runs is not in the patterns); if not, Holm on the counts'.
+        reason = "the outcome patterns did not match the counts"
+        return Adjusted(family_adjusted(raw).p_adjusted, HOLM, reason=reason)
+    return family
+
+
+def joint_patterns(
+    rows: list[tuple[CountsTable, ArmCounts, CountsTable, ArmCounts, str]],
+) -> Patterns:
+    """The joint outcome patterns of a family whose rows are (table A, arm A, table B, arm B,
+    metric): per case both arms asked, each arm's counts of outcome vectors over the rows (None
+    where a row's metric is outside a sample, or the sample belongs to another pair of arms). Rows
+    of different pairs of arms share no samples, so their cases are listed apart."""
+    out: Patterns = []
+    groups: dict[tuple[int, int], list[int]] = {}
+    for index, (_, arm_a, _, arm_b, _) in enumerate(rows):
+        groups.setdefault((id(arm_a), id(arm_b)), []).append(index)
+    for members in groups.values():
+        counts_a, arm_a, counts_b, arm_b, _ = rows[members[0]]
+        patterns_a = resolved_patterns(counts_a, arm_a)
+        patterns_b = resolved_patterns(counts_b, arm_b)
+
+        for case_id in counts_a.case_order:
+            if case_id in patterns_a and case_id in patterns_b:
+                out.append(
+                    (
+                        _project(rows, members, counts_a, patterns_a[case_id]),
+                        _project(rows, members, counts_b, patterns_b[case_id]),
+                    )
+                )
+    return out
+
+
+def _project(rows: list[Any], members: list[int], table: CountsTable, seen: Counter) -> Counter:
+    """A (case, arm)'s patterns over its table's metrics, as vectors over the family's rows."""
+    where = {
+        i: table.pattern_metrics.index(rows[i][4]) if rows[i][4] in table.pattern_metrics else None
+        for i in members
+    }
+    found: Counter = Counter()
+    for pattern, count in seen.items():
+        vector: list[int | None] = [None] * len(rows)
+        for i, j in where.items():
+            vector[i] = None if j is None else pattern[j]
+        found[tuple(vector)] += count
+    return found
 
 
 def add_hints(result: dict[str, Any], a: Side, b: Side, alpha: float) -> None:
@@ -619,7 +693,7 @@ def compare_runs(
     typed: tuple[str, str] | None = None,
 ) -> dict[str, Any]:
     """Compare two selected arms on each metric; each run directory is read once. Several
-    metrics are one family: Holm-adjusted p-values decide their verdicts. Two runs of several
+    metrics are one family: adjusted p-values decide their verdicts. Two runs of several
     arms compare arm by arm (each arm of A with the arm of the same name in B): every pair and
     metric is then one row of one family, and its sides are named by the runs as `typed`
     (e.g. `latest~1`, `latest`)."""
@@ -658,7 +732,7 @@ def compare_tables(
         if metric not in known:
             raise InputError(f"unknown metric {metric!r} (known: {', '.join(known)})")
     pairs, unpaired = pair_arms(run_a, filters_a, counts_a, run_b, filters_b, counts_b)
-    results, sides = [], []
+    results, sides, rows = [], [], []
     for pair in pairs:
         arm_a, arm_b = pair.a, pair.b
         name_a, name_b = arm_names(counts_a, arm_a, counts_b, arm_b)
@@ -684,8 +758,9 @@ def compare_tables(
                 result["notes"].extend(unpaired)
             results.append(result)
             sides.append((side_a, side_b))
+            rows.append((counts_a, arm_a, counts_b, arm_b, metric))
     if len(results) > 1:
-        adjust(results, alpha)
+        adjust(results, alpha, joint_patterns(rows))
     for result in results:
         if "words" not in result:  # one metric: its own p decides
             settle(result, result["p_value"], alpha)
@@ -779,7 +854,7 @@ def render_comparison(
         f"{level(levels.pop())} CI (pts)" if len(levels) == 1 else "CI (pts)",
         "pooled, Newcombe",
         "p",
-        *(["p Holm"] if family else []),
+        *(["p adjusted"] if family else []),
         "Boschloo p",
         "design",
         "failed A/B",
@@ -795,7 +870,7 @@ def render_comparison(
         *(["p"] if family else []),
         # Below 70 columns: the sentences under the table carry the difference and the p.
         "B-A (pts)",
-        "p Holm" if family else "p",
+        "p adjusted" if family else "p",
     )
     out.append(table(rows, headers, fmt, optional=optional, width=width))
     out.append("")
@@ -807,13 +882,20 @@ def render_comparison(
     out.append(
         "CI: the test's own interval for B - A, at the level the verdict was decided at (it excludes 0 "
         "exactly when the verdict is decided); pooled, Newcombe: descriptive, not the test's"
-        + (" (under several metrics: alpha x p / p Holm)" if family else "")
+        + (" (under several metrics: alpha x p / p adjusted)" if family else "")
     )
     if family:
+        method = first.get("adjustment") or "Holm"
+        how = (
+            "Westfall-Young min-P over relabellings of each case's samples, which counts metrics that "
+            "read the same outputs once"
+            if method != "Holm"
+            else "Holm"
+        )
         out.append(
-            f"p Holm: p-values adjusted for comparing {len(results)} {'rows' if by_pair else 'metrics'} at "
-            "once (Holm); the verdicts "
-            "and --fail-if-worse use them, so the chance of any false alarm stays at alpha"
+            f"p adjusted: p-values adjusted for comparing {len(results)} {'rows' if by_pair else 'metrics'} "
+            f"at once ({how}); the verdicts and --fail-if-worse use them, so the chance of any false alarm "
+            "stays at alpha"
         )
     if not family and first.get("paired"):
         moved = [c for c in first["paired"]["cases"] if c["diff"] != 0]

@@ -67,7 +67,7 @@ def _p_words(result: dict[str, Any]) -> str:
     text = f"{result['test']} p = {p_text(result['p_value'])}"
     adjusted = result.get("p_adjusted")
     if adjusted is not None and result["p_value"] is not None and adjusted != result["p_value"]:
-        text += f", Holm-adjusted {p_text(adjusted)}"
+        text += f", {result.get('adjustment') or 'Holm'}-adjusted {p_text(adjusted)}"
     return text
 
 

@@ -55,7 +55,7 @@ def compare_arms(
     counts_a: CountsTable, arm_a: ArmCounts, counts_b: CountsTable, arm_b: ArmCounts, hints: bool = False
 ) -> dict[str, Any]:
     """`probe compare --all` of two arms (B against A): every metric with samples on both sides,
-    one Holm family, each verdict in words."""
+    one adjusted family, each verdict in words."""
     a = f"{counts_a.run}#prompt={arm_a.prompt},model={arm_a.model}"
     b = f"{counts_b.run}#prompt={arm_b.prompt},model={arm_b.model}"
     comparison = compare_tables(a, b, counts_a, counts_b, all_metrics=True, hints=hints)

@@ -1,0 +1,190 @@
+"""Several metrics at once: Westfall-Young min-P over relabellings within cases, against a brute-force
+enumeration of every relabelling, its family-wise rate exhaustively, the joint outcome patterns the
+counts pass keeps, and the fall-back to Holm."""
+
+import itertools
+from collections import Counter
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from promptprobe import counts as counts_module
+from promptprobe.cli import main
+from promptprobe.counts import build_counts
+from promptprobe.stats.multiplicity import HOLM, WESTFALL_YOUNG, adjust, raw_p_values, westfall_young
+from promptprobe.stats.tests import holm, stratified_exact
+
+# A sample is a tuple of metric outcomes: 1, 0, or None where the metric is outside it.
+
+
+def pattern_counts(samples):
+    return Counter(samples)
+
+
+def labellings(cases):
+    """Every relabelling of each case's samples that keeps, for every set of metrics that apply to
+    a sample, how many such samples A had (each equally likely): yields per case (A's, B's)."""
+    per_case = []
+    for in_a, in_b in cases:
+        pooled = list(in_a) + list(in_b)
+        groups: dict[tuple, list[int]] = {}
+        for i, sample in enumerate(pooled):
+            groups.setdefault(tuple(v is None for v in sample), []).append(i)
+        a_count = {key: sum(1 for i in members if i < len(in_a)) for key, members in groups.items()}
+        options = []
+        for key, members in groups.items():
+            options.append([set(c) for c in itertools.combinations(members, a_count[key])])
+        per_case.append([(pooled, set().union(*choice)) for choice in itertools.product(*options)])
+    for choice in itertools.product(*per_case):
+        yield [
+            ([p[i] for i in chosen], [p[i] for i in range(len(p)) if i not in chosen]) for p, chosen in choice
+        ]
+
+
+def metric_p_values(cases, metrics):
+    ps = []
+    for j in range(metrics):
+        cells = []
+        for in_a, in_b in cases:
+            a = [s[j] for s in in_a if s[j] is not None]
+            b = [s[j] for s in in_b if s[j] is not None]
+            if a or b:
+                cells.append((sum(a), len(a), sum(b), len(b)))
+        ps.append(stratified_exact(cells).p_value)
+    return ps
+
+
+def brute_force(cases, metrics):
+    observed = np.array(metric_p_values(cases, metrics))
+    every = np.array([metric_p_values(c, metrics) for c in labellings(cases)])
+    order = np.argsort(observed, kind="stable")
+    shares = [np.mean(every[:, order[k:]].min(axis=1) <= observed[order[k]] * (1 + 1e-7)) for k in range(metrics)]
+    stepped = np.minimum(1, np.maximum.accumulate(np.maximum(shares, observed[order])))
+    out = np.empty(metrics)
+    out[order] = stepped
+    return observed, out
+
+
+TABLES = [
+    # two metrics, nearly complements (header_present / header_absent), three cases
+    [
+        ([(1, 0), (1, 0), (0, 1)], [(0, 1), (0, 0)]),
+        ([(1, 0), (1, 0)], [(0, 1), (0, 1), (1, 0)]),
+        ([(1, 0), (0, 0)], [(0, 1), (0, 1)]),
+    ],
+    # a metric that does not apply to a whole case (refusal_recall on an answerable case)
+    [
+        ([(1, 1, None), (1, 0, None)], [(0, 0, None), (0, 1, None)]),
+        ([(1, 1, 1), (1, 1, 1)], [(0, 0, 0), (1, 1, 0)]),
+        ([(0, 1, 1), (1, 1, 0)], [(0, 0, 0)]),
+    ],
+    # a user check that does not apply to some samples of a case: relabelled within its stratum
+    [
+        ([(1, None), (1, 1), (0, 0)], [(0, None), (0, 0), (1, 1)]),
+        ([(1, 1), (1, None)], [(0, 0), (0, None), (0, 1)]),
+    ],
+]
+
+
+@pytest.mark.parametrize("cases", TABLES)
+def test_westfall_young_matches_every_relabelling(cases):
+    metrics = len(cases[0][0][0])
+    observed, expected = brute_force(cases, metrics)
+    patterns = [(pattern_counts(a), pattern_counts(b)) for a, b in cases]
+    found = westfall_young(patterns, metrics)
+    assert found.exact and found.method == WESTFALL_YOUNG
+    assert found.raw == pytest.approx(observed, abs=1e-12)
+    assert found.p_adjusted == pytest.approx(expected, abs=1e-12)
+    if all(len({tuple(v is None for v in s) for s in a + b}) == 1 for a, b in cases):
+        # Relabelled within whole cases, each metric's p is exact under the relabelling, so the
+        # min-P is never above Holm (Bonferroni bounds it). Within strata a metric's count in a
+        # case is a sum of hypergeometrics, not the one its p assumed: no such bound.
+        assert all(w <= h + 1e-12 for w, h in zip(found.p_adjusted, holm(list(observed)), strict=True))
+
+
+def test_drawn_relabellings_approach_the_exact_answer_and_repeat():
+    cases = TABLES[1]
+    patterns = [(pattern_counts(a), pattern_counts(b)) for a, b in cases]
+    exact = westfall_young(patterns, 3).p_adjusted
+    drawn = westfall_young(patterns, 3, exact_limit=0, permutations=20_000)
+    assert not drawn.exact and drawn.permutations == 20_000
+    assert drawn.p_adjusted == pytest.approx(exact, abs=0.01)
+    assert westfall_young(patterns, 3, exact_limit=0, permutations=20_000).p_adjusted == drawn.p_adjusted
+
+
+def test_the_family_wise_rate_over_every_relabelling_is_at_most_alpha():
+    # Under the null every relabelling is as likely as the one observed: the share of them whose
+    # smallest adjusted p decides is the gate's exact family-wise false-alarm rate.
+    cases = [
+        ([(1, 0), (1, 1)], [(0, 1), (0, 0)]),
+        ([(1, 0), (1, 0)], [(0, 1), (1, 1)]),
+        ([(1, 1), (0, 1)], [(0, 0), (1, 0)]),
+    ]
+    alpha = 0.2  # small designs reach no smaller p often enough to test the bound
+    every = list(labellings(cases))
+    rejected = 0
+    for relabelled in every:
+        patterns = [(pattern_counts(a), pattern_counts(b)) for a, b in relabelled]
+        rejected += min(westfall_young(patterns, 2).p_adjusted) <= alpha * (1 + 1e-9)
+    assert 0 < rejected / len(every) <= alpha
+
+
+outcome = st.sampled_from([0, 1])
+samples = st.lists(st.tuples(outcome, outcome, outcome), min_size=1, max_size=5)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(samples, samples), min_size=1, max_size=5))
+def test_each_metrics_own_p_is_the_stratified_exact_test(cases):
+    patterns = [(pattern_counts(a), pattern_counts(b)) for a, b in cases]
+    assert raw_p_values(patterns, 3) == pytest.approx(metric_p_values(cases, 3), abs=1e-12)
+    found = westfall_young(patterns, 3, permutations=500)
+    assert all(raw <= adj + 1e-12 <= 1 + 1e-12 for raw, adj in zip(found.raw, found.p_adjusted, strict=True))
+
+
+def test_without_patterns_it_is_holm():
+    found = adjust([0.01, 0.04, 0.3, None])
+    assert found.method == HOLM and found.p_adjusted == holm([0.01, 0.04, 0.3, None])
+
+
+# -- the joint patterns the counts pass keeps, and compare ------------------------------------------
+
+
+def test_patterns_add_up_to_the_counts_in_one_pass_and_in_parallel(demo_run, monkeypatch):
+    _, run = demo_run
+    table = build_counts(run)
+    names = table.pattern_metrics
+    for arm in table.arms:
+        for name, per_case in arm.metrics.items():
+            j = names.index(name)
+            for case_id, (k, n, _) in per_case.items():
+                seen = arm.patterns[case_id]
+                assert sum(c for p, c in seen.items() if p[j] is not None) == n
+                assert sum(c for p, c in seen.items() if p[j] == 1) == k
+        assert sum(sum(seen.values()) for seen in arm.patterns.values()) == arm.samples
+    monkeypatch.setattr(counts_module, "PARALLEL_BYTES", 0)
+    calls = []
+    real = counts_module._count_in_parallel
+    monkeypatch.setattr(counts_module, "_count_in_parallel", lambda *a: calls.append(1) or real(*a))
+    parallel = build_counts(run)
+    assert calls, "the parallel path did not run"
+    assert [a.patterns for a in parallel.arms] == [a.patterns for a in table.arms]
+
+
+def test_compare_all_adjusts_a_paired_family_by_westfall_young(demo_run):
+    import json
+
+    _, run = demo_run
+    out = CliRunner().invoke(
+        main, ["compare", f"{run}#prompt=exception-only", f"{run}#prompt=always-header", "--all", "--json"]
+    )
+    results = json.loads(out.stdout)["results"]
+    assert {r["adjustment"] for r in results} == {WESTFALL_YOUNG}
+    raw = [r["p_value"] for r in results]
+    adjusted = [r["p_adjusted"] for r in results]
+    assert all(r <= a for r, a in zip(raw, adjusted, strict=True))
+    # Never above Holm's on the same p-values (up to the draws' Monte Carlo error).
+    assert all(a <= h + 0.01 for a, h in zip(adjusted, holm(raw), strict=True))
