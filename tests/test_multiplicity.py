@@ -3,6 +3,9 @@ enumeration of every relabelling, its family-wise rate exhaustively, the joint o
 counts pass keeps, and the fall-back to Holm."""
 
 import itertools
+import json
+import subprocess
+import sys
 from collections import Counter
 
 import numpy as np
@@ -11,7 +14,6 @@ from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from promptprobe import counts as counts_module
 from promptprobe.cli import main
 from promptprobe.counts import build_counts
 from promptprobe.stats.multiplicity import HOLM, WESTFALL_YOUNG, adjust, raw_p_values, westfall_young
@@ -153,7 +155,7 @@ def test_without_patterns_it_is_holm():
 # -- the joint patterns the counts pass keeps, and compare ------------------------------------------
 
 
-def test_patterns_add_up_to_the_counts_in_one_pass_and_in_parallel(demo_run, monkeypatch):
+def test_patterns_add_up_to_the_counts_in_one_pass_and_in_parallel(demo_run):
     _, run = demo_run
     table = build_counts(run)
     names = table.pattern_metrics
@@ -165,13 +167,28 @@ def test_patterns_add_up_to_the_counts_in_one_pass_and_in_parallel(demo_run, mon
                 assert sum(c for p, c in seen.items() if p[j] is not None) == n
                 assert sum(c for p, c in seen.items() if p[j] == 1) == k
         assert sum(sum(seen.values()) for seen in arm.patterns.values()) == arm.samples
-    monkeypatch.setattr(counts_module, "PARALLEL_BYTES", 0)
-    calls = []
-    real = counts_module._count_in_parallel
-    monkeypatch.setattr(counts_module, "_count_in_parallel", lambda *a: calls.append(1) or real(*a))
-    parallel = build_counts(run)
-    assert calls, "the parallel path did not run"
-    assert [a.patterns for a in parallel.arms] == [a.patterns for a in table.arms]
+    # The parallel pass forks only a process with one thread (a test runner's worker has more):
+    # it runs in a fresh interpreter, which reports the patterns it counted.
+    script = (
+        "import json, sys\n"
+        "from promptprobe import counts\n"
+        "counts.PARALLEL_BYTES = 0\n"
+        "calls = []\n"
+        "real = counts._count_in_parallel\n"
+        "counts._count_in_parallel = lambda *a: calls.append(1) or real(*a)\n"
+        "table = counts.build_counts(sys.argv[1])\n"
+        "print(json.dumps({'calls': len(calls), 'arms': [[sorted([[list(p), c] for p, c in seen.items()], key=repr)"
+        " for case, seen in sorted(arm.patterns.items())] for arm in table.arms]}))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script, str(run)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    parallel = json.loads(done.stdout)
+    assert parallel["calls"], "the parallel path did not run"
+    serial = [
+        [sorted([[list(p), c] for p, c in seen.items()], key=repr) for _, seen in sorted(arm.patterns.items())]
+        for arm in table.arms
+    ]
+    assert parallel["arms"] == json.loads(json.dumps(serial))
 
 
 def test_compare_all_adjusts_a_paired_family_by_westfall_young(demo_run):
