@@ -16,8 +16,10 @@ $(STAMP): pyproject.toml | $(BIN)/python
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
 
+# Two workers on the two cores of the development machine class: most tests wait on sockets and
+# subprocesses, so the suite takes about half the time (pytest-xdist).
 test: $(STAMP) lint
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n 2
 
 # Offline end to end: starts the SIMULATED demo model in-process, runs the example probe set
 # under both example prompts, prints the report and the comparison, and stops the server.

@@ -8,7 +8,7 @@ The unpaired plan issue 24 found short (`--p1 0.85 --p2 1 --cases 10 --icc 0.5`:
 stated at 80.3%, 78.3% achieved) is checked with `--deep` fresh probes (20,000), and a plan
 reaches its target when its achieved power's 95% Monte Carlo interval reaches 80%.
 
-    .venv/bin/python benchmarks/plan_power.py [--trials 2000] [--deep 20000]
+    .venv/bin/python benchmarks/plan_power.py [--trials 2000] [--deep 20000] [--quick]
 """
 
 import argparse
@@ -64,6 +64,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=2000)
     parser.add_argument("--deep", type=int, default=20000)
+    parser.add_argument("--quick", action="store_true", help="one plan of each kind (the test suite's run)")
     args = parser.parse_args()
     started = time.perf_counter()
     rng = np.random.default_rng(SEED)
@@ -74,18 +75,14 @@ def main() -> None:
     )
     print("|---|---:|---:|---:|---|---|")
 
-    for p1, p2 in ((0.9, 0.7), (0.85, 1.0), (0.0, 1.0)):
+    for p1, p2 in ((0.9, 0.7), (0.85, 1.0), (0.0, 1.0))[: 1 if args.quick else None]:
         plan = plan_sample_size(p1, p2)
         n = plan["n_per_arm"]
         achieved = fresh_paired(p1, p2, 1, n, 0.0, trials, rng)  # one question asked n times per arm
         row(f"`--p1 {p1:g} --p2 {p2:g}`: {n} per arm", plan["n_per_arm_power"], achieved, trials)
 
-    for p1, p2, cases, icc in (
-        (0.85, 1.0, 10, 0.5),
-        (0.9, 0.7, 12, 0.2),
-        (0.9, 0.7, 10, 1.0),
-        (0.9, 0.5, 3, 0.1),
-    ):
+    designs = ((0.85, 1.0, 10, 0.5), (0.9, 0.7, 12, 0.2), (0.9, 0.7, 10, 1.0), (0.9, 0.5, 3, 0.1))
+    for p1, p2, cases, icc in designs[1:2] if args.quick else designs:  # quick: not the slowest plan
         plan = plan_sample_size(p1, p2, cases=cases, icc=icc)
         flags = f"`--p1 {p1:g} --p2 {p2:g} --cases {cases} --icc {icc:g}`"
         m = plan["repeats"]

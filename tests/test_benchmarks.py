@@ -16,7 +16,7 @@ SMALL = {
     "export_scale.py": ["--samples", "200"],
     "gate_family.py": ["--trials", "20"],
     "pair_gate.py": ["--trials", "20"],
-    "interval_agreement.py": ["--designs", "10", "--coverage-trials", "5"],
+    "interval_agreement.py": ["--designs", "2", "--coverage-trials", "2"],
     "plan_power.py": ["--trials", "20", "--deep", "20"],
     "run_speed.py": ["--runs", "1"],
     "scale.py": ["--quick"],

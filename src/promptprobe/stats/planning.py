@@ -17,6 +17,7 @@ The normal approximation n = [z_{α/2}·sqrt(2p̄q̄) + z_β·sqrt(p1q1 + p2q2)]
 seeds the searches.
 """
 
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -282,6 +283,7 @@ class PairedPlan:
     limit: int = MAX_REPEATS
 
 
+@functools.lru_cache(maxsize=64)  # seeded, so a pure function: asked twice, computed once
 def paired_repeats(
     p1: float,
     p2: float,
@@ -370,6 +372,7 @@ class UnpairedPlan:
     cases_power: float | None = None  # simulated power with `cases_needed` cases, unlimited repeats
 
 
+@functools.lru_cache(maxsize=64)  # seeded, so a pure function: asked twice, computed once
 def unpaired_repeats(
     p1: float,
     p2: float,
