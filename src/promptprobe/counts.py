@@ -309,23 +309,11 @@ class LiveCounts:
         self._table: CountsTable | None = None
         self._counter: _Counter | None = None
         self._snapshot: CountsTable | None = None
-        self._offset = 0  # bytes of samples.jsonl counted (always at a line end)
-        self._lines = 0
+        self._lines = _AppendedLines(self.run_dir / "samples.jsonl")
         self._left = 0
         self._fed_warnings: list[str] = []
         self._last: tuple[CountsTable, int] | None = None  # the last table handed out, with its bytes left
         self._index = LineIndex()
-
-    def _signature_now(self) -> tuple[Any, ...]:
-        def stat(name: str) -> tuple[int, int, int] | None:
-            try:
-                info = os.stat(self.run_dir / name)
-            except OSError:
-                return None
-            return info.st_ino, info.st_size, info.st_mtime_ns
-
-        samples = stat("samples.jsonl")
-        return (stat("manifest.json"), tuple(classifications(self.run_dir)), samples and samples[0])
 
     def refresh(self, budget: int | None = None) -> CountsTable:
         """The table as the run stands now (the same object while nothing changed); `budget`: read
@@ -340,7 +328,7 @@ class LiveCounts:
             assert last is not None
             return last
         try:
-            signature = self._signature_now()
+            signature = _signature(self.run_dir)
             if signature != self._signature or self._table is None:
                 self._reset()
                 self._signature = signature
@@ -366,7 +354,7 @@ class LiveCounts:
     @property
     def counted(self) -> int:
         """Bytes of samples.jsonl counted so far."""
-        return self._offset
+        return self._lines.offset
 
     @property
     def left(self) -> int:
@@ -376,7 +364,8 @@ class LiveCounts:
     def _reset(self) -> None:
         self._table, self._counter = _start(self.run_dir, None, None)
         self._snapshot = None
-        self._offset = self._lines = self._left = 0
+        self._lines = _AppendedLines(self.run_dir / "samples.jsonl")
+        self._left = 0
         self._index = LineIndex()
         self._fed_warnings = []  # what feeding said (a sample of no arm): kept across looks
 
@@ -387,9 +376,10 @@ class LiveCounts:
         assert table is not None and counter is not None
         path = self.run_dir / "samples.jsonl"
         size = path.stat().st_size if path.is_file() else 0
+        offset = self._lines.offset
         # Cut back (a resume repaired a torn tail), or a reclassified run that grew (its overlay is
         # read in step with the samples, from the start): count it over.
-        if size < self._offset or (table.classification is not None and size > self._offset > 0):
+        if size < offset or (table.classification is not None and size > offset > 0):
             self._reset()
             table, counter = self._table, self._counter
             assert table is not None and counter is not None
@@ -398,26 +388,27 @@ class LiveCounts:
         table.state = state
         warnings: list[str] = []
         rest = b""
-        if size > self._offset:
+        lines = self._lines
+        if size > lines.offset:
             changed = True
-            whole = budget is None or table.classification is not None or size - self._offset <= budget
+            whole = budget is None or table.classification is not None or size - lines.offset <= budget
             with open(path, "rb") as handle:
-                handle.seek(self._offset)
-                self._feed(handle, size - self._offset if whole else budget, table.classification)
+                handle.seek(lines.offset)
+                self._feed(handle, size - lines.offset if whole else budget, table.classification)
                 if whole:
-                    rest = handle.read(size - self._offset)
+                    rest = handle.read(size - lines.offset)
             if rest.strip() and state != "running":
                 try:
                     loads(rest)  # a whole record that only lacks its newline counts
                 except ValueError:
                     warnings.append(
-                        f"{path}: the last line (line {self._lines + 1}) is torn (cut off mid-write) "
+                        f"{path}: the last line (line {lines.count + 1}) is torn (cut off mid-write) "
                         "and is ignored"
                     )
                 else:
                     self._feed(io.BytesIO(rest + b"\n"), len(rest) + 1, table.classification)
-                    self._offset -= 1  # the newline added here is not in the file
-        self._left = max(0, size - self._offset - len(rest))
+                    lines.offset -= 1  # the newline added here is not in the file
+        self._left = max(0, size - lines.offset - len(rest))
         table.sequential = list(iter_jsonl(self.run_dir / "sequential.jsonl", warnings.append))
         warnings = self._fed_warnings + warnings
         if warnings != table.warnings:
@@ -429,35 +420,61 @@ class LiveCounts:
         """Count the whole lines among the next `size` bytes of `handle` (streamed: memory stays flat)."""
         counter = self._counter
         assert counter is not None
-        path = self.run_dir / "samples.jsonl"
         warnings = self._fed_warnings
-        where = [self._offset, 0]
-
-        def lines() -> Iterator[dict[str, Any]]:
-            position, end = self._offset, self._offset + size
-            for line in handle:  # may run past `end` into lines appended meanwhile: as well
-                if line[-1:] != b"\n":
-                    handle.seek(position)  # a line still being written: for the next look
-                    break
-                self._lines += 1
-                where[0], where[1], position = position, len(line), position + len(line)
-                self._offset = position
-                if len(line) > 1:
-                    try:
-                        yield loads(line)
-                    except ValueError:
-                        if line.strip():
-                            raise InputError(f"{path}: line {self._lines} is not valid JSON") from None
-                if position >= end:
-                    break
-
-        samples = lines()
+        lines = self._lines
+        samples = lines.read(handle, size)
         if number is not None:
             samples = merged_samples(self.run_dir, number, warnings.append, samples)
         feed, add = counter.feed, self._index.add
         for sample in samples:
             feed(sample, warnings.append)
-            add((sample["prompt"], sample["model"], sample["case_id"]), where[0], where[1])
+            add((sample["prompt"], sample["model"], sample["case_id"]), lines.start, lines.length)
+
+
+def _signature(run_dir: Path) -> tuple[Any, ...]:
+    """What changes when a run's files change other than by growing: the manifest, the
+    reclassifications, samples.jsonl replaced."""
+
+    def stat(name: str) -> tuple[int, int, int] | None:
+        try:
+            info = os.stat(run_dir / name)
+        except OSError:
+            return None
+        return info.st_ino, info.st_size, info.st_mtime_ns
+
+    samples = stat("samples.jsonl")
+    return (stat("manifest.json"), tuple(classifications(run_dir)), samples and samples[0])
+
+
+class _AppendedLines:
+    """The JSON lines of a growing file, read on from where the last read stopped (always a line
+    end): how far it has read, how many lines, and where the line of the record it gave last lies.
+    A line still being written (no newline yet) is left for the next read."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offset = 0  # bytes read
+        self.count = 0  # lines read
+        self.start = self.length = 0  # the line of the record given last
+
+    def read(self, handle: Any, size: int) -> Iterator[dict[str, Any]]:
+        """The records among the next `size` bytes of `handle` (at `offset`), streamed."""
+        position, end = self.offset, self.offset + size
+        for line in handle:  # may run past `end` into lines appended meanwhile: as well
+            if line[-1:] != b"\n":
+                handle.seek(position)  # a line still being written: for the next look
+                break
+            self.count += 1
+            self.start, self.length, position = position, len(line), position + len(line)
+            self.offset = position
+            if len(line) > 1:
+                try:
+                    yield loads(line)
+                except ValueError:
+                    if line.strip():
+                        raise InputError(f"{self.path}: line {self.count} is not valid JSON") from None
+            if position >= end:
+                break
 
 
 def _start(run_dir: Path, classification: int | None, top_k: int | None) -> tuple[CountsTable, "_Counter"]:
@@ -547,91 +564,90 @@ class _Counter:
                     del per_case[case_id]  # no sample of this arm for this case
             arm.patterns = resolved_patterns(table, arm)
 
-    # -- parallel ---------------------------------------------------------------------------
 
-    def partial(self) -> dict[str, Any]:
-        """What one process counted, in a form the parent adds up."""
-        table = self.table
-        return {
-            "recorded": table.recorded,
-            "simulated": table.simulated,
-            "snapshots": table.snapshots,
-            "empty": table.empty_retrievals,
-            "check_applies": table.check_applies,
-            "pending": [arm.pending for arm in table.arms],
-            "patterns": [arm.patterns for arm in table.arms],
-            "arms": [
-                (
-                    arm.samples,
-                    arm.errors,
-                    arm.error_kinds,
-                    arm.metrics,
-                    arm.headers,
-                    arm.input_tokens,
-                    arm.output_tokens,
-                    arm.cost,
-                    arm.cost_unknown,
-                    arm.latencies,
-                    arm.cache_saved,
-                    arm.batched,
-                    arm.check_errors,
-                )
-                for arm in table.arms
-            ],
-        }
+def _partial(table: CountsTable) -> dict[str, Any]:
+    """What one process counted into its table, in a form the parent adds up (_add_partial)."""
+    return {
+        "recorded": table.recorded,
+        "simulated": table.simulated,
+        "snapshots": table.snapshots,
+        "empty": table.empty_retrievals,
+        "check_applies": table.check_applies,
+        "pending": [arm.pending for arm in table.arms],
+        "patterns": [arm.patterns for arm in table.arms],
+        "arms": [
+            (
+                arm.samples,
+                arm.errors,
+                arm.error_kinds,
+                arm.metrics,
+                arm.headers,
+                arm.input_tokens,
+                arm.output_tokens,
+                arm.cost,
+                arm.cost_unknown,
+                arm.latencies,
+                arm.cache_saved,
+                arm.batched,
+                arm.check_errors,
+            )
+            for arm in table.arms
+        ],
+    }
 
-    def add(self, part: dict[str, Any]) -> None:
-        table = self.table
-        table.recorded += part["recorded"]
-        table.simulated = table.simulated or part["simulated"]
-        for case_id, snapshots in part["snapshots"].items():
-            table.snapshots.setdefault(case_id, Counter()).update(snapshots)
-        table.empty_retrievals.update(part["empty"])
-        for name, per_case in part["check_applies"].items():
-            mine = table.check_applies.setdefault(name, {})
-            for case_id, applies in per_case.items():
-                mine[case_id] = mine.get(case_id, False) or applies
-        for arm, patterns in zip(table.arms, part["patterns"], strict=True):
-            for case_id, seen in patterns.items():
-                arm.patterns[case_id].update(seen)
-        for arm, pending in zip(table.arms, part["pending"], strict=True):
-            for name, per_case in pending.items():
-                for case_id, failed in per_case.items():
-                    counted = arm.pending.setdefault(name, {})
-                    counted[case_id] = counted.get(case_id, 0) + failed
-        for arm, (
-            samples,
-            errors,
-            kinds,
-            metrics,
-            headers,
-            tokens_in,
-            tokens_out,
-            cost,
-            unknown,
-            latencies,
-            saved,
-            batched,
-            check_errors,
-        ) in zip(table.arms, part["arms"], strict=True):
-            arm.samples += samples
-            arm.errors += errors
-            arm.error_kinds.update(kinds)
-            for name, per_case in metrics.items():
-                for case_id, cell in per_case.items():
-                    mine = arm.metrics[name].setdefault(case_id, [0, 0, 0])
-                    for i in range(3):
-                        mine[i] += cell[i]
-            for case_id, states in headers.items():
-                arm.headers[case_id].update(states)
-            arm.input_tokens += tokens_in
-            arm.output_tokens += tokens_out
-            arm.cost += cost
-            arm.cost_unknown = arm.cost_unknown or unknown
-            arm.latencies.extend(latencies)
-            arm.cache_saved += saved
-            arm.batched += batched
-            arm.check_errors.update(check_errors)
+
+def _add_partial(table: CountsTable, part: dict[str, Any]) -> None:
+    """Add what a counting process counted (_partial) into the table."""
+    table.recorded += part["recorded"]
+    table.simulated = table.simulated or part["simulated"]
+    for case_id, snapshots in part["snapshots"].items():
+        table.snapshots.setdefault(case_id, Counter()).update(snapshots)
+    table.empty_retrievals.update(part["empty"])
+    for name, per_case in part["check_applies"].items():
+        mine = table.check_applies.setdefault(name, {})
+        for case_id, applies in per_case.items():
+            mine[case_id] = mine.get(case_id, False) or applies
+    for arm, patterns in zip(table.arms, part["patterns"], strict=True):
+        for case_id, seen in patterns.items():
+            arm.patterns[case_id].update(seen)
+    for arm, pending in zip(table.arms, part["pending"], strict=True):
+        for name, per_case in pending.items():
+            for case_id, failed in per_case.items():
+                counted = arm.pending.setdefault(name, {})
+                counted[case_id] = counted.get(case_id, 0) + failed
+    for arm, (
+        samples,
+        errors,
+        kinds,
+        metrics,
+        headers,
+        tokens_in,
+        tokens_out,
+        cost,
+        unknown,
+        latencies,
+        saved,
+        batched,
+        check_errors,
+    ) in zip(table.arms, part["arms"], strict=True):
+        arm.samples += samples
+        arm.errors += errors
+        arm.error_kinds.update(kinds)
+        for name, per_case in metrics.items():
+            for case_id, cell in per_case.items():
+                mine = arm.metrics[name].setdefault(case_id, [0, 0, 0])
+                for i in range(3):
+                    mine[i] += cell[i]
+        for case_id, states in headers.items():
+            arm.headers[case_id].update(states)
+        arm.input_tokens += tokens_in
+        arm.output_tokens += tokens_out
+        arm.cost += cost
+        arm.cost_unknown = arm.cost_unknown or unknown
+        arm.latencies.extend(latencies)
+        arm.cache_saved += saved
+        arm.batched += batched
+        arm.check_errors.update(check_errors)
 
 
 def _line_ranges(path: Path, size: int, parts: int) -> list[tuple[int, int]]:
@@ -671,7 +687,7 @@ def _count_range(
                     f"{path}: the line at byte {position - len(line)} is not valid JSON"
                 ) from None
             counter.feed(sample, warnings.append)
-    return counter.partial(), warnings
+    return _partial(counter.table), warnings
 
 
 def _count_in_parallel(
@@ -699,7 +715,7 @@ def _count_in_parallel(
         if outcome == "error":
             raise InputError(payload)
         part, warnings = payload
-        counter.add(part)
+        _add_partial(counter.table, part)
         for message in warnings:
             warn(message)
 
