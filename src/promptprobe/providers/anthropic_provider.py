@@ -2,7 +2,6 @@
 
 import json
 import threading
-import time
 from collections.abc import Collection, Iterator, Sequence
 from dataclasses import replace
 from typing import Any
@@ -34,10 +33,13 @@ from .batching import (
     BatchState,
     Submission,
     count_field,
+    failed,
+    id_of,
+    listed,
     read_result,
-    result_error,
     seconds_of,
     split_lines,
+    succeeded,
     text_field,
 )
 
@@ -91,9 +93,8 @@ class AnthropicProvider(Provider):
     def complete(
         self, messages: Sequence[dict[str, str]], cancel: threading.Event | None = None
     ) -> Completion:
-        self.monitor.start(time.monotonic() + self.params.timeout, cancel)
         request = self._request(messages)
-        with deadline.until(self.params.timeout), self.errors_of(anthropic, httpx2.TransportError):
+        with self.calling(anthropic, httpx2.TransportError, cancel):
             if self.params.stream:
                 return self._stream(request)
             raw = self.client.messages.with_raw_response.create(**request)
@@ -205,9 +206,7 @@ class AnthropicBatch(BatchAPI):
 
     def _call(self, call: Any) -> Any:
         """One SDK call, its reply read inside (a reply of another shape is a bad_body error)."""
-        provider = self.provider
-        provider.monitor.start(time.monotonic() + provider.params.timeout, None)
-        with deadline.until(provider.params.timeout), provider.errors_of(anthropic, httpx2.TransportError):
+        with self.provider.calling(anthropic, httpx2.TransportError):
             return call()
 
     def body(self, messages: Sequence[dict[str, str]]) -> dict[str, Any]:
@@ -216,7 +215,7 @@ class AnthropicBatch(BatchAPI):
         return request
 
     def check(self) -> None:
-        self._call(lambda: _listed(self.provider.client.messages.batches.list(limit=1)))
+        self._call(lambda: listed(self.provider.client.messages.batches.list(limit=1)))
 
     def upload(self, submission: Submission, requests: Sequence[tuple[str, bytes]]) -> Submission:
         return replace(submission, requests=requests)  # they go in the create call itself
@@ -224,7 +223,7 @@ class AnthropicBatch(BatchAPI):
     def create(self, submission: Submission) -> str:
         batches = self.provider.client.messages.batches
         return self._call(
-            lambda: _id_of(
+            lambda: id_of(
                 batches.create(
                     requests=[
                         {"custom_id": cid, "params": json.loads(body)} for cid, body in submission.requests
@@ -245,9 +244,9 @@ class AnthropicBatch(BatchAPI):
                     limit=100, **({"after_id": after} if after else {})
                 )
             )
-            batches = _listed(page)
+            batches = listed(page)
             for batch in batches:
-                batch_id = _id_of(batch)
+                batch_id = id_of(batch)
                 created = seconds_of(field_of(batch, "created_at"))
                 if batch_id in known or created is None or abs(created - at) > FIND_WINDOW:
                     continue
@@ -258,7 +257,7 @@ class AnthropicBatch(BatchAPI):
             oldest = min((seconds_of(field_of(b, "created_at")) or 0.0 for b in batches), default=0.0)
             if not batches or not field_of(page, "has_more") or oldest < at - FIND_WINDOW:
                 break
-            after = _id_of(batches[-1])
+            after = id_of(batches[-1])
         return best[1] if best else None
 
     def state(self, batch_id: str) -> BatchState:
@@ -283,21 +282,6 @@ class AnthropicBatch(BatchAPI):
         self._call(lambda: self.provider.client.messages.batches.cancel(batch_id))
 
 
-def _id_of(value: Any) -> str:
-    """The id of an object the API returned; ValueError when it has no text id (not its reply)."""
-    found = field_of(value, "id")
-    if not isinstance(found, str) or not found:
-        raise ValueError(f"the reply has no id ({type(value).__name__})")
-    return found
-
-
-def _listed(page: Any) -> list[Any]:
-    data = field_of(page, "data")
-    if not isinstance(data, list):
-        raise ValueError(f"the batch list has no data list ({type(page).__name__})")
-    return data
-
-
 def _state_of(batch: Any) -> BatchState:
     status = text_field(field_of(batch, "processing_status"), "processing_status")
     if not status:
@@ -320,25 +304,14 @@ def _result(spec: str, item: dict[str, Any], line: bytes) -> BatchResult:
         raise ValueError("the line has no result type")
     if kind == "succeeded":
         message = result.get("message")
-        try:
-            reply = read_message(message)
-        except (ValueError, TypeError) as exc:
-            return BatchResult(
-                custom_id,
-                line,
-                error=result_error(
-                    "bad_body", f"{spec}: the batch result is not a message ({exc})", True, line=line
-                ),
-            )
-        completion = Completion(
-            reply["text"],
+        return succeeded(
+            spec,
+            custom_id,
             line,
-            reply["stop"],
-            reply["usage"],
-            text_field(field_of(message, "id"), "id"),
-            reply["model"],
+            "a message",
+            lambda: read_message(message),
+            lambda: text_field(field_of(message, "id"), "id"),
         )
-        return BatchResult(custom_id, line, completion)
     if kind == "errored":
         outer = result.get("error")
         error = field_of(outer, "error") or outer if isinstance(outer, dict) else outer
@@ -354,27 +327,15 @@ def _result(spec: str, item: dict[str, Any], line: bytes) -> BatchResult:
             "permission_error",
             "not_found_error",
         )
-        return BatchResult(
-            custom_id,
-            line,
-            error=result_error(
-                "batch_error", f"{spec}: {error_type or 'error'}: {message}", retryable, line=line
-            ),
+        return failed(
+            custom_id, line, "batch_error", f"{spec}: {error_type or 'error'}: {message}", retryable
         )
     if kind == "expired":
-        return BatchResult(
-            custom_id,
-            line,
-            error=result_error(
-                "batch_expired", f"{spec}: the request expired before the batch reached it", True, line=line
-            ),
+        return failed(
+            custom_id, line, "batch_expired", f"{spec}: the request expired before the batch reached it", True
         )
-    return BatchResult(
-        custom_id,
-        line,
-        error=result_error(
-            "batch_cancelled", f"{spec}: the request was cancelled with its batch", False, line=line
-        ),
+    return failed(
+        custom_id, line, "batch_cancelled", f"{spec}: the request was cancelled with its batch", False
     )
 
 

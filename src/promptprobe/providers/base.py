@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from datetime import UTC
 from typing import Any
 
+from .. import deadline
 from ..errors import StartError
 from ..models import ModelSpec
 from ..redaction import SCRUBBER
@@ -410,6 +411,16 @@ class Provider:
         self, messages: Sequence[dict[str, str]], cancel: threading.Event | None = None
     ) -> Completion:
         raise NotImplementedError
+
+    @contextmanager
+    def calling(
+        self, sdk: Any, transport: type[Exception], cancel: threading.Event | None = None
+    ) -> Iterator[None]:
+        """One SDK call: watched by the monitor (which `cancel` stops), within the call's deadline,
+        what it raises turned into a ProviderError (errors_of)."""
+        self.monitor.start(time.monotonic() + self.params.timeout, cancel)
+        with deadline.until(self.params.timeout), self.errors_of(sdk, transport):
+            yield
 
     @contextmanager
     def errors_of(self, sdk: Any, transport: type[Exception]) -> Iterator[None]:

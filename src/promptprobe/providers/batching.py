@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from .base import Completion, ProviderError, status_retryable
+from .base import Completion, ProviderError, field_of, status_retryable
 
 # Statuses with which a server says it does not speak an endpoint at all.
 UNSUPPORTED_STATUS = frozenset({404, 405, 501})
@@ -129,6 +129,11 @@ def status_error(spec: str, status: int, message: str, line: bytes | None = None
     )
 
 
+def failed(custom_id: str, line: bytes, kind: str, message: str, retryable: bool) -> BatchResult:
+    """The result of a request that failed; the line's bytes are kept as the error's body."""
+    return BatchResult(custom_id, line, error=result_error(kind, message, retryable, line=line))
+
+
 def read_result(spec: str, line: bytes, read: Callable[[Any], BatchResult]) -> BatchResult:
     """A result line read by `read` (given the parsed JSON); any line it cannot read, whatever is
     odd about it, is a `bad_body` result with its bytes (and its custom id when that is text)."""
@@ -149,13 +154,52 @@ def read_result(spec: str, line: bytes, read: Callable[[Any], BatchResult]) -> B
         return read(item)
     except Exception as exc:  # whatever is odd in a line: that line fails, never the collection
         reason = f"{type(exc).__name__}: {exc}"[:200]
-        return BatchResult(
-            custom_id,
-            line,
-            error=result_error(
-                "bad_body", f"{spec}: a batch result line cannot be read ({reason})", True, line=line
-            ),
+        return failed(
+            custom_id, line, "bad_body", f"{spec}: a batch result line cannot be read ({reason})", True
         )
+
+
+def succeeded(
+    spec: str,
+    custom_id: str,
+    line: bytes,
+    what: str,
+    read: Callable[[], dict[str, Any]],
+    request_id: Callable[[], str | None],
+) -> BatchResult:
+    """The result of a request that succeeded: its reply as `read` reads it (text, stop, usage,
+    model, refusal when the API has one), or a retryable `bad_body` result when it is not `what`
+    (ValueError or TypeError); `request_id` is read after the reply."""
+    try:
+        reply = read()
+    except (ValueError, TypeError) as exc:
+        return failed(custom_id, line, "bad_body", f"{spec}: the batch result is not {what} ({exc})", True)
+    completion = Completion(
+        reply["text"],
+        line,
+        reply["stop"],
+        reply["usage"],
+        request_id(),
+        reply["model"],
+        refusal=reply.get("refusal"),
+    )
+    return BatchResult(custom_id, line, completion)
+
+
+def id_of(value: Any) -> str:
+    """The id of an object the API returned; ValueError when it has no text id (not its reply)."""
+    found = field_of(value, "id")
+    if not isinstance(found, str) or not found:
+        raise ValueError(f"the reply has no id ({type(value).__name__})")
+    return found
+
+
+def listed(page: Any) -> list[Any]:
+    """The batches of a page of the batch list; ValueError when it has no data list."""
+    data = field_of(page, "data")
+    if not isinstance(data, list):
+        raise ValueError(f"the batch list has no data list ({type(page).__name__})")
+    return data
 
 
 def text_field(value: Any, name: str) -> str | None:

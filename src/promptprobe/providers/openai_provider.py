@@ -3,7 +3,6 @@
 import json
 import re
 import threading
-import time
 from collections.abc import Collection, Iterator, Sequence
 from dataclasses import replace
 from typing import Any
@@ -35,11 +34,14 @@ from .batching import (
     BatchState,
     Submission,
     count_field,
+    failed,
+    id_of,
+    listed,
     read_result,
-    result_error,
     seconds_of,
     split_lines,
     status_error,
+    succeeded,
     text_field,
 )
 
@@ -89,9 +91,8 @@ class OpenAIProvider(Provider):
     def complete(
         self, messages: Sequence[dict[str, str]], cancel: threading.Event | None = None
     ) -> Completion:
-        self.monitor.start(time.monotonic() + self.params.timeout, cancel)
         request = self._request(messages)
-        with deadline.until(self.params.timeout), self.errors_of(openai, httpx2.TransportError):
+        with self.calling(openai, httpx2.TransportError, cancel):
             if self.params.stream:
                 return self._stream(request)
             raw = self.client.chat.completions.with_raw_response.create(**request)
@@ -205,16 +206,14 @@ class OpenAIBatch(BatchAPI):
 
     def _call(self, call: Any) -> Any:
         """One SDK call, its reply read inside (a reply of another shape is a bad_body error)."""
-        provider = self.provider
-        provider.monitor.start(time.monotonic() + provider.params.timeout, None)
-        with deadline.until(provider.params.timeout), provider.errors_of(openai, httpx2.TransportError):
+        with self.provider.calling(openai, httpx2.TransportError):
             return call()
 
     def body(self, messages: Sequence[dict[str, str]]) -> dict[str, Any]:
         return self.provider._request(messages)
 
     def check(self) -> None:
-        self._call(lambda: _listed(self.provider.client.batches.list(limit=1)))
+        self._call(lambda: listed(self.provider.client.batches.list(limit=1)))
 
     def upload(self, submission: Submission, requests: Sequence[tuple[str, bytes]]) -> Submission:
         url = json.dumps(self.endpoint).encode()
@@ -230,13 +229,13 @@ class OpenAIBatch(BatchAPI):
         )
         client = self.provider.client
         file_id = self._call(
-            lambda: _id_of(client.files.create(file=(f"{submission.label}.jsonl", data), purpose="batch"))
+            lambda: id_of(client.files.create(file=(f"{submission.label}.jsonl", data), purpose="batch"))
         )
         return replace(submission, input_file=file_id)
 
     def create(self, submission: Submission) -> str:
         return self._call(
-            lambda: _id_of(
+            lambda: id_of(
                 self.provider.client.batches.create(
                     input_file_id=submission.input_file,
                     endpoint=self.endpoint,
@@ -257,9 +256,9 @@ class OpenAIBatch(BatchAPI):
                     limit=100, **({"after": after} if after else {})
                 )
             )
-            batches = _listed(page)
+            batches = listed(page)
             for batch in batches:
-                batch_id = _id_of(batch)
+                batch_id = id_of(batch)
                 metadata = field_of(batch, "metadata")
                 label = field_of(metadata, "promptprobe") if metadata is not None else None
                 made_from = field_of(batch, "input_file_id")
@@ -271,7 +270,7 @@ class OpenAIBatch(BatchAPI):
             created = [seconds_of(field_of(b, "created_at")) for b in batches]
             if not batches or not field_of(page, "has_more") or min(c or 0.0 for c in created) < since:
                 return None
-            after = _id_of(batches[-1])
+            after = id_of(batches[-1])
         return None
 
     def state(self, batch_id: str) -> BatchState:
@@ -290,21 +289,6 @@ class OpenAIBatch(BatchAPI):
 
     def cancel(self, batch_id: str) -> None:
         self._call(lambda: self.provider.client.batches.cancel(batch_id))
-
-
-def _id_of(value: Any) -> str:
-    """The id of an object the API returned; ValueError when it has no text id (not its reply)."""
-    found = field_of(value, "id")
-    if not isinstance(found, str) or not found:
-        raise ValueError(f"the reply has no id ({type(value).__name__})")
-    return found
-
-
-def _listed(page: Any) -> list[Any]:
-    data = field_of(page, "data")
-    if not isinstance(data, list):
-        raise ValueError(f"the batch list has no data list ({type(page).__name__})")
-    return data
 
 
 def _bytes_of(content: Any) -> bytes:
@@ -353,13 +337,7 @@ def _result(spec: str, item: dict[str, Any], line: bytes) -> BatchResult:
         kind = {"batch_expired": "batch_expired", "batch_cancelled": "batch_cancelled"}.get(
             code or "", "batch_error"
         )
-        return BatchResult(
-            custom_id,
-            line,
-            error=result_error(
-                kind, f"{spec}: {code or 'error'}: {message}", kind == "batch_expired", line=line
-            ),
-        )
+        return failed(custom_id, line, kind, f"{spec}: {code or 'error'}: {message}", kind == "batch_expired")
     response = item.get("response")
     if not isinstance(response, dict):
         raise ValueError(f"response is {type(response).__name__}, not an object")
@@ -372,26 +350,14 @@ def _result(spec: str, item: dict[str, Any], line: bytes) -> BatchResult:
         detail = field_of(detail, "message") if isinstance(detail, dict) else detail
         message = detail if isinstance(detail, str) and detail else "no detail"
         return BatchResult(custom_id, line, error=status_error(spec, status, message, line))
-    try:
-        reply = read_completion(response.get("body"))
-    except (ValueError, TypeError) as exc:
-        return BatchResult(
-            custom_id,
-            line,
-            error=result_error(
-                "bad_body", f"{spec}: the batch result is not a reply ({exc})", True, line=line
-            ),
-        )
-    completion = Completion(
-        reply["text"],
+    return succeeded(
+        spec,
+        custom_id,
         line,
-        reply["stop"],
-        reply["usage"],
-        text_field(response.get("request_id"), "request_id"),
-        reply["model"],
-        refusal=reply["refusal"],
+        "a reply",
+        lambda: read_completion(response.get("body")),
+        lambda: text_field(response.get("request_id"), "request_id"),
     )
-    return BatchResult(custom_id, line, completion)
 
 
 def make(spec: ModelSpec, params: GenerationParams, key: str | None) -> OpenAIProvider:
