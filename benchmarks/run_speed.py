@@ -11,7 +11,7 @@ that imports the SDK (garbage collector paused, as probe does), then makes the s
 turn, so a noisy machine slows both alike; "probe over the SDK alone" is promptprobe's own
 cost.
 
-    .venv/bin/python benchmarks/run_speed.py [--runs 3]
+    .venv/bin/python benchmarks/run_speed.py [--runs 3] [--delay-ms 200]
 """
 
 import argparse
@@ -265,9 +265,12 @@ def check_call_cost(folder: Path, calls: int = 2000) -> tuple[float, float]:
 
 
 def main() -> None:
+    global DELAY
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--delay-ms", type=float, default=DELAY * 1000, help="the model's answer time")
     args = parser.parse_args()
+    DELAY = args.delay_ms / 1000
     ideal = 240 * DELAY / 16
     results = []
     checked = []

@@ -14,7 +14,7 @@ paired plan of the same power and against the classic sequential designs, and it
    exactly given each run's discordant counts), for clustered questions.
 4. `probe plan --sequential` against fresh seeded simulations and an independent run-by-run one.
 
-    .venv/bin/python benchmarks/sequential.py [--trials 2000]
+    .venv/bin/python benchmarks/sequential.py [--trials 2000] [--quick]
 """
 
 import argparse
@@ -178,7 +178,7 @@ def ci(share, trials):
 # -- 1. the design point ------------------------------------------------------------------------
 
 
-def design_point_table(trials):
+def design_point_table(trials, quick=False):
     print("\n1. the design point of --detect D (50% ± D/2, ICC 0), samples per arm; the target: mean samples")
     print("   <= 0.85x the fixed paired plan for 80% power, at 80% power or more; under the null (both 50%)")
     print("   <= 1.25x it, false alarms between 3% and 5%. The fixed plan: the fewest repeats whose")
@@ -189,8 +189,8 @@ def design_point_table(trials):
         "| exact, given the counts |"
     )
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for detect in (0.10, 0.15, 0.20, 0.30):
-        for cases in (5, 12, 50):
+    for detect in (0.20,) if quick else (0.10, 0.15, 0.20, 0.30):
+        for cases in (12,) if quick else (5, 12, 50):
             cap = rounds_for_power(detect, cases, ALPHA, 0.8, MIN_ROUNDS).rounds
             p1, p2 = design_point(detect)
             fixed = FixedPlan(p1, p2, cases, 0.0, trials, SEED).repeats_for(0.8)
@@ -219,9 +219,10 @@ ANCHORS = ("OBF", "Pocock", "SPRT")
 RULES = {"boundary": boundary, "OBF": gsd("obf"), "Pocock": gsd("pocock"), "mixture": mixture}
 
 
-def sweep(trials):
+def sweep(trials, quick=False):
+    cells_swept = SWEEP[:1] if quick else SWEEP
     caps = {}
-    for _, detect in SWEEP:
+    for _, detect in cells_swept:
         rules = dict(RULES, SPRT=sprt(detect))
         for name, rule in rules.items():
             if name == "mixture":
@@ -237,7 +238,7 @@ def sweep(trials):
     )
     print("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     ratios = []
-    for (p1, p2), detect in SWEEP:
+    for (p1, p2), detect in cells_swept:
         for icc in (0.2, 0.5):
             rules = dict(RULES, SPRT=sprt(detect))
             horizon = max(caps[(name, detect)] for name in rules)
@@ -276,7 +277,7 @@ def sweep(trials):
 # -- 3. under the null ---------------------------------------------------------------------------
 
 
-def nulls(trials):
+def nulls(trials, quick=False):
     error = ci(0.05, trials)
     print(f"\n3. under the null, {CASES} cases, samples over both arms; the fixed plan is --detect's for 80%")
     print(f"   power; Monte Carlo error at 5%: ±{error:.1%}; anchors: mean samples (false alarms):")
@@ -285,13 +286,13 @@ def nulls(trials):
         "false alarms (simulated) | exact, given the counts | OBF | Pocock | SPRT |"
     )
     print("|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|")
-    for detect in (0.15, 0.10):
+    for detect in (0.15,) if quick else (0.15, 0.10):
         p1, p2 = design_point(detect)
         fixed_n = 2 * CASES * FixedPlan(p1, p2, CASES, 0.0, trials, SEED).repeats_for(0.8)
         rules = dict(RULES, SPRT=sprt(detect))
         caps = {name: calibrated_cap(rules[name], detect, CASES) for name in ("boundary", *ANCHORS)}
-        for rate in (0.5, 0.8, 0.95):
-            for icc in (0.0, 0.2, 0.5):
+        for rate in (0.5,) if quick else (0.5, 0.8, 0.95):
+            for icc in (0.0,) if quick else (0.0, 0.2, 0.5):
                 counts = simulated_counts(rate, rate, CASES, icc, max(caps.values()), trials, SEED + 2)
                 cells = {}
                 for name, cap in caps.items():
@@ -311,8 +312,8 @@ def nulls(trials):
 # -- 4. the plan reproduced ----------------------------------------------------------------------
 
 
-def plan_check(trials):
-    seeds = range(1, 11)
+def plan_check(trials, quick=False):
+    seeds = range(1, 3 if quick else 11)
     print(f"\n4. probe plan --sequential against {len(seeds)} fresh simulations of the same rule (other")
     print("   seeds; their mean with its 95% Monte Carlo error), and one run at a time through the run's")
     print("   own per-round look (Python's random numbers), samples per arm:")
@@ -323,7 +324,7 @@ def plan_check(trials):
     )
     print("|---|---:|---:|---:|---:|---:|---:|")
     cells = ((0.5, 0.6, 0.5, 12, 0.10), (0.8, 0.7, 0.2, 12, 0.10), (0.9, 0.7, 0.5, 10, 0.20))
-    for p1, p2, icc, cases, detect in cells:
+    for p1, p2, icc, cases, detect in cells[:1] if quick else cells:
         plan = plan_sequential(p1, p2, cases, icc, ALPHA, detect=detect)
         cap = plan["max_rounds"]
         used_all, right_all = [], []
@@ -368,16 +369,17 @@ def one_run_at_a_time(p1, p2, cases, icc, cap, runs):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=2000)
+    parser.add_argument("--quick", action="store_true", help="one cell of each table (the test suite's run)")
     args = parser.parse_args()
     started = time.perf_counter()
     print(
         f"{args.trials} simulated runs per row, seed {SEED}, alpha {ALPHA}, the boundary looked at after "
         f"every round from round {MIN_ROUNDS}"
     )
-    design_point_table(args.trials)
-    sweep(args.trials)
-    nulls(args.trials)
-    plan_check(args.trials)
+    design_point_table(args.trials, args.quick)
+    sweep(args.trials, args.quick)
+    nulls(args.trials, args.quick)
+    plan_check(args.trials, args.quick)
     print(f"\ntook {time.perf_counter() - started:.0f} s")
 
 

@@ -24,7 +24,7 @@ Then arms that asked their cases a different number of times (1 vs 10 and 1 vs 2
   repeats): the interval is the test inverted, so there must be none.
 
     .venv/bin/python benchmarks/verdict_rules.py [--trials 2000] [--power-trials 10000]
-        [--unequal-trials 2000] [--designs 300]
+        [--unequal-trials 2000] [--designs 300] [--quick]
 """
 
 import argparse
@@ -343,7 +343,10 @@ def main() -> None:
     parser.add_argument("--designs", type=int, default=300)
     parser.add_argument("--only-unequal", action="store_true", help="only the unequal-repeats sections")
     parser.add_argument("--skip-unequal", action="store_true", help="only the equal-repeats sweep")
+    parser.add_argument("--quick", action="store_true", help="the first cell of each table (the suite's run)")
     args = parser.parse_args()
+    if args.quick:
+        shrink_to_first_cells()
     started = time.perf_counter()
     rng = np.random.default_rng(SEED)
     if args.only_unequal:
@@ -392,6 +395,15 @@ def main() -> None:
     if not args.skip_unequal:
         unequal_sections(args)
     print(f"\ntook {time.perf_counter() - started:.0f} s")
+
+
+def shrink_to_first_cells() -> None:
+    global CASES, REPEATS, ICCS, RATES, UNPAIRED_DESIGNS, PAIRED_DESIGNS, UNEQUAL_ICCS, UNEQUAL_RATES
+    global UNPAIRED_RATES, UNPAIRED_POWER
+    CASES, REPEATS, ICCS, RATES = CASES[:1], REPEATS[:1], ICCS[:1], RATES[:1]
+    UNPAIRED_DESIGNS, PAIRED_DESIGNS = UNPAIRED_DESIGNS[:1], PAIRED_DESIGNS[:1]
+    UNPAIRED_POWER = UNPAIRED_POWER[:1]
+    UNEQUAL_ICCS, UNEQUAL_RATES, UNPAIRED_RATES = UNEQUAL_ICCS[:1], UNEQUAL_RATES[:1], UNPAIRED_RATES[:1]
 
 
 def unequal_sections(args) -> None:

@@ -17,12 +17,14 @@ SMALL = {
     "gate_family.py": ["--trials", "20"],
     "pair_gate.py": ["--trials", "20"],
     "interval_agreement.py": ["--designs", "2", "--coverage-trials", "2"],
-    "plan_power.py": ["--trials", "20", "--deep", "20"],
-    "run_speed.py": ["--runs", "1"],
+    "plan_power.py": ["--trials", "20", "--deep", "20", "--quick"],
+    "run_speed.py": ["--runs", "1", "--delay-ms", "10"],
     "scale.py": ["--quick"],
     "scrub_speed.py": ["--repeats", "2"],
-    "sequential.py": ["--trials", "20"],
-    "verdict_rules.py": ["--trials", "20", "--power-trials", "20", "--unequal-trials", "5", "--designs", "2"],
+    "sequential.py": ["--trials", "20", "--quick"],
+    "verdict_rules.py": [
+        "--trials", "20", "--power-trials", "20", "--unequal-trials", "5", "--designs", "2", "--quick"
+    ],
     "viewer.py": ["--samples", "2000"],
 }
 

@@ -377,3 +377,11 @@ def test_a_plan_is_confirmed_by_the_lower_bound_of_its_power():
     )
     assert not reaches(0.805, 0.8, 8000) and reaches(0.81, 0.8, 8000)
     assert confirmed(lambda m: powers.get(m, 0.0), 10, 0.8, 100, 8000) == (11, 0.81)
+
+
+def test_one_point_is_singular_and_a_tiny_change_never_reads_as_zero():
+    from promptprobe.views.compare_words import in_points
+
+    assert [in_points(x) for x in (0.01, -0.01, 0.12, 0.0, 0.001)] == [
+        "+1 point", "-1 point", "+12 points", "+0 points", "+0.1 points"
+    ]

@@ -13,6 +13,7 @@ import pytest
 from click.testing import CliRunner
 from conftest import write_probeset
 from servers import LocalServer, Reply
+from wcwidth import wcswidth
 
 from promptprobe.cli import main
 from promptprobe.config import load_config
@@ -175,3 +176,17 @@ def test_why_handles_chinese(tmp_path):
     run = record(tmp_path, {"v": failing + passing}, cases=12)
     data = json.loads(CliRunner().invoke(main, ["why", str(run), "--json"]).stdout)
     assert any("人工客服" in row["phrase"] for row in data["phrases"][:5])
+    # On a terminal a Chinese character takes two columns: the table's columns line up by that.
+    text = CliRunner().invoke(main, ["why", str(run)], env={"COLUMNS": "200"}).stdout
+    lines = text.splitlines()
+    rule = next(i for i, line in enumerate(lines) if set(line) <= {"-", " "} and "--" in line)
+    starts = [i for i, ch in enumerate(lines[rule]) if ch == "-" and (i == 0 or lines[rule][i - 1] == " ")]
+    rows = [line for line in lines[rule + 1 :] if "人工客服" in line]
+    assert rows and len(starts) >= 2
+    for line in rows:
+        # the character at each column start (counted in display columns) begins a cell
+        columns, at = [], 0
+        for ch in line:
+            columns.append(at)
+            at += wcswidth(ch)
+        assert all(start in columns and line[columns.index(start) - 1] == " " for start in starts[1:]), line

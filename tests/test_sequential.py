@@ -257,6 +257,9 @@ def test_clearly_different_prompts_stop_early_with_the_right_verdict(tmp_path):
     assert any("fixed-n tests after optional stopping are not valid" in n for n in data["notes"])
     reverse = json.loads(CliRunner().invoke(main, ["compare", f"{run}#prompt=b", f"{run}#prompt=a", "--json"]).stdout)
     assert reverse["verdict"] == "A>B" and reverse["p_value"] == data["p_value"]
+    # --all: the other metrics' fixed-n tests are said to be fixed-n once, not once a metric
+    every = CliRunner().invoke(main, ["compare", f"{run}#prompt=a", f"{run}#prompt=b", "--all"]).stdout
+    assert every.count("stopped on the sequential rule for header_present") == 1
 
 
 def test_equal_prompts_run_to_the_cap_and_are_indistinguishable(tmp_path):

@@ -90,7 +90,9 @@ def test_every_page_and_its_json(client, runs):
         assert data.status_code == 200 and data.headers["content-type"] == "application/json", url
         assert isinstance(data.json(), dict)
     listing = client.get("/.json").json()
-    assert [r["id"] for r in listing["runs"]] == sorted([ab, hostile], reverse=True)
+    # newest first: the hostile run was recorded after ab (ids alone tie within a second)
+    assert [r["id"] for r in listing["runs"]] == [hostile, ab]
+    assert listing["runs"][0]["created"] >= listing["runs"][1]["created"]
     line = next(r for r in listing["runs"] if r["id"] == ab)
     assert line["samples"] == 24 and line["errors"] == 0 and [a["name"] for a in line["arms"]] == ["old", "new"]
     assert line["verdict"]["metric"] == "header_present"

@@ -17,8 +17,8 @@ from typing import Any
 
 from .. import deadline
 from ..errors import StartError
-from ..models import ModelSpec
-from ..redaction import SCRUBBER
+from ..models import DEFAULT_KEY_ENV, ModelSpec
+from ..redaction import MIN_SECRET_LENGTH, SCRUBBER
 
 RETRYABLE_STATUS = frozenset({408, 409, 429})
 ERROR_BODY_LIMIT = 64 * 1024
@@ -389,6 +389,12 @@ def truncated(spec: ModelSpec, monitor: CallMonitor, what: str) -> ProviderError
 
 def api_key(spec: ModelSpec) -> str | None:
     """The key from the environment; a missing required key is a StartError naming the variable."""
+    # A server can echo any key it sees in the environment, not only the one this model uses.
+    # (A short one of them is left alone: warning about a key this run never uses would be noise.)
+    for name in DEFAULT_KEY_ENV.values():
+        value = os.environ.get(name) or ""
+        if len(value) >= MIN_SECRET_LENGTH:
+            SCRUBBER.add(name, value)
     env = spec.key_env
     if env is None:
         return None

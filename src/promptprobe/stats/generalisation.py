@@ -34,9 +34,11 @@ THETA_LIMIT = 30.0  # an odds ratio of e^30: rates 0 and 1 to double precision
 Case = tuple[int, int, int, int]  # (a, nA, b, nB)
 
 
-def _log_choose(n: int, k: np.ndarray) -> np.ndarray:
-    k = np.asarray(k, dtype=float)
-    return lgamma(np.array([n + 1.0]))[0] - lgamma(k + 1) - lgamma(n - k + 1)
+def _log_choose(n: np.ndarray, k: np.ndarray) -> np.ndarray:
+    n, k = np.asarray(n, dtype=float), np.asarray(k, dtype=float)
+    # One call over every cell: lgamma costs the same for 1 value as for 100.
+    parts = lgamma(np.concatenate([n + 1, k + 1, n - k + 1])).reshape(3, -1)
+    return parts[0] - parts[1] - parts[2]
 
 
 @dataclass(frozen=True)
@@ -59,12 +61,17 @@ class ConditionalSignTest:
         self.scale = np.zeros((rows, 2))  # 1/nA, 1/nB
         self.totals = np.zeros(rows)
         moved, up = [], 0
+        rows_at, columns, n_as, n_bs, ts = [], [], [], [], []
         for i, (a, n_a, b, n_b) in enumerate(self.cases):
             t, total = a + b, n_a + n_b
             support = np.arange(max(0, t - n_b), min(t, n_a) + 1)
             width_i = len(support)
             self.values[i, :width_i] = support
-            self.logs[i, :width_i] = _log_choose(n_a, support) + _log_choose(n_b, t - support)
+            rows_at += [i] * width_i
+            columns += range(width_i)
+            n_as += [n_a] * width_i
+            n_bs += [n_b] * width_i
+            ts += [t] * width_i
             self.side[i, :width_i] = np.sign(t * n_a - support * total)
             self.scale[i] = (1 / n_a, 1 / n_b)
             self.totals[i] = t
@@ -72,6 +79,11 @@ class ConditionalSignTest:
             if direction:
                 moved.append(i)
                 up += direction > 0
+        if rows_at:
+            at = (np.array(rows_at), np.array(columns))
+            support = self.values[at]
+            t = np.array(ts, dtype=float)
+            self.logs[at] = _log_choose(np.array(n_as), support) + _log_choose(np.array(n_bs), t - support)
         self.moved = np.array(moved, dtype=int)
         self.up = up
         self.down = len(moved) - up

@@ -223,13 +223,17 @@ def permutation_p_batch(rates_a: Any, rates_b: Any, seed: int = 20261130, resamp
     pooled = np.concatenate([rates_a, rates_b], axis=1)
     total = pooled.sum(axis=1)
     observed = np.abs(rates_b.mean(axis=1) - rates_a.mean(axis=1))
+    scale = 1 / g_a + 1 / g_b
     p_values = np.empty(len(pooled))
     chunk = max(1, 4_000_000 // len(chosen))
     for start in range(0, len(pooled), chunk):
         rows = slice(start, start + chunk)
         sums = pooled[rows] @ indicator.T
-        stats = np.abs((total[rows, None] - sums) / g_b - sums / g_a)
-        hits = (stats >= observed[rows, None] - 1e-12).sum(axis=1)
+        # |mean_B - mean_A| = |T/g_b - s·(1/g_a + 1/g_b)| for side-A sum s: at least the observed
+        # one (less 1e-12 for rounding) exactly when s is at most `low` or at least `high`.
+        centre, reach = total[rows] / g_b, observed[rows] - 1e-12
+        low, high = (centre - reach) / scale, (centre + reach) / scale
+        hits = np.count_nonzero((sums <= low[:, None]) | (sums >= high[:, None]), axis=1)
         p_values[rows] = hits / len(chosen) if exact else (1 + hits) / (1 + len(chosen))
     return p_values
 

@@ -554,9 +554,10 @@ def _apply_sequential(
     if labels != {rule["a"], rule["b"]}:
         return
     if result["metric"] != rule["metric"]:
+        # One sentence for every other metric, so that `--all` says it once.
         result["notes"].append(
-            f"this run stopped on the sequential rule for {rule['metric']}; its fixed-n tests of "
-            f"{result['metric']} are shown as usual"
+            f"this run stopped on the sequential rule for {rule['metric']}; the other metrics' fixed-n "
+            "tests are shown as usual (they were not what decided when to stop)"
         )
         return
     lines = counts.sequential

@@ -21,6 +21,12 @@ def points(value: float) -> str:
     return shown
 
 
+def in_points(value: float) -> str:
+    """`+12 points`, `-1 point`."""
+    shown = points(value)
+    return f"{shown} point" if shown in ("+1", "-1") else f"{shown} points"
+
+
 def percent(value: float) -> str:
     return f"{100 * value:.1f}%"
 
@@ -80,7 +86,7 @@ def sentence(result: dict[str, Any]) -> str:
     effect = result["effect"]
     text = (
         f"{verdict_words(result)} on {metric_label(result)}: {a['name']} {a['k']}/{a['n']}, "
-        f"{b['name']} {b['k']}/{b['n']} (B - A = {points(effect['estimate'])} points{within}, "
+        f"{b['name']} {b['k']}/{b['n']} (B - A = {in_points(effect['estimate'])}{within}, "
         f"{interval_words(result)}; {descriptive_words(result)}); {_p_words(result)}"
     )
     decided_by = result.get("decided_by")
@@ -120,7 +126,7 @@ def generalise_sentence(result: dict[str, Any]) -> str | None:
         return None
     g = len(paired["cases"])
     moved = f"{paired['moved']} of {g} cases moved ({paired['up']} towards B, {paired['down']} towards A)"
-    span = f"mean per-case difference {points(paired['mean_diff'])} points"
+    span = f"mean per-case difference {in_points(paired['mean_diff'])}"
     if paired["interval"]:
         lo, hi = paired["interval"]
         span += f", 95% interval {points(lo)} to {points(hi)}"
@@ -144,7 +150,7 @@ def failure_line(result: dict[str, Any]) -> str:
     where = f" ({result['pair']})" if result.get("pair") else ""
     return (
         f"FAIL: {result['metric']}{where} got worse: {a['name']} {percent(a['rate'])} -> {b['name']} "
-        f"{percent(b['rate'])} ({points(result['effect']['estimate'])} points, {interval_words(result)}; "
+        f"{percent(b['rate'])} ({in_points(result['effect']['estimate'])}, {interval_words(result)}; "
         f"{direction}; {_p_words(result)})"
     )
 
@@ -162,7 +168,7 @@ def describe(result: dict[str, Any]) -> None:
         "descriptive": descriptive_words(result),
         "sentence": sentence(result),
         "generalise": generalise_sentence(result),
-        "badge": f"{headline}: {points(effect['estimate'])} points, {interval_words(result)}",
+        "badge": f"{headline}: {in_points(effect['estimate'])}, {interval_words(result)}",
         "failure": failure_line(result) if result["worse"] else None,
         "cells": {  # the table's columns
             "estimate": points(effect["estimate"]),

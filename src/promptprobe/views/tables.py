@@ -26,8 +26,16 @@ def color_enabled(stream: Any) -> bool:
     return "NO_COLOR" not in os.environ and hasattr(stream, "isatty") and stream.isatty()
 
 
+def display_width(line: str) -> int:
+    """Columns a line takes on a terminal: a CJK character takes two (tabulate pads by this too)."""
+    from wcwidth import wcswidth
+
+    width = wcswidth(line)
+    return width if width >= 0 else len(line)  # a control character: counted as one
+
+
 def _width(text: str) -> int:
-    return max((len(line) for line in text.splitlines()), default=0)
+    return max((display_width(line) for line in text.splitlines()), default=0)
 
 
 def wrap(text: str, fmt: str = "table", width: int | None = None) -> str:
