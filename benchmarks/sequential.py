@@ -11,7 +11,9 @@ paired plan of the same power and against the classic sequential designs, and it
    discordant pairs, each given the fewest rounds that reach 80% power at the design point, and
    the mixture e-value it replaced.
 3. Under the null: mean samples against the fixed plan of --detect, false alarms (simulated, and
-   exactly given each run's discordant counts), for clustered questions.
+   exactly given each run's discordant counts), for clustered questions, beside the ceiling: the
+   most any rule that decides from the recorded pairs, treating the arms alike, could spend given
+   the same counts (`false_alarm_ceiling`).
 4. `probe plan --sequential` against fresh seeded simulations and an independent run-by-run one.
 
     .venv/bin/python benchmarks/sequential.py [--trials 2000] [--quick]
@@ -32,6 +34,7 @@ from promptprobe.stats.sequential import (
     coupled_rates,
     design_point,
     design_point_counts,
+    false_alarm_ceiling,
     first_decisions,
     look,
     null_spending,
@@ -283,9 +286,11 @@ def nulls(trials, quick=False):
     print(f"   power; Monte Carlo error at 5%: ±{error:.1%}; anchors: mean samples (false alarms):")
     print(
         "| both arms | ICC | --detect (cap) | mean samples | x fixed plan of --detect | "
-        "false alarms (simulated) | exact, given the counts | OBF | Pocock | SPRT |"
+        "false alarms (simulated) | exact, given the counts | ceiling, given the counts | "
+        "OBF | Pocock | SPRT |"
     )
-    print("|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    weakest = None
     for detect in (0.15,) if quick else (0.15, 0.10):
         p1, p2 = design_point(detect)
         fixed_n = 2 * CASES * FixedPlan(p1, p2, CASES, 0.0, trials, SEED).repeats_for(0.8)
@@ -300,13 +305,22 @@ def nulls(trials, quick=False):
                     cells[name] = (2 * CASES * used.mean(), (stops > 0).mean())
                 cap = caps["boundary"]
                 exact = null_spending(counts[0][:, :cap], ALPHA, cap, MIN_ROUNDS).mean()
+                totals = counts[0][:, :cap].sum(axis=1)
+                ceiling = np.mean([false_alarm_ceiling(int(n), ALPHA) for n in totals])
                 mean, alarms = cells["boundary"]
                 others = " | ".join(f"{cells[n][0]:.0f} ({cells[n][1]:.1%})" for n in ANCHORS)
                 print(
                     f"| {rate:g} | {icc:g} | {100 * detect:g} ({cap}) | {mean:.0f} | {mean / fixed_n:.2f} | "
-                    f"{alarms:.1%} | {exact:.2%} | {others} |",
+                    f"{alarms:.1%} | {exact:.2%} | {ceiling:.2%} | {others} |",
                     flush=True,
                 )
+                cell = (exact, f"both at {rate:g}, ICC {icc:g}, --detect {100 * detect:g}", ceiling)
+                weakest = min(weakest or cell, cell)
+    exact, where, ceiling = weakest
+    print(
+        f"lowest exact false alarms: {exact:.2%} ({where}); the most any rule that decides from the "
+        f"recorded pairs, treating the arms alike, could spend there: {ceiling:.2%}"
+    )
 
 
 # -- 4. the plan reproduced ----------------------------------------------------------------------

@@ -114,13 +114,14 @@ def test_the_readme_points_to_docs_in_the_repository():
 
 
 def test_a_table_shown_in_two_docs_is_the_same_table():
-    """Benchmark tables copied into a second page (ci.md carries the gate's and compare's) never drift."""
+    """Benchmark tables copied into a second page (ci.md carries the gate's and compare's, the
+    README the verdict rules' and the sequential rule's) never drift."""
     blocks: dict[str, set[str]] = {}
-    for path in sorted((ROOT / "docs").glob("*.md")):
+    for path in [*sorted((ROOT / "docs").glob("*.md")), ROOT / "README.md"]:
         text = path.read_text(encoding="utf-8")
         for name, body in re.findall(r"<!-- ([\w-]+):start -->\n(.*?)<!-- \1:end -->", text, re.S):
             blocks.setdefault(name, set()).add(body)
-    assert {"gate-table", "compare-speed"} <= blocks.keys()
+    assert {"gate-table", "compare-speed", "sequential-table", "verdict-table"} <= blocks.keys()
     assert {name: len(bodies) for name, bodies in blocks.items() if len(bodies) > 1} == {}
 
 

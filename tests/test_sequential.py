@@ -21,6 +21,7 @@ from promptprobe.stats.sequential import (
     budget,
     coupled_rates,
     design_point_counts,
+    false_alarm_ceiling,
     first_decisions,
     look,
     rounds_for_power,
@@ -91,6 +92,32 @@ def test_the_boundary_is_the_nearest_the_budget_allows(discordant, alpha, cap, m
         before = Fraction(int(((stops > 0) & (stops < k)).sum()), total)
         wider = Fraction(int((alive & (lead[:, k - 1] >= nearer)).sum()), total)
         assert before + wider > Fraction(budget(alpha, k, cap))
+
+
+@pytest.mark.parametrize("alpha", [0.05, 0.1, 0.2, 0.25, 0.3])
+@pytest.mark.parametrize("discordant", [0, 1, 2, 3, 4, 5])
+def test_the_ceiling_is_the_largest_mirror_closed_set_of_walks_within_alpha(discordant, alpha):
+    # Every set of coin sequences that holds each sequence's mirror image (B and A swapped), by
+    # brute force: the most such a set can weigh without exceeding alpha.
+    sequences = list(itertools.product([0, 1], repeat=discordant))
+    mirrored = {tuple(sorted([s, tuple(1 - c for c in s)])) for s in sequences}
+    weight = Fraction(1, len(sequences))
+    best = Fraction(0)
+    for chosen in itertools.product([False, True], repeat=len(mirrored)):
+        mass = weight * sum(len(set(pair)) for pair, taken in zip(mirrored, chosen, strict=True) if taken)
+        if mass <= Fraction(alpha):
+            best = max(best, mass)
+    assert Fraction(false_alarm_ceiling(discordant, alpha)) == best
+
+
+@pytest.mark.parametrize("discordant,alpha,cap,min_rounds", WALKS)
+def test_the_rule_decides_mirror_images_alike_and_spends_at_most_the_ceiling(discordant, alpha, cap, min_rounds):
+    counts, b_higher = every_walk(discordant)
+    stops, directions = first_decisions(counts, b_higher, alpha, cap, min_rounds)
+    mirror_stops, mirror_directions = first_decisions(counts, counts - b_higher, alpha, cap, min_rounds)
+    assert np.array_equal(stops, mirror_stops) and np.array_equal(directions, -mirror_directions)
+    spent = Fraction(int((stops > 0).sum()), len(stops))
+    assert spent <= Fraction(false_alarm_ceiling(sum(discordant), alpha)) <= Fraction(alpha)
 
 
 def test_false_alarms_over_random_discordant_counts_by_exact_enumeration():

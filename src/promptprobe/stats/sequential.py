@@ -244,6 +244,23 @@ def null_spending(discordant: Any, alpha: float, cap: int, min_rounds: int) -> A
     return spent
 
 
+def false_alarm_ceiling(discordant: int, alpha: float) -> float:
+    """The most that any rule treating the arms alike can spend, given that the run made
+    `discordant` discordant pairs: under the null each of the 2^n ways their coins can fall is
+    equally likely, and a rule that decides on a set of them decides on its mirror image too (B
+    and A swapped), so it spends an even number of 2^-n at most alpha. The rule's own spending,
+    like that of any rule that decides from the recorded pairs, is at most this; only a coin
+    drawn apart from the outputs could spend all of alpha."""
+    if discordant < 0 or not 0 < alpha < 1:
+        raise ValueError(f"need discordant >= 0 and 0 < alpha < 1, got {discordant} and {alpha:g}")
+    if discordant == 0:
+        return 0.0
+    if discordant > 1000:  # 2^-n is far below any float gap in alpha
+        return alpha
+    # alpha·2^(n-1) is exact in floating point (a power of two), so the floor is too.
+    return math.ldexp(math.floor(math.ldexp(alpha, discordant - 1)), 1 - discordant)
+
+
 # -- simulated runs ----------------------------------------------------------------------------
 
 
