@@ -313,6 +313,32 @@ def test_a_damaged_run_shows_what_can_be_read_and_says_what_cannot(runs, tmp_pat
         assert client.get("/").status_code == 200
 
 
+@pytest.mark.parametrize("line", [b"{}", b"[1, 2, 3]", b"null", b'{"sample_id": 5, "case_id": "c0"}'])
+def test_a_line_that_is_json_but_no_sample_is_one_sentence_not_a_traceback(runs, tmp_path, line):
+    folder, ab, _ = runs
+    copy = tmp_path / "runs"
+    shutil.copytree(folder / ab, copy / ab)
+    samples = copy / ab / "samples.jsonl"
+    lines = samples.read_bytes().splitlines(keepends=True)
+    samples.write_bytes(b"".join(lines[:3]) + line + b"\n" + b"".join(lines[3:]))
+    said = "line 4 is not a sample record"
+    for args in (["report", str(copy / ab)], ["show", str(copy / ab)], ["why", str(copy / ab)],
+                 ["export", str(copy / ab), "--format", "csv"],
+                 ["compare", f"{copy / ab}#prompt=old", f"{copy / ab}#prompt=new"]):
+        result = CliRunner().invoke(main, args)
+        assert result.exit_code == 2 and said in result.stderr, (args, result.output, result.exception)
+        assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.output
+    with TestClient(create_app(copy, warm=False), base_url="http://127.0.0.1",
+                    raise_server_exceptions=False) as client:
+        listing = client.get("/.json")
+        assert listing.status_code == 200
+        assert any(said in p for p in listing.json()["runs"][0]["problems"])
+        page = client.get(f"/runs/{ab}")
+        assert page.status_code == 200 and said in page.text
+        case = client.get(f"/runs/{ab}/cases/c0.json")
+        assert case.status_code == 422 and said in case.json()["error"]
+
+
 def test_the_viewer_shows_nothing_probe_show_and_export_do_not(runs, tmp_path):
     """What only the run's files hold (the target's config, the provider's response bodies, failed
     attempts' error bodies) stays there: no page, JSON or download carries it."""

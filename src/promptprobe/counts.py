@@ -34,7 +34,7 @@ from . import endpoints
 from .checks import METRICS, CheckSettings, Metric, metrics_for
 from .endpoints import Endpoint
 from .engine.cost import PriceMatch, PriceTable, load_prices, split_usage
-from .engine.store import iter_samples, load_manifest, run_state
+from .engine.store import iter_samples, load_manifest, run_state, sample_problem
 from .errors import InputError
 from .jsonio import iter_jsonl, loads
 from .models import model_of
@@ -467,12 +467,15 @@ class _AppendedLines:
             self.count += 1
             self.start, self.length, position = position, len(line), position + len(line)
             self.offset = position
-            if len(line) > 1:
+            if line.strip():
                 try:
-                    yield loads(line)
+                    record = loads(line)
                 except ValueError:
-                    if line.strip():
-                        raise InputError(f"{self.path}: line {self.count} is not valid JSON") from None
+                    raise InputError(f"{self.path}: line {self.count} is not valid JSON") from None
+                problem = sample_problem(record)
+                if problem is not None:
+                    raise InputError(f"{self.path}: line {self.count} {problem}")
+                yield record
             if position >= end:
                 break
 
@@ -686,6 +689,9 @@ def _count_range(
                 raise InputError(
                     f"{path}: the line at byte {position - len(line)} is not valid JSON"
                 ) from None
+            problem = sample_problem(sample)
+            if problem is not None:
+                raise InputError(f"{path}: the line at byte {position - len(line)} {problem}")
             counter.feed(sample, warnings.append)
     return _partial(counter.table), warnings
 

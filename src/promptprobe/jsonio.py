@@ -36,11 +36,24 @@ def warn(message: str) -> None:
     print(neutralised(SCRUBBER.text(f"warning: {message}")), file=sys.stderr)
 
 
-def iter_jsonl(path: Path, on_warning: Callable[[str], None] = warn) -> Iterator[dict[str, Any]]:
-    """Records of a JSON-lines file in order; a torn last line is skipped with a warning."""
+def iter_jsonl(
+    path: Path,
+    on_warning: Callable[[str], None] = warn,
+    check: Callable[[Any], str | None] | None = None,
+) -> Iterator[dict[str, Any]]:
+    """Records of a JSON-lines file in order; a torn last line is skipped with a warning.
+    `check` says what is wrong with a record that is JSON but not what the file holds (None: fine)."""
     if not path.is_file():
         return
-    loads = orjson.loads
+    parse = orjson.loads
+
+    def loads(line: bytes) -> Any:
+        record = parse(line)
+        problem = check(record) if check is not None else None
+        if problem is not None:
+            raise InputError(f"{path}: line {number} {problem}")
+        return record
+
     with open(path, "rb") as handle:
         previous: bytes | None = None
         number = 0

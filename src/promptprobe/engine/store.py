@@ -312,9 +312,34 @@ def load_manifest(run_dir: Path) -> dict[str, Any]:
     return manifest
 
 
+# What every reader of a sample record takes for granted (each record is written with all of them).
+SAMPLE_NEEDS: dict[str, type | tuple[type, ...]] = {
+    "sample_id": str,
+    "case_id": str,
+    "repeat": int,
+    "prompt": str,
+    "model": str,
+    "started_at": str,
+    "attempts": int,
+    "raw": (dict, type(None)),
+    "header": (dict, type(None)),
+    "error": (dict, type(None)),
+}
+
+
+def sample_problem(record: Any) -> str | None:
+    """Why a JSON line of samples.jsonl is not a sample record (None when it is one)."""
+    if not isinstance(record, dict):
+        return "is not a sample record (not a JSON object)"
+    wrong = [key for key, kind in SAMPLE_NEEDS.items() if not isinstance(record.get(key, ...), kind)]
+    if wrong:
+        return f"is not a sample record ({', '.join(wrong)} missing or of the wrong type)"
+    return None
+
+
 def iter_samples(run_dir: Path, on_warning: Any = warn) -> Iterator[dict[str, Any]]:
     """The samples of a run in file order (resume never leaves two records for one id)."""
-    yield from iter_jsonl(run_dir / "samples.jsonl", on_warning)
+    yield from iter_jsonl(run_dir / "samples.jsonl", on_warning, sample_problem)
 
 
 def load_run(run_dir: str | Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
