@@ -1,6 +1,8 @@
 """`probe show`, `probe export` and `probe classify RUN` on a run recorded through a real socket."""
 
 import base64
+import csv
+import io
 import json
 
 import pytest
@@ -98,3 +100,21 @@ def test_classify_run_offline_with_other_markers(run_dir):
     lines = {line["sample_id"]: line for line in read_jsonl(run_dir / "classifications" / "2.jsonl")[1:]}
     assert lines["fence.r1.a1"]["header"]["header"] == "present"
     assert lines["fence.r1.a1"]["header"]["declared"] == "no_answer"
+
+
+def test_every_reader_warns_of_a_torn_last_line(run_dir):
+    """DESIGN: a torn last line is ignored by every reader with a warning (why and the row export
+    too), on stderr or in the view, never in the rows themselves."""
+    samples = run_dir / "samples.jsonl"
+    lines = samples.read_bytes().splitlines(keepends=True)
+    samples.write_bytes(b"".join(lines[:-1]) + lines[-1][:40])
+    torn = f"the last line (line {len(lines)}) is torn"
+    for fmt in ("csv", "jsonl"):
+        rows = CliRunner().invoke(main, ["export", str(run_dir), "--format", fmt])
+        assert rows.exit_code == 0 and torn in rows.stderr and "torn" not in rows.stdout, fmt
+        found = list(csv.DictReader(io.StringIO(rows.stdout))) if fmt == "csv" else rows.stdout.splitlines()
+        assert len(found) == len(lines) - 1
+    why = CliRunner().invoke(main, ["why", str(run_dir), "--metric", "header_misplaced"])
+    assert why.exit_code == 0 and torn in " ".join(why.output.split()), why.output
+    data = json.loads(CliRunner().invoke(main, ["why", str(run_dir), "--json"]).stdout)
+    assert any(torn in w for w in data["warnings"])

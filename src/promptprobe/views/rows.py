@@ -28,7 +28,7 @@ from ..counts import build_counts, classifications, merged_samples, settings_of
 from ..engine.cost import usage_tokens
 from ..engine.store import load_manifest
 from ..errors import InputError
-from ..jsonio import dumps_line
+from ..jsonio import dumps_line, warn
 from ..probeset import parse_probeset
 from .show import HEADER_CLASSES
 from .tables import table
@@ -136,7 +136,8 @@ class SampleRows:
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         found = False
-        for record in merged_samples(self.run_dir, self.number, lambda message: None):
+        # Warned on stderr as every reader does: stdout holds only the rows.
+        for record in merged_samples(self.run_dir, self.number, warn):
             if not self._wanted(record):
                 continue
             found = True

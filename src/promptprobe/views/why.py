@@ -54,9 +54,11 @@ def explain(
     run_dir, filters = parse_selector(target)
     counts = counts or build_counts(run_dir)
     arm = select_arm(target, counts) if filters else None
-    return explain_scored(
+    result = explain_scored(
         scored_samples(counts, arm, metric), metric, _arm_name(arm, counts) if arm else "all arms", alpha
     )
+    result["warnings"] = list(counts.warnings)  # a torn last line, as report and compare say it
+    return result
 
 
 def scored_samples(counts: CountsTable, arm: Any, metric: str) -> Iterator[tuple[dict[str, Any], bool, str]]:
@@ -198,6 +200,7 @@ def render_why(result: dict[str, Any], fmt: str = "table", top: int = 10) -> str
         f"{result['metric']} on {result['arm']}: {result['failing_samples']} samples failed, "
         f"{result['passing_samples']} passed"
     ]
+    lines += [f"warning: {w}" for w in result.get("warnings") or []]
     if result.get("note"):
         return "\n".join([*lines, result["note"]])
     rows = result["phrases"][:top]
