@@ -551,3 +551,27 @@ def test_a_run_whose_writer_dies_reads_as_killed_without_any_file_changing(runs,
         if writer.poll() is None:
             writer.kill()
             writer.wait(timeout=30)
+
+
+def test_every_view_names_the_adjustment_the_verdicts_used(runs, tmp_path):
+    """The terminal and the JSON say which adjustment decided a family's verdicts; the static HTML
+    and the viewer say the same one, not Holm when it was Westfall-Young."""
+    folder, ab, _ = runs
+    run = str(folder / ab)
+    data = json.loads(CliRunner().invoke(main, ["compare", f"{run}#prompt=old", f"{run}#prompt=new", "--all",
+                                                "--json"]).stdout)
+    method = data["results"][0]["adjustment"]
+    assert method == "Westfall-Young min-P"  # every result paired: the min-P step-down
+    terminal = CliRunner().invoke(main, ["compare", f"{run}#prompt=old", f"{run}#prompt=new", "--all"]).stdout
+    assert method in terminal
+    compared, reported = tmp_path / "compare.html", tmp_path / "report.html"
+    CliRunner().invoke(main, ["compare", f"{run}#prompt=old", f"{run}#prompt=new", "--all", "-o", str(compared)])
+    CliRunner().invoke(main, ["report", run, "-o", str(reported)])
+    with TestClient(create_app(folder, warm=False), base_url="http://127.0.0.1") as client:
+        pages = {"compare.html": compared.read_text(), "report.html": reported.read_text(),
+                 "viewer run": client.get(f"/runs/{ab}").text,
+                 "viewer compare": client.get(f"/compare?a={ab}:1&b={ab}:2").text}
+    for name, html in pages.items():
+        assert f"{method}-adjusted p" in html or f"p ({method})" in html, name
+        assert "Holm" not in html, name
+
