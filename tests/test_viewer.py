@@ -575,3 +575,25 @@ def test_every_view_names_the_adjustment_the_verdicts_used(runs, tmp_path):
         assert f"{method}-adjusted p" in html or f"p ({method})" in html, name
         assert "Holm" not in html, name
 
+
+def test_arm_by_arm_notes_name_their_pair(runs, tmp_path):
+    """Two runs compared arm by arm: a note or warning that reads the same for two pairs is said for
+    each pair, by its name, not once for nobody knows which."""
+    folder, ab, _ = runs
+    copies = []
+    for name in ("before", "after"):
+        shutil.copytree(folder / ab, tmp_path / name)
+        path = tmp_path / name / "samples.jsonl"
+        samples = [json.loads(line) for line in path.read_text().splitlines()]
+        for sample in samples:
+            if sample["case_id"] == "c5" and sample["repeat"] == 1:  # one failed sample in each arm
+                sample.update(raw=None, header=None, checks={}, outcomes=None,
+                              error={"kind": "http_status", "message": "HTTP 500", "attempts": 1})
+        path.write_text("".join(json.dumps(s) + "\n" for s in samples))
+        copies.append(str(tmp_path / name))
+    result = CliRunner().invoke(main, ["compare", *copies])
+    assert result.exit_code == 0, result.output
+    notes = [line for line in result.stdout.splitlines() if line.startswith("note: ")]
+    assert [n.split(":")[1].strip() for n in notes if "failed samples" in n] == ["old", "new"]
+    warnings = result.stderr.splitlines()
+    assert [w.split(":")[1].strip() for w in warnings if "failed samples count" in w] == ["old", "new"]

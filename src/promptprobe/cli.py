@@ -1118,8 +1118,9 @@ def compare(
         emit(render_comparison(comparison, fmt, color=color), output, colour=color)
         for metric in comparison["results"]:
             if metric["a"]["errors"] or metric["b"]["errors"]:
+                pair = f"{metric['pair']}: " if metric.get("pair") else ""
                 say(
-                    f"warning: {metric['metric']}: failed samples count against their arm "
+                    f"warning: {pair}{metric['metric']}: failed samples count against their arm "
                     f"(A {metric['a']['errors']}, B {metric['b']['errors']})",
                     err=True,
                 )

@@ -932,7 +932,9 @@ def render_comparison(
         out.append(
             f"retrieval drift: {change['case_id']} got different passages in B's run: {'; '.join(parts)}"
         )
-    for note in dict.fromkeys(n for r in results for n in r.get("notes", [])):
+    # Arm by arm, one metric's notes read alike for every pair: each names its pair.
+    pair_of = {id(r): f"{r['pair']}: " if by_pair else "" for r in results}
+    for note in dict.fromkeys(pair_of[id(r)] + n for r in results for n in r.get("notes", [])):
         out.append(f"note: {note}")
     for warning in comparison.get("warnings") or []:
         out.append(f"warning: {warning}")
