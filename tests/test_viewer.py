@@ -597,3 +597,23 @@ def test_arm_by_arm_notes_name_their_pair(runs, tmp_path):
     assert [n.split(":")[1].strip() for n in notes if "failed samples" in n] == ["old", "new"]
     warnings = result.stderr.splitlines()
     assert [w.split(":")[1].strip() for w in warnings if "failed samples count" in w] == ["old", "new"]
+
+
+def test_probe_runs_and_the_viewer_count_a_run_still_marked_running_alike(runs, tmp_path):
+    """A run still marked running (being written, or killed) has its start's counts in its manifest:
+    `probe runs` counts its samples.jsonl as the viewer's runs page does, not 0."""
+    folder, ab, _ = runs
+    copy = tmp_path / "runs"
+    shutil.copytree(folder / ab, copy / ab)
+    manifest = json.loads((copy / ab / "manifest.json").read_text())
+    manifest["status"] = "running"
+    manifest["counts"] = {"planned": manifest["counts"]["planned"], "recorded": 0, "errors": 0}
+    (copy / ab / "manifest.json").write_text(json.dumps(manifest))
+    samples = [json.loads(line) for line in (copy / ab / "samples.jsonl").read_text().splitlines()][:10]
+    samples[0].update(raw=None, header=None, error={"kind": "http_status", "message": "HTTP 500", "attempts": 1})
+    (copy / ab / "samples.jsonl").write_text("".join(json.dumps(s) + "\n" for s in samples))
+    listed = json.loads(CliRunner().invoke(main, ["runs", "--runs-dir", str(copy), "--json"]).stdout)["runs"][0]
+    assert (listed["status"], listed["samples"], listed["errors"]) == ("killed", 10, 1)
+    with TestClient(create_app(copy, warm=False), base_url="http://127.0.0.1") as client:
+        line = client.get("/.json").json()["runs"][0]
+    assert (line["status"], line["samples"], line["errors"]) == ("killed", 10, 1)

@@ -54,6 +54,20 @@ class RunInfo:
         }
 
 
+def _tally(path: Path) -> dict[str, int] | None:
+    """Samples and failed samples as samples.jsonl holds them now (None: it cannot be read)."""
+    from .engine.store import iter_samples
+
+    recorded = errors = 0
+    try:
+        for sample in iter_samples(path, lambda message: None):
+            recorded += 1
+            errors += bool(sample.get("error"))
+    except InputError:
+        return None
+    return {"recorded": recorded, "errors": errors}
+
+
 def _info(path: Path) -> RunInfo | None:
     """What `probe runs` shows of one run directory (None: not a readable run)."""
     from .engine.store import load_manifest, run_state
@@ -63,6 +77,9 @@ def _info(path: Path) -> RunInfo | None:
     except InputError:
         return None
     counts = manifest.get("counts") or {}
+    if manifest.get("status") == "running":
+        # Running or killed: the manifest's counts are those of its start, the file's are current.
+        counts = {**counts, **(_tally(path) or {})}
     pairs = tuple(
         (str(a.get("prompt")), str(a.get("model"))) for a in manifest.get("arms") or [] if isinstance(a, dict)
     )
