@@ -617,3 +617,13 @@ def test_probe_runs_and_the_viewer_count_a_run_still_marked_running_alike(runs, 
     with TestClient(create_app(copy, warm=False), base_url="http://127.0.0.1") as client:
         line = client.get("/.json").json()["runs"][0]
     assert (line["status"], line["samples"], line["errors"]) == ("killed", 10, 1)
+
+
+def test_the_compare_page_refuses_a_metric_the_runs_do_not_have(client, runs):
+    """Ordered by a metric neither arm has, every case would read as a tie (0 discordant): the page
+    says the metric is unknown instead, as the why page does."""
+    _, ab, _ = runs
+    answer = client.get(f"/compare.json?a={ab}:1&b={ab}:2&metric=header_presnt")
+    assert answer.status_code == 404 and "no metric 'header_presnt'" in answer.json()["error"]
+    assert client.get(f"/compare?a={ab}:1&b={ab}:2&metric=header_presnt").status_code == 404
+    assert client.get(f"/compare.json?a={ab}:1&b={ab}:2&metric=header_absent").status_code == 200

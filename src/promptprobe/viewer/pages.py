@@ -216,6 +216,11 @@ def compare_page(
     live_a, counts_a = _counted(runs, side_a[0])
     live_b, counts_b = (live_a, counts_a) if side_b[0] == side_a[0] else _counted(runs, side_b[0])
     arm_a, arm_b = _arm(counts_a, side_a[1]), _arm(counts_b, side_b[1])
+    for counts in (counts_a, counts_b):
+        # Ordered by a metric it does not have, every case would read as a tie: say so instead.
+        if view["metric"] not in counts.metrics:
+            known = ", ".join(counts.metrics)
+            raise NotFound(f"no metric {view['metric']!r} in run {Path(counts.run).name} (known: {known})")
     # The verdicts (with their sample-size hints, a short simulation) once per pair of tables;
     # each page of cases then only reads outputs.
     summary = MEMO.get(
