@@ -312,26 +312,17 @@ def load_manifest(run_dir: Path) -> dict[str, Any]:
     return manifest
 
 
-# What every reader of a sample record takes for granted (each record is written with all of them).
-SAMPLE_NEEDS: dict[str, type | tuple[type, ...]] = {
-    "sample_id": str,
-    "case_id": str,
-    "repeat": int,
-    "prompt": str,
-    "model": str,
-    "started_at": str,
-    "attempts": int,
-    "raw": (dict, type(None)),
-    "header": (dict, type(None)),
-    "error": (dict, type(None)),
-}
+# What every reader of a sample record takes for granted: who it is, and the shape of what it holds.
+SAMPLE_NEEDS: dict[str, type] = {"sample_id": str, "case_id": str, "repeat": int, "prompt": str, "model": str}
+SAMPLE_PARTS = ("raw", "header", "error")  # each an object, or null (or left out) when there is none
 
 
 def sample_problem(record: Any) -> str | None:
     """Why a JSON line of samples.jsonl is not a sample record (None when it is one)."""
     if not isinstance(record, dict):
         return "is not a sample record (not a JSON object)"
-    wrong = [key for key, kind in SAMPLE_NEEDS.items() if not isinstance(record.get(key, ...), kind)]
+    wrong = [key for key, kind in SAMPLE_NEEDS.items() if not isinstance(record.get(key), kind)]
+    wrong += [key for key in SAMPLE_PARTS if not isinstance(record.get(key), dict | None)]
     if wrong:
         return f"is not a sample record ({', '.join(wrong)} missing or of the wrong type)"
     return None

@@ -238,9 +238,9 @@ def export(
             ("provider-reported model", response.get("model")),
             ("request id", response.get("request_id")),
             ("stop reason", response.get("stop_reason")),
-            ("started", record["started_at"]),
+            ("started", record.get("started_at")),
             ("latency", f"{record['latency_ms']} ms" if record.get("latency_ms") is not None else None),
-            ("attempts", record["attempts"]),
+            ("attempts", record.get("attempts")),
         ]
         if record.get("raw"):
             rows.append(("raw output", f"{record['raw']['bytes']} bytes, sha256 {record['raw']['sha256']}"))
