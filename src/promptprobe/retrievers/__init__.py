@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ..endpoints import scrub_url
 from ..errors import InputError
 from .base import NoRetriever, Passage, RetrievalError, Retriever, snapshot_digest
 
@@ -48,7 +49,12 @@ def make_retriever(config: dict[str, Any], base_dir: Path | None = None) -> Retr
 def redact(value: Any) -> Any:
     """A copy of a config with anything secret-looking removed, for the manifest."""
     if isinstance(value, dict):
-        return {k: "[removed]" if SECRET_KEY.search(str(k)) else redact(v) for k, v in value.items()}
+        return {
+            k: "[removed]" if SECRET_KEY.search(str(k))
+            else scrub_url(v) if k == "url" and isinstance(v, str)  # its password and query values
+            else redact(v)
+            for k, v in value.items()
+        }
     if isinstance(value, list):
         return [redact(v) for v in value]
     return value
