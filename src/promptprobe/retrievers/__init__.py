@@ -14,7 +14,8 @@ from ..endpoints import scrub_url
 from ..errors import InputError
 from .base import NoRetriever, Passage, RetrievalError, Retriever, snapshot_digest
 
-SECRET_KEY = re.compile(r"authorization|api[-_]?key|token|secret|password|cookie", re.IGNORECASE)
+# Names credentials go under: any key (Ocp-Apim-Subscription-Key), any auth (X-Auth), ...
+SECRET_KEY = re.compile(r"auth|key|token|secret|passw|cookie|credential|signature|session", re.IGNORECASE)
 
 Factory = Callable[[dict[str, Any], Path | None], Retriever]
 REGISTRY: dict[str, Factory] = {}
