@@ -147,3 +147,15 @@ def test_a_model_down_from_the_start_is_exit_3_within_seconds_and_leaves_nothing
     assert result.stderr == (f"error: model openai:m@{url}: cannot connect to 127.0.0.1:{port} "
                              "(Connection refused); nothing was run\n")
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+def test_a_run_without_retrieval_does_not_report_its_retrievals_as_empty(tmp_path, monkeypatch):
+    """With `--retrieval none` (and `kind = "none"`, what `probe init` writes) no passage is expected:
+    the report does not point out every case as an empty retrieval."""
+    probeset = write_probeset(tmp_path / "p.toml", [("a", "Question one?", None), ("b", "Question two?", None)])
+    with LocalServer() as server:
+        result = invoke(tmp_path, monkeypatch, str(probeset), "--prompt", PROMPT, "--model", f"openai:m@{server.url}/v1")
+    assert result.exit_code == 0, result.output
+    assert "empty results" not in result.output
+    report = json.loads(CliRunner().invoke(main, ["report", str(run_dir_of(result)), "--json"]).stdout)
+    assert [c["empty"] for c in report["retrieval"]["cases"]] == [0, 0]

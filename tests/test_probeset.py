@@ -148,3 +148,22 @@ def test_check_cli_ok():
     result = CliRunner().invoke(main, ["check", str(ROOT / "probes" / "refusal-header.toml")])
     assert result.exit_code == 0
     assert result.output == "ok: refusal-header (12 cases, 3 repeats)\n"
+
+
+def test_a_file_saved_with_a_bom_and_crlf_reads_as_written(tmp_path):
+    """Windows editors save UTF-8 with a byte order mark and CRLF: the file means what it says (its
+    duplicate questions are still refused), the run keeps its exact bytes, and probe.toml alike."""
+    text = 'name = "win"\r\nrepeats = 2\r\n[[case]]\r\nid = "a"\r\nquestion = "Hi?"\r\n'
+    path = tmp_path / "win.toml"
+    path.write_bytes(b"\xef\xbb\xbf" + text.encode())
+    probeset = load_probeset(path)
+    assert (probeset.name, probeset.repeats, probeset.cases[0].question) == ("win", 2, "Hi?")
+    assert probeset.source == path.read_bytes()
+    duplicated = tmp_path / "twice.toml"
+    duplicated.write_bytes(b"\xef\xbb\xbf" + (text + '[[case]]\r\nid = "b"\r\nquestion = "HI?"\r\n').encode())
+    with pytest.raises(InputError, match="cases 'a' and 'b' ask the same question"):
+        load_probeset(duplicated)
+    config = tmp_path / "probe.toml"
+    config.write_bytes(b"\xef\xbb\xbf" + b'[retrieval]\r\nkind = "none"\r\n[run]\r\nrepeats = 4\r\n')
+    result = CliRunner().invoke(main, ["check", "--config", str(config), str(path)])
+    assert result.exit_code == 0, result.output

@@ -335,3 +335,18 @@ def test_a_password_in_a_models_url_reaches_no_file_of_the_run(tmp_path):
     assert model["endpoint"]["url"] == f"{server.url}/v1?api-key=REMOVED"
     written = b"".join(p.read_bytes() for p in [*run_dir.rglob("*"), tmp_path / "plan.json"] if p.is_file())
     assert b"hunter2-passphrase" not in written and b"k3y-0123456789ab" not in written
+
+
+def test_a_password_and_key_in_the_retrieval_url_reach_no_file_of_the_run(tmp_path, retrieval_server):
+    config = write_config(tmp_path / "probe.toml", retrieval_server.url.replace("http://", "http://alice:hunter2-passphrase@"))
+    config.write_text(config.read_text().replace('/search"', '/search?api_key=r3trieval-0123456789"'))
+    with LocalServer() as model:
+        result = invoke("run", probeset(tmp_path, 1), "--prompt", PROMPT, "-m", f"openai:m@{model.url}/v1",
+                        "--config", config, "--runs-dir", tmp_path / "runs")
+        assert result.exit_code == 0, result.output
+    assert "api_key=r3trieval-0123456789" in retrieval_server.requests[0].path  # the search got it
+    run_dir = run_dir_of(result)
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["target"]["retrieval"]["url"] == f"{retrieval_server.url}/search?api_key=REMOVED"
+    written = b"".join(p.read_bytes() for p in run_dir.rglob("*") if p.is_file()) + result.output.encode()
+    assert b"hunter2-passphrase" not in written and b"r3trieval-0123456789" not in written

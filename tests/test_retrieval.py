@@ -135,3 +135,13 @@ def test_seed_and_temperature_reach_openai_only_when_set(tmp_path):
     assert first["seed"] == 42 and first["temperature"] == 0.0
     assert "seed" not in second and "temperature" not in second
     assert server.requests[1].headers["authorization"] == "Bearer no-key-needed"
+
+
+def test_redact_removes_credentials_under_any_key_or_auth_name():
+    """Azure API Management's Ocp-Apim-Subscription-Key, an X-Auth header, a Proxy-Authorization:
+    credentials under names other than Authorization and API key are removed too."""
+    headers = {"Ocp-Apim-Subscription-Key": "literal-subscription-0123", "X-Auth": "literal-auth-4567",
+               "Proxy-Authorization": "Basic abc", "X-Session-Id": "s-1", "Accept": "json"}
+    assert redact({"headers": headers})["headers"] == {
+        "Ocp-Apim-Subscription-Key": "[removed]", "X-Auth": "[removed]", "Proxy-Authorization": "[removed]",
+        "X-Session-Id": "[removed]", "Accept": "json"}

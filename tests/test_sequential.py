@@ -431,3 +431,27 @@ def test_the_plan_is_what_an_independent_simulation_of_the_runs_rule_gives():
     assert abs(mean - plan["samples_per_arm"]["mean"]) <= 1.5 * error
     power_error = 1.96 * math.sqrt(plan["power"] * (1 - plan["power"]) * (1 / trials + 1 / plan["trials"]))
     assert abs(right / trials - plan["power"]) <= 1.5 * power_error + 1e-9
+
+
+def test_the_dry_run_prices_the_cap_and_the_manifest_says_where_the_rounds_came_from(tmp_path):
+    """`--until-decided --dry-run` prices what the run can take (its cap of rounds, not the probe
+    set's repeats) and refuses what the run refuses; the run records its rounds as the cap's, not
+    the probe set's."""
+    cap = rounds_for_power(0.15, 6).rounds
+    dry = two_prompt_run(tmp_path / "dry", {"a": 0.0, "b": 1.0}, "--dry-run", "--json")
+    assert dry.exit_code == 0, dry.output
+    plan = json.loads(dry.stdout)
+    assert plan["repeats"] == cap and plan["calls"] == 2 * 6 * cap
+    assert plan["settings"]["repeats"] == {"value": cap, "from": "--until-decided cap at --detect 15"}
+    assert any(f"priced at its cap of {cap} rounds" in note for note in plan["notes"])
+    capped = json.loads(two_prompt_run(tmp_path / "capped", {"a": 0.0, "b": 1.0}, "--dry-run", "--json",
+                                       "--max-rounds", "3").stdout)
+    assert capped["calls"] == 2 * 6 * 3 and capped["settings"]["repeats"] == {"value": 3, "from": "flag"}
+    unknown = two_prompt_run(tmp_path / "unknown", {"a": 0.0, "b": 1.0}, "--dry-run", "--metric", "nosuch")
+    assert unknown.exit_code == 2 and "--metric nosuch: unknown metric" in unknown.stderr
+    three = two_prompt_run(tmp_path / "three", {"a": 1.0, "b": 1.0, "c": 1.0}, "--dry-run")
+    assert three.exit_code == 2 and "exactly two arms" in three.stderr
+    result = two_prompt_run(tmp_path / "run", {"a": 0.0, "b": 1.0})
+    assert result.exit_code == 0, result.output
+    manifest = json.loads((run_dir_of(result) / "manifest.json").read_text())
+    assert manifest["settings"]["repeats"] == {"value": cap, "from": "--until-decided cap at --detect 15"}

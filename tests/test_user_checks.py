@@ -493,3 +493,82 @@ def test_check_functions_are_imported_from_the_current_directory_first(tmp_path,
         assert run_checks(checks, SampleView(case, "t", [], {}, settings, {}))[1]["user"] == {"x": True}
     finally:
         close_checks(checks)
+
+
+LEAKY = '''import os
+import sys
+
+KEY = os.environ["LEAKY_KEY"]
+
+
+def long_message(sample):
+    raise ValueError("x" * 975 + KEY)  # the key straddles the cut of a long message
+
+
+def prints_then_fails(sample):
+    print(KEY + "y" * 490)  # only the end of printed output is kept: the cut falls in the key
+    raise RuntimeError("boom")
+
+
+def writes_then_dies(sample):
+    os.write(2, (KEY + "z" * 290 + "\\n").encode())  # the last line of its stderr, cut at 300
+    os._exit(9)
+'''
+
+
+def test_no_cut_of_a_checks_message_keeps_part_of_a_key(tmp_path, monkeypatch):
+    """The messages of a failing check are cut (a long exception, the end of what it printed, the
+    last line of a dead worker's stderr): each is scrubbed first, so no part of a key is kept."""
+    key = "sk-proj-Abc123XyZ789_secretvalue-42"
+    monkeypatch.setenv("LEAKY_KEY", key)
+    monkeypatch.chdir(tmp_path)
+    module = f"leaky_{uuid.uuid4().hex[:8]}"
+    (tmp_path / f"{module}.py").write_text(LEAKY)
+    (tmp_path / "prices.toml").write_text(PROBESET)
+    (tmp_path / "v1.md").write_text("You are the help desk (v1).\n")
+    checks = "".join(f'[[check]]\nname = "{name}"\nfunction = "{module}:{name}"\n\n'
+                     for name in ("long_message", "prints_then_fails", "writes_then_dies"))
+    with LocalServer(reply_for) as server:
+        (tmp_path / "probe.toml").write_text(
+            f'[retrieval]\nkind = "none"\n\n[run]\nmodels = [{{ spec = "openai:m@{server.url}/v1", '
+            f'api_key_env = "LEAKY_KEY" }}]\n\n{checks}')
+        result = CliRunner().invoke(main, ["run", "prices.toml", "--prompt", "v1.md", "-n", "1",
+                                           "--runs-dir", "runs"])
+        assert key in server.requests[0].headers["authorization"]
+    assert result.exit_code == 1, result.output
+    samples = read_jsonl(run_dir_of(result) / "samples.jsonl")
+    errors = samples[0]["checks"]["user_errors"]
+    assert set(errors) == {"long_message", "prints_then_fails", "writes_then_dies"}
+    assert "[LEAKY_KEY removed]" in errors["long_message"]
+    written = b"".join(p.read_bytes() for p in (tmp_path / "runs").rglob("*") if p.is_file())
+    for piece in (key[:20], key[-10:]):  # each half a cut could have kept
+        assert piece.encode() not in written and piece not in result.output
+
+
+def test_classify_runs_the_checks_with_the_runs_keys_scrubbed(tmp_path, monkeypatch):
+    """`probe classify RUN` runs the checks again in a process that built no provider: what a check
+    says about the run's key (a model's api_key_env) is still scrubbed from the classification."""
+    key = "sk-proj-Abc123XyZ789_secretvalue-42"
+    monkeypatch.setenv("LEAKY_KEY", key)
+    monkeypatch.chdir(tmp_path)
+    module = f"leaky_{uuid.uuid4().hex[:8]}"
+    (tmp_path / f"{module}.py").write_text("def says_nothing(sample):\n    return True\n")
+    (tmp_path / "prices.toml").write_text(PROBESET)
+    (tmp_path / "v1.md").write_text("You are the help desk (v1).\n")
+    with LocalServer(reply_for) as server:
+        (tmp_path / "probe.toml").write_text(
+            f'[retrieval]\nkind = "none"\n\n[run]\nmodels = [{{ spec = "openai:m@{server.url}/v1", '
+            f'api_key_env = "LEAKY_KEY" }}]\n\n[[check]]\nname = "says_nothing"\n'
+            f'function = "{module}:says_nothing"\n')
+        result = CliRunner().invoke(main, ["run", "prices.toml", "--prompt", "v1.md", "-n", "1",
+                                           "--runs-dir", "runs"])
+    assert result.exit_code == 0, result.output
+    (tmp_path / f"{module}.py").write_text(
+        "import os\n\n\ndef says_nothing(sample):\n    raise ValueError('my key is ' + os.environ['LEAKY_KEY'])\n")
+    done = subprocess.run([PROBE, "classify", str(run_dir_of(result)), "--json"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    (classification,) = (run_dir_of(result) / "classifications").iterdir()
+    written = classification.read_text()
+    assert "my key is [LEAKY_KEY removed]" in written
+    assert key not in written + done.stdout + done.stderr

@@ -29,8 +29,10 @@ from .counts import classifications, merged_samples, settings_of
 from .engine.store import RunStore, load_manifest, utc_now
 from .errors import InputError
 from .jsonio import iter_jsonl
+from .models import model_of
 from .paths import is_file
 from .probeset import parse_probeset
+from .providers import protect_keys
 from .tomlfile import read_input
 from .version import __version__
 
@@ -101,6 +103,8 @@ def reclassify_run(run_dir: Path, settings: CheckSettings | None = None) -> dict
             "moved": [],
             "metrics_changed": {},
         }
+    # The checks are user code run with the keys in the environment: what they say is scrubbed.
+    protect_keys([model_of(model) for model in manifest.get("models") or []])
     checks = build_checks(settings)
     try:
         probeset = parse_probeset(

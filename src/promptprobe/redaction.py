@@ -151,6 +151,12 @@ class Scrubber:
             self._pattern = re.compile("|".join(f"({pattern_of(secret)})" for secret in ordered))
             self._quick = Prefilter(ordered)
 
+    def known(self) -> dict[str, str]:
+        """The secrets scrubbed now (value -> the name of its variable), for a worker process to
+        scrub its own messages with before it cuts them."""
+        with self.lock:
+            return dict(self.secrets)
+
     def take_warnings(self) -> list[str]:
         """One line per secret too short to be scrubbed reliably, each said once."""
         with self.lock:

@@ -35,12 +35,14 @@ from types import MappingProxyType
 from typing import Any
 
 from .errors import InputError
+from .redaction import SCRUBBER
 
 HEADER = struct.Struct("!Q")  # the length of each message, before its pickled bytes
 START_SECONDS = 120.0  # importing the functions (a cold import of a large library can be slow)
 CAPTURED_LIMIT = 500  # characters of a function's printed output kept with its error
 MESSAGE_LIMIT = 1000  # characters of an exception's message kept
 STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
+LOG_READ = 64 * 1024  # bytes of a dead worker's stderr read, scrubbed, then cut to its last line
 SPARE_WAIT = 0.05  # seconds a call waits for a busy worker before another is started
 
 
@@ -95,7 +97,7 @@ def _where_it_raised(exc: BaseException) -> str:
 def _described(exc: BaseException) -> str:
     """`KeyError: 'price'`; an exception whose message cannot be read is still named."""
     try:
-        said = str(exc)
+        said = SCRUBBER.text(str(exc))  # scrubbed before the cut, so no cut keeps part of a key
     except BaseException:  # its __str__ raised too: the type is what can be said
         said = "(its message could not be read)"
     if len(said) > MESSAGE_LIMIT:
@@ -116,11 +118,17 @@ def _call(function: Any, sample: Any) -> Outcome:
         if result is None or type(result) is bool:
             return Outcome(value=result)
         outcome = Outcome(error=f"returned {type(result).__name__}; a check returns True, False or None")
-    text = printed.getvalue().strip()
+    text = SCRUBBER.text(printed.getvalue()).strip()
     if text:
         shown = text if len(text) <= CAPTURED_LIMIT else "..." + text[-CAPTURED_LIMIT:]
         outcome = Outcome(error=f"{outcome.error}; it printed: {shown}")
     return outcome
+
+
+def _learn(secrets: Any) -> None:
+    """Scrub what the probe scrubs: its secrets come with each message (never on the command line)."""
+    for value, name in (secrets or {}).items():
+        SCRUBBER.add(name, value)
 
 
 def _watch_parent(parent: int) -> None:
@@ -149,6 +157,7 @@ def serve(parent: int, functions_named: Sequence[tuple[str, str]]) -> None:
     sys.stdin = open(os.devnull)  # noqa: SIM115  # a function that reads input gets none
     from .production import import_function
 
+    _learn(_receive(requests))
     functions: list[Any] = []
     problems: list[str | None] = []
     printed = io.StringIO()
@@ -168,7 +177,8 @@ def serve(parent: int, functions_named: Sequence[tuple[str, str]]) -> None:
         request = _receive(requests)
         if request is None:
             return
-        index, data = request
+        index, data, secrets = request
+        _learn(secrets)
         sample = frozen(pickle.loads(data))
         _send(replies, _call(functions[index], sample))
 
@@ -213,18 +223,25 @@ class Worker:
         self.requests = self.process.stdin
         self.replies = self.process.stdout.fileno()
 
+    def _write(self, message: Any) -> None:
+        data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+        self.requests.write(HEADER.pack(len(data)) + data)
+        self.requests.flush()
+
     def started(self, limit: float) -> list[str | None]:
         """Each function's import problem (None: imported), once the worker is ready."""
         late = f"did not finish importing within {limit:g} s"
+        try:
+            self._write(SCRUBBER.known())  # its import errors are scrubbed before they are cut
+        except OSError:
+            raise WorkerGone(self._died("while it started")) from None
         problems = self._answer(limit, "importing the functions", late)
         assert isinstance(problems, list)
         return problems
 
     def call(self, index: int, data: bytes, timeout: float) -> Outcome:
-        message = pickle.dumps((index, data), protocol=pickle.HIGHEST_PROTOCOL)
         try:
-            self.requests.write(HEADER.pack(len(message)) + message)
-            self.requests.flush()
+            self._write((index, data, SCRUBBER.known()))
         except OSError:
             raise WorkerGone(self._died("before it was called")) from None
         late = f"did not return within {timeout:g} s (its timeout); stopped"
@@ -255,8 +272,9 @@ class Worker:
         self.stop()
         code = self.process.wait()
         how = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
-        self.log.seek(0)
-        tail = self.log.read()[-300:].decode("utf-8", "replace").strip().splitlines()
+        self.log.seek(max(0, self.log.seek(0, os.SEEK_END) - LOG_READ))
+        # Scrubbed before the cut to its last 300 characters, so the cut keeps no part of a key.
+        tail = SCRUBBER.text(self.log.read().decode("utf-8", "replace"))[-300:].strip().splitlines()
         last = f": {tail[-1]}" if tail else ""
         return f"its process ended {when} ({how}){last}"
 

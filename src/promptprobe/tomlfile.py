@@ -23,7 +23,8 @@ def read_input(path: Path, what: str = "file") -> bytes:
 
 def parse_toml(data: bytes, path: Path) -> dict[str, Any]:
     try:
-        text = data.decode("utf-8")
+        # A byte order mark (Windows editors write one) is not TOML, but it is not the user's mistake.
+        text = data.decode("utf-8").removeprefix("\ufeff")
     except UnicodeDecodeError as exc:
         raise InputError(f"{path}: not valid UTF-8 (byte {exc.start})") from None
     try:

@@ -54,6 +54,38 @@ def _refuse_unreachable(cap: Cap, rule: SequentialRule, cases: int) -> None:
         )
 
 
+def _refuse_design(arms: int, rule: SequentialRule) -> None:
+    if arms != 2:
+        raise InputError(
+            f"--until-decided compares exactly two arms (two prompts, or two models); this run has {arms}"
+        )
+    if rule.max_rounds is not None and rule.max_rounds < rule.min_rounds:
+        raise InputError(f"--max-rounds {rule.max_rounds} is below --min-rounds {rule.min_rounds}")
+
+
+def sequential_options(
+    probeset: ProbeSet, config: TargetConfig, options: RunOptions, rule: SequentialRule, arms: int
+) -> tuple[RunOptions, Cap | None]:
+    """The options of a sequential run of `arms` arms (its repeats are the rounds of its cap,
+    recorded as such) and the cap worked out from `rule.detect` (None when `rule.max_rounds` sets it)."""
+    _refuse_design(arms, rule)
+    known = metrics_for(config.checks)
+    if rule.metric not in known:
+        raise InputError(f"--metric {rule.metric}: unknown metric (known: {', '.join(known)})")
+    cap = None
+    max_rounds = rule.max_rounds
+    source = "flag"  # --max-rounds
+    if max_rounds is None:
+        cap = default_cap(len(probeset.cases), rule)
+        _refuse_unreachable(cap, rule, len(probeset.cases))
+        max_rounds = cap.rounds
+        source = f"--until-decided cap at --detect {100 * rule.detect:g}"
+    assert max_rounds is not None
+    # The rounds replace any repeats: the manifest must not credit the probe set or a flag with them.
+    settings = {**options.settings, "repeats": {"value": max_rounds, "from": source}}
+    return replace(options, repeats=max_rounds, settings=settings), cap
+
+
 class RunFacade:
     """What the CLI and the demo reach through a run that wraps a ProbeRun: its plan, store,
     tally, the on_* hooks and cancel, so that they drive it like a ProbeRun."""
@@ -104,13 +136,7 @@ class SequentialRun(RunFacade):
     """Drives a ProbeRun (new or resumed) round by round until the rule stops it."""
 
     def __init__(self, runner: ProbeRun, rule: SequentialRule, cap: Cap | None = None) -> None:
-        if len(runner.plan.arms) != 2:
-            raise InputError(
-                f"--until-decided compares exactly two arms (two prompts, or two models); this run has "
-                f"{len(runner.plan.arms)}"
-            )
-        if rule.max_rounds is not None and rule.max_rounds < rule.min_rounds:
-            raise InputError(f"--max-rounds {rule.max_rounds} is below --min-rounds {rule.min_rounds}")
+        _refuse_design(len(runner.plan.arms), rule)
         self.runner = runner
         self.rule = rule
         self.cap = cap
@@ -144,17 +170,9 @@ class SequentialRun(RunFacade):
         options: RunOptions,
         rule: SequentialRule,
     ) -> "SequentialRun":
-        known = metrics_for(config.checks)
-        if rule.metric not in known:
-            raise InputError(f"--metric {rule.metric}: unknown metric (known: {', '.join(known)})")
-        cap = None
-        max_rounds = rule.max_rounds
-        if max_rounds is None:
-            cap = default_cap(len(probeset.cases), rule)
-            _refuse_unreachable(cap, rule, len(probeset.cases))
-            max_rounds = cap.rounds
-        runner = ProbeRun(probeset, prompts, models, config, replace(options, repeats=max_rounds))
-        return cls(runner, replace(rule, max_rounds=max_rounds), cap)
+        options, cap = sequential_options(probeset, config, options, rule, len(prompts) * len(models))
+        runner = ProbeRun(probeset, prompts, models, config, options)
+        return cls(runner, replace(rule, max_rounds=options.repeats), cap)
 
     def describe(self) -> str:
         """What the run will do, said before it starts: the rule and its cap."""

@@ -7,16 +7,20 @@ imports nothing heavy, so reading a run never pays for it.
 
 import gc
 import importlib
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..errors import InputError
-from ..models import ModelSpec, parse_model_spec
+from ..models import DEFAULT_KEY_ENV, ModelSpec, parse_model_spec
 
 if TYPE_CHECKING:
     from .base import GenerationParams, Provider
 
 REGISTRY: dict[str, "str | Callable[..., Provider]"] = {}
+VERTEX_TOKEN_ENV = "ANTHROPIC_VERTEX_ACCESS_TOKEN"  # a ready token; else Google's default chain
+# Cloud secrets the SDKs read from the environment: scrubbed like API keys wherever they appear.
+CLOUD_SECRETS = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_BEARER_TOKEN_BEDROCK", VERTEX_TOKEN_ENV)
 
 
 def register(
@@ -67,4 +71,19 @@ def make_provider(spec: ModelSpec, params: "GenerationParams") -> "Provider":
             gc.enable()
 
 
-__all__ = ["REGISTRY", "make_provider", "parse_spec", "register"]
+def protect_keys(specs: Sequence[ModelSpec]) -> None:
+    """Hand every key these models' calls would use to the scrubber, requiring none: for work that
+    runs user code on a recorded run without building a provider (`probe classify RUN`)."""
+    from ..endpoints import protect
+    from ..redaction import MIN_SECRET_LENGTH, SCRUBBER
+
+    names = {*DEFAULT_KEY_ENV.values(), *CLOUD_SECRETS, *(spec.key_env for spec in specs if spec.key_env)}
+    for name in sorted(names):
+        value = os.environ.get(name) or ""
+        if len(value) >= MIN_SECRET_LENGTH:
+            SCRUBBER.add(name, value)
+    for spec in specs:
+        protect(spec)
+
+
+__all__ = ["REGISTRY", "make_provider", "parse_spec", "protect_keys", "register"]

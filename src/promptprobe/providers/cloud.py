@@ -10,14 +10,12 @@ from typing import Any
 from ..errors import StartError
 from ..models import ModelSpec
 from ..redaction import SCRUBBER
+from . import CLOUD_SECRETS, VERTEX_TOKEN_ENV
 from .anthropic_provider import AnthropicProvider
 from .base import GenerationParams, Provider
 from .openai_provider import OpenAIBatch, OpenAIProvider
 
 AZURE_API_VERSION = "2024-10-21"  # the latest GA data-plane version with batches
-VERTEX_TOKEN_ENV = "ANTHROPIC_VERTEX_ACCESS_TOKEN"  # a ready token; else Google's default chain
-# Cloud secrets the SDKs read from the environment: scrubbed like API keys wherever they appear.
-CLOUD_SECRETS = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_BEARER_TOKEN_BEDROCK", VERTEX_TOKEN_ENV)
 
 
 def require_extra(spec: ModelSpec, modules: tuple[str, ...], extra: str) -> None:

@@ -10,10 +10,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ..endpoints import scrub_url
 from ..errors import InputError
 from .base import NoRetriever, Passage, RetrievalError, Retriever, snapshot_digest
 
-SECRET_KEY = re.compile(r"authorization|api[-_]?key|token|secret|password|cookie", re.IGNORECASE)
+# Names credentials go under: any key (Ocp-Apim-Subscription-Key), any auth (X-Auth), ...
+SECRET_KEY = re.compile(r"auth|key|token|secret|passw|cookie|credential|signature|session", re.IGNORECASE)
 
 Factory = Callable[[dict[str, Any], Path | None], Retriever]
 REGISTRY: dict[str, Factory] = {}
@@ -48,7 +50,12 @@ def make_retriever(config: dict[str, Any], base_dir: Path | None = None) -> Retr
 def redact(value: Any) -> Any:
     """A copy of a config with anything secret-looking removed, for the manifest."""
     if isinstance(value, dict):
-        return {k: "[removed]" if SECRET_KEY.search(str(k)) else redact(v) for k, v in value.items()}
+        return {
+            k: "[removed]" if SECRET_KEY.search(str(k))
+            else scrub_url(v) if k == "url" and isinstance(v, str)  # its password and query values
+            else redact(v)
+            for k, v in value.items()
+        }
     if isinstance(value, list):
         return [redact(v) for v in value]
     return value

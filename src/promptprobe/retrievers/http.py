@@ -9,6 +9,7 @@ import httpcore
 import httpx
 
 from .. import deadline
+from ..endpoints import scrub_url, url_secrets
 from ..errors import StartError
 from ..redaction import SCRUBBER
 from .base import Passage, RetrievalError, Retriever, passages_from
@@ -67,6 +68,10 @@ def _dig(data: Any, dotted: str) -> Any:
 class HttpRetriever(Retriever):
     def __init__(self, config: dict[str, Any]) -> None:
         self.url: str = config["url"]
+        # A password or key in the URL is a credential: never written, and the URL shown without it.
+        for secret in url_secrets(self.url):
+            SCRUBBER.add("a credential in the retrieval URL", secret)
+        self.shown_url = scrub_url(self.url)
         self.method: str = config.get("method", "POST")
         self.body: dict[str, Any] = config.get("body", {"query": "{question}"})
         self.results: str = config.get("results", "results")
@@ -78,7 +83,7 @@ class HttpRetriever(Retriever):
         self.timeout = float(config.get("timeout", 30.0))
         self.client = httpx.Client(headers=headers, timeout=self.timeout)
         deadline.apply(self.client, httpcore)
-        self.description = f"http {self.method} {self.url}"
+        self.description = f"http {self.method} {self.shown_url}"
 
     def retrieve(self, question: str, history: Sequence[dict[str, str]]) -> list[Passage]:
         payload = _substitute(self.body, question)
@@ -93,19 +98,19 @@ class HttpRetriever(Retriever):
                     response = self.client.post(self.url, json=payload)
         except httpx.TimeoutException:
             raise RetrievalError(
-                f"retrieval {self.url}: no complete reply within {self.timeout:g} s (its timeout)",
+                f"retrieval {self.shown_url}: no complete reply within {self.timeout:g} s (its timeout)",
                 retryable=True,
             ) from None
         except httpx.TransportError as exc:
             raise RetrievalError(
-                f"retrieval {self.url}: cannot connect ({exc or type(exc).__name__})",
+                f"retrieval {self.shown_url}: cannot connect ({exc or type(exc).__name__})",
                 retryable=True,
                 unreachable=True,
             ) from None
         if response.status_code >= 400:
             retryable = response.status_code in (408, 409, 429) or response.status_code >= 500
             raise RetrievalError(
-                f"retrieval {self.url}: HTTP {response.status_code} "
+                f"retrieval {self.shown_url}: HTTP {response.status_code} "
                 f"{response.reason_phrase}: {SCRUBBER.text(response.text)[:200]!r}",
                 retryable=retryable,
                 status=response.status_code,
@@ -115,7 +120,7 @@ class HttpRetriever(Retriever):
             data = response.json()
         except ValueError:
             raise RetrievalError(
-                f"retrieval {self.url}: reply is not JSON: {SCRUBBER.text(response.text)[:200]!r}",
+                f"retrieval {self.shown_url}: reply is not JSON: {SCRUBBER.text(response.text)[:200]!r}",
                 retryable=True,  # a proxy's error page: transient more often than not
                 status=response.status_code,
                 body=SCRUBBER.bytes(response.content)[:ERROR_BODY_LIMIT],
@@ -124,9 +129,9 @@ class HttpRetriever(Retriever):
             items = _dig(data, self.results)
         except KeyError:
             raise RetrievalError(
-                f"retrieval {self.url}: reply has no '{self.results}' (it has: {_shape(data)})"
+                f"retrieval {self.shown_url}: reply has no '{self.results}' (it has: {_shape(data)})"
             ) from None
-        return passages_from(items, *self.fields, where=f"retrieval {self.url}")
+        return passages_from(items, *self.fields, where=f"retrieval {self.shown_url}")
 
     def close(self) -> None:
         self.client.close()

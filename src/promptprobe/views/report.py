@@ -131,6 +131,8 @@ def retrieval_view(counts: CountsTable) -> dict[str, Any]:
     and paraphrases (same must_retrieve, different question) whose hit rates differ."""
     cases = []
     hit_rates: dict[str, float] = {}
+    # Without retrieval (kind "none") every retrieval is empty by design: nothing to point out.
+    retrieves = ((counts.manifest.get("target") or {}).get("retrieval") or {}).get("kind") != "none"
     for case in counts.probeset.cases:
         snapshots = counts.snapshots.get(case.id, Counter())
         hits = [arm.metrics["retrieval_hit"].get(case.id) for arm in counts.arms]
@@ -138,7 +140,7 @@ def retrieval_view(counts: CountsTable) -> dict[str, Any]:
         row: dict[str, Any] = {
             "case_id": case.id,
             "snapshots": len(snapshots),
-            "empty": counts.empty_retrievals.get(case.id, 0),
+            "empty": counts.empty_retrievals.get(case.id, 0) if retrieves else 0,
         }
         if case.must_retrieve and hits:
             k, n = sum(h[0] for h in hits), sum(h[1] for h in hits)
