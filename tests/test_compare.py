@@ -385,3 +385,28 @@ def test_one_point_is_singular_and_a_tiny_change_never_reads_as_zero():
     assert [in_points(x) for x in (0.01, -0.01, 0.12, 0.0, 0.001)] == [
         "+1 point", "-1 point", "+12 points", "+0 points", "+0.1 points"
     ]
+
+
+@pytest.mark.parametrize("status,said", [("interrupted", "interrupted, not complete"), ("failed", "failed, not complete")])
+def test_a_run_that_is_not_complete_is_compared_with_a_warning_saying_so(demo_run, tmp_path, status, said):
+    import shutil
+
+    _, run = demo_run
+    partial = tmp_path / "partial"
+    shutil.copytree(run, partial)
+    lines = (run / "samples.jsonl").read_bytes().splitlines(keepends=True)
+    (partial / "samples.jsonl").write_bytes(b"".join(lines[:30]))
+    manifest = json.loads((partial / "manifest.json").read_text())
+    manifest["status"] = status
+    (partial / "manifest.json").write_text(json.dumps(manifest))
+    result = CliRunner().invoke(
+        main, ["compare", f"{partial}#prompt=exception-only", f"{partial}#prompt=always-header", "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    planned = manifest["counts"]["planned"]
+    warning = f"run partial is {said}: the verdicts are on the 30 of {planned} samples it has recorded"
+    assert json.loads(result.stdout)["warnings"] == [warning]
+    complete = CliRunner().invoke(
+        main, ["compare", f"{run}#prompt=exception-only", f"{run}#prompt=always-header", "--json"]
+    )
+    assert json.loads(complete.stdout)["warnings"] == []

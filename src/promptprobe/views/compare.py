@@ -774,8 +774,24 @@ def compare_tables(
         "results": results,
         "family": len(results),
         "retrieval_drift": drift(counts_a, counts_b) if counts_a is not counts_b else [],
-        "warnings": counts_a.warnings + (counts_b.warnings if counts_b is not counts_a else []),
+        "warnings": [
+            *counts_a.warnings,
+            *_unfinished(counts_a),
+            *((counts_b.warnings + _unfinished(counts_b)) if counts_b is not counts_a else []),
+        ],
     }
+
+
+def _unfinished(counts: CountsTable) -> list[str]:
+    """A run that is not complete is compared on what it has recorded so far: said beside it."""
+    if counts.state == "complete":
+        return []
+    how = "still running" if counts.state == "running" else f"{counts.state}, not complete"
+    of = f" of {counts.planned}" if counts.planned else ""
+    return [
+        f"run {Path(counts.run).name} is {how}: the verdicts are on the {counts.recorded}{of} "
+        "samples it has recorded"
+    ]
 
 
 # -- the terminal table --------------------------------------------------------------------
