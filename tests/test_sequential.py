@@ -361,6 +361,27 @@ def test_resume_continues_the_rounds_and_says_the_cap(tmp_path):
     assert len(read_jsonl(run / "samples.jsonl")) == 3 * 6 * 2
 
 
+def test_resume_keeps_the_failed_samples_of_rounds_the_rule_has_counted(tmp_path):
+    # Prompt a fails on question 0 every time: round 1's failure is in the pairs sequential.jsonl
+    # counted, so a resume keeps it (in the denominator, against a) instead of dropping it.
+    fail = lambda name, question: name == "a" and question.endswith("question 0")  # noqa: E731
+    with LocalServer(prompt_replies({"a": 0.5, "b": 0.5}, fail)) as server:
+        result = two_prompt_run(tmp_path, {"a": 0.5, "b": 0.5}, "--max-rounds", "3", "--max-attempts", "1",
+                                server=server)
+        run = run_dir_of(result)
+        interrupt_after_round_one_and_a_half(run)
+        resumed = resume(run)
+    assert resumed.exit_code == 1, resumed.output
+    samples = read_jsonl(run / "samples.jsonl")
+    assert len(samples) == 3 * 6 * 2
+    assert sorted(s["sample_id"] for s in samples if s["error"]) == ["c0.r1.a1", "c0.r2.a1", "c0.r3.a1"]
+    set_aside = read_jsonl(run / "superseded.jsonl") if (run / "superseded.jsonl").exists() else []
+    assert all(s["repeat"] == 2 for s in set_aside)  # only the round the rule had not counted is re-run
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["status"] == "complete" and manifest["counts"] == {"planned": 36, "recorded": 36, "errors": 3}
+    assert "3 of 36 samples failed after retries" in resumed.stderr
+
+
 def test_a_run_recorded_under_the_mixture_rule_is_read_but_not_continued(tmp_path):
     with LocalServer(prompt_replies({"a": 0.0, "b": 1.0})) as server:
         result = two_prompt_run(tmp_path, {"a": 0.0, "b": 1.0}, "--max-rounds", "3", server=server)

@@ -16,6 +16,7 @@ from typing import Any
 from ..checks import metrics_for
 from ..config import TargetConfig
 from ..errors import InputError
+from ..jsonio import iter_jsonl
 from ..models import ModelSpec
 from ..probeset import ProbeSet
 from ..prompts import PromptVersion
@@ -181,8 +182,18 @@ class SequentialRun(RunFacade):
         ids = {sample_id(c.id, round_number, arm) for c in self.runner.plan.cases for arm in self.arms}
         return [s for s in iter_samples(self.runner.store.path) if s["sample_id"] in ids]
 
+    def _keep_looked_at_rounds(self) -> None:
+        """A resume re-runs failed samples, but not those of rounds in sequential.jsonl: the rule
+        has counted them against their arm, and the run must end with what it decided on."""
+        path = getattr(self.runner, "path", None)  # a ResumedRun's run directory
+        if path is None:
+            return
+        looked = sum(1 for _ in iter_jsonl(path / LEDGER, lambda warning: None))
+        self.runner.keep_failed = lambda record: record["repeat"] <= looked
+
     def execute(self) -> RunOutcome:
         runner = self.runner
+        self._keep_looked_at_rounds()
         runner.open()
         assert runner.store is not None
         runner.store.repair_tail(LEDGER)
