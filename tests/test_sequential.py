@@ -361,6 +361,23 @@ def test_resume_continues_the_rounds_and_says_the_cap(tmp_path):
     assert len(read_jsonl(run / "samples.jsonl")) == 3 * 6 * 2
 
 
+def test_a_run_stopped_by_hand_shows_p_1_and_no_decision_in_every_view(tmp_path):
+    # Round 1 alone has B ahead by 6 of 6 (a stage-wise p of 2/64 there), but the rule had not stopped.
+    with LocalServer(prompt_replies({"a": 0.0, "b": 1.0})) as server:
+        run = run_dir_of(two_prompt_run(tmp_path, {"a": 0.0, "b": 1.0}, "--max-rounds", "10", server=server))
+        interrupt_after_round_one_and_a_half(run)
+    assert read_jsonl(run / "sequential.jsonl")[-1]["p_value"] < 0.05
+    report = json.loads(CliRunner().invoke(main, ["report", str(run), "--json"]).stdout)
+    assert report["status"] == "interrupted" and report["sequential"]["p_value"] == 1.0
+    said = CliRunner().invoke(main, ["report", str(run)]).stdout.replace("\n  ", " ")
+    assert "1 of at most 10 rounds so far, not decided" in said and "p = 1)" in said
+    compared = CliRunner().invoke(main, ["compare", f"{run}#prompt=a", f"{run}#prompt=b"]).stdout.replace("\n  ", " ")
+    assert "decided by the sequential rule" not in compared
+    assert "not decided; the run stopped before its rule did" in compared
+    data = json.loads(CliRunner().invoke(main, ["compare", f"{run}#prompt=a", f"{run}#prompt=b", "--json"]).stdout)
+    assert data["verdict"] == "indistinguishable" and data["p_value"] == 1.0 and data["better_arm"] is None
+
+
 def test_resume_keeps_the_failed_samples_of_rounds_the_rule_has_counted(tmp_path):
     # Prompt a fails on question 0 every time: round 1's failure is in the pairs sequential.jsonl
     # counted, so a resume keeps it (in the denominator, against a) instead of dropping it.
