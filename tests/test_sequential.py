@@ -399,6 +399,31 @@ def test_resume_keeps_the_failed_samples_of_rounds_the_rule_has_counted(tmp_path
     assert "3 of 36 samples failed after retries" in resumed.stderr
 
 
+def test_a_run_killed_after_its_rule_stopped_resumes_to_complete_and_a_complete_one_is_left_alone(tmp_path):
+    fail = lambda name, question: name == "a" and question.endswith("question 0")  # noqa: E731
+    with LocalServer(prompt_replies({"a": 0.0, "b": 1.0}, fail)) as server:
+        result = two_prompt_run(tmp_path, {"a": 0.0, "b": 1.0}, "--max-rounds", "10", "--max-attempts", "1",
+                                server=server)
+        run = run_dir_of(result)
+        complete = (run / "manifest.json").read_bytes()
+        samples = (run / "samples.jsonl").read_bytes()
+        again = resume(run)  # decided and complete (2 failed samples the rule counted): nothing to do
+        assert again.exit_code == 2 and "already stopped at round 2" in again.stderr
+        assert (run / "manifest.json").read_bytes() == complete and (run / "samples.jsonl").read_bytes() == samples
+        manifest = json.loads(complete)
+        manifest.update(status="running", finished=None)  # killed after the stop was recorded
+        (run / "manifest.json").write_text(json.dumps(manifest))
+        (run / ".lock").unlink()
+        calls = len(server.requests)
+        finished = resume(run)
+        assert len(server.requests) == calls  # nothing asked again
+    assert finished.exit_code == 1, finished.output  # the 2 failed samples stay failed
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["status"] == "complete" and manifest["counts"] == {"planned": 120, "recorded": 24, "errors": 2}
+    assert (run / "samples.jsonl").read_bytes() == samples
+    assert "B>A" in finished.stdout
+
+
 def test_a_run_recorded_under_the_mixture_rule_is_read_but_not_continued(tmp_path):
     with LocalServer(prompt_replies({"a": 0.0, "b": 1.0})) as server:
         result = two_prompt_run(tmp_path, {"a": 0.0, "b": 1.0}, "--max-rounds", "3", server=server)

@@ -182,18 +182,23 @@ class SequentialRun(RunFacade):
         ids = {sample_id(c.id, round_number, arm) for c in self.runner.plan.cases for arm in self.arms}
         return [s for s in iter_samples(self.runner.store.path) if s["sample_id"] in ids]
 
-    def _keep_looked_at_rounds(self) -> None:
+    def _settle_resume(self) -> None:
         """A resume re-runs failed samples, but not those of rounds in sequential.jsonl: the rule
-        has counted them against their arm, and the run must end with what it decided on."""
+        has counted them against their arm, and the run must end with what it decided on. A run
+        that is complete after its rule stopped has nothing to resume."""
         path = getattr(self.runner, "path", None)  # a ResumedRun's run directory
         if path is None:
             return
-        looked = sum(1 for _ in iter_jsonl(path / LEDGER, lambda warning: None))
-        self.runner.keep_failed = lambda record: record["repeat"] <= looked
+        lines = list(iter_jsonl(path / LEDGER, lambda warning: None))
+        if lines and lines[-1].get("stop") and self.runner.previous.get("status") == "complete":
+            raise InputError(
+                f"{path}: the sequential run already stopped at round {len(lines)}; nothing to resume"
+            )
+        self.runner.keep_failed = lambda record: record["repeat"] <= len(lines)
 
     def execute(self) -> RunOutcome:
         runner = self.runner
-        self._keep_looked_at_rounds()
+        self._settle_resume()
         runner.open()
         assert runner.store is not None
         runner.store.repair_tail(LEDGER)
@@ -205,13 +210,11 @@ class SequentialRun(RunFacade):
             self.rule.min_rounds,
             metric.higher_is_better,
         )
-        if book.stopped:
-            raise InputError(
-                f"{runner.store.path}: the sequential run already stopped at round {book.rounds}"
-            )
+        # A run killed or interrupted after its rule stopped only has its manifest to finish.
+        first = runner.plan.repeats + 1 if book.stopped else book.rounds + 1
         cases = {c.id: c for c in runner.plan.cases}
         scheduler = None
-        for round_number in range(book.rounds + 1, runner.plan.repeats + 1):
+        for round_number in range(first, runner.plan.repeats + 1):
             units = [Unit(case, round_number) for case in runner.plan.case_order(round_number)]
             scheduler = runner.run_units(units)
             if scheduler.abort or runner.cancel_event.is_set() or scheduler.stopped_by:
