@@ -321,6 +321,28 @@ def test_the_default_cap_is_shown_before_the_run_and_comes_from_detect(tmp_path)
     assert rounds_for_power(0.4, 6).rounds < cap.rounds
 
 
+def test_a_dry_run_of_until_decided_prices_the_cap_not_the_probe_sets_repeats(tmp_path):
+    probeset = write_probeset(tmp_path / "p.toml", [(f"c{i}", f"question {i}", None) for i in range(6)], repeats=3)
+    for name in "ab":
+        (tmp_path / f"{name}.md").write_text(f"VERSION={name}\n")
+
+    def dry(*extra):
+        return CliRunner().invoke(main, ["run", "--retrieval", "none", str(probeset), "--prompt", str(tmp_path / "a.md"),
+                                         *extra, "-m", "openai:m@http://127.0.0.1:9/v1", "--until-decided",
+                                         "--dry-run", "--json"])
+
+    result = dry("--prompt", str(tmp_path / "b.md"))
+    assert result.exit_code == 0, result.output
+    cap = rounds_for_power(0.15, 6).rounds
+    data = json.loads(result.stdout)
+    assert data["repeats"] == cap and data["calls"] == 2 * 6 * cap and data["settings"]["repeats"]["value"] == cap
+    assert any(f"priced at its cap of {cap} rounds" in note for note in data["notes"])
+    capped = json.loads(dry("--prompt", str(tmp_path / "b.md"), "--max-rounds", "7").stdout)
+    assert capped["calls"] == 2 * 6 * 7
+    one_arm = dry()
+    assert one_arm.exit_code == 2 and "exactly two arms" in one_arm.stderr
+
+
 def test_failed_samples_are_counted_of_the_samples_recorded_not_of_the_cap(tmp_path):
     # Prompt a fails on question 0 every time; the run decides at round 2 of a cap of 10.
     result = two_prompt_run(tmp_path, {"a": 0.0, "b": 1.0}, "--max-rounds", "10", "--max-attempts", "1",

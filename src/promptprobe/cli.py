@@ -815,23 +815,32 @@ def run(
     )
     models = config.models_for(model_specs)
     options.settings["models"] = models_setting(model_specs, models, precedence)
+    rule = None
+    if until_decided:
+        from .engine.sequential import SequentialRule
+
+        rule = SequentialRule(
+            metric=metric, alpha=alpha, min_rounds=min_rounds, max_rounds=max_rounds, detect=detect / 100
+        )
     if dry_run:
         from .engine.dryrun import dry_run as price_plan
         from .engine.dryrun import render_dry_run
+        from .engine.sequential import dry_run_sequential
 
-        result = price_plan(probeset, prompts, models, config, options, fetch=not no_retrieval_fetch)
+        result = (
+            dry_run_sequential(probeset, prompts, models, config, options, rule, fetch=not no_retrieval_fetch)
+            if rule is not None
+            else price_plan(probeset, prompts, models, config, options, fetch=not no_retrieval_fetch)
+        )
         emit(dumps_pretty(result) if fmt == "json" else render_dry_run(result), output)
         return
     if no_retrieval_fetch and max_cost is None:
         raise InputError(
             "--no-retrieval-fetch is for the estimate of --dry-run or --max-cost: give one of them"
         )
-    if until_decided:
-        from .engine.sequential import SequentialRule, SequentialRun
+    if rule is not None:
+        from .engine.sequential import SequentialRun
 
-        rule = SequentialRule(
-            metric=metric, alpha=alpha, min_rounds=min_rounds, max_rounds=max_rounds, detect=detect / 100
-        )
         runner = SequentialRun.new(probeset, prompts, models, config, options, rule)
         say(runner.describe(), err=True)
         _execute(runner, fmt, runner.plan.samples, output)

@@ -55,6 +55,48 @@ def _refuse_unreachable(cap: Cap, rule: SequentialRule, cases: int) -> None:
         )
 
 
+def sequential_options(
+    probeset: ProbeSet, options: RunOptions, rule: SequentialRule
+) -> tuple[RunOptions, SequentialRule, Cap | None]:
+    """A sequential run's options (its repeats are the cap in rounds) and its rule with the cap set;
+    the Cap when it came from `rule.detect`."""
+    cap = None
+    max_rounds = rule.max_rounds
+    if max_rounds is None:
+        cap = default_cap(len(probeset.cases), rule)
+        _refuse_unreachable(cap, rule, len(probeset.cases))
+        max_rounds = cap.rounds
+    # The rounds are the run's repeats, set by --until-decided (its cap), not the probe set's.
+    settings = {**options.settings, "repeats": {"value": max_rounds, "from": "flag"}}
+    return replace(options, repeats=max_rounds, settings=settings), replace(rule, max_rounds=max_rounds), cap
+
+
+def dry_run_sequential(
+    probeset: ProbeSet,
+    prompts: Sequence[PromptVersion],
+    models: Sequence[ModelSpec],
+    config: TargetConfig,
+    options: RunOptions,
+    rule: SequentialRule,
+    fetch: bool = True,
+) -> dict[str, Any]:
+    """`--dry-run --until-decided`: the plan priced at its cap, the most the run can ask."""
+    from .dryrun import dry_run
+
+    if len(prompts) * len(models) != 2:
+        raise InputError(
+            f"--until-decided compares exactly two arms (two prompts, or two models); this run has "
+            f"{len(prompts) * len(models)}"
+        )
+    capped, rule, _ = sequential_options(probeset, options, rule)
+    result = dry_run(probeset, prompts, models, config, capped, fetch=fetch)
+    result["notes"].append(
+        f"--until-decided: priced at its cap of {rule.max_rounds} rounds, the most it can ask; it stops "
+        "as soon as the rule decides, often well before"
+    )
+    return result
+
+
 class RunFacade:
     """What the CLI and the demo reach through a run that wraps a ProbeRun: its plan, store,
     tally, the on_* hooks and cancel, so that they drive it like a ProbeRun."""
@@ -148,14 +190,8 @@ class SequentialRun(RunFacade):
         known = metrics_for(config.checks)
         if rule.metric not in known:
             raise InputError(f"--metric {rule.metric}: unknown metric (known: {', '.join(known)})")
-        cap = None
-        max_rounds = rule.max_rounds
-        if max_rounds is None:
-            cap = default_cap(len(probeset.cases), rule)
-            _refuse_unreachable(cap, rule, len(probeset.cases))
-            max_rounds = cap.rounds
-        runner = ProbeRun(probeset, prompts, models, config, replace(options, repeats=max_rounds))
-        return cls(runner, replace(rule, max_rounds=max_rounds), cap)
+        options, rule, cap = sequential_options(probeset, options, rule)
+        return cls(ProbeRun(probeset, prompts, models, config, options), rule, cap)
 
     def describe(self) -> str:
         """What the run will do, said before it starts: the rule and its cap."""
