@@ -489,6 +489,18 @@ def test_plan_sequential_says_what_it_costs_beside_the_fixed_plan_of_the_same_po
     assert "samples per arm to the stop: mean" in text and "a fixed paired plan with the same power" in text
 
 
+def test_plan_sequential_says_the_power_its_fixed_plan_is_for():
+    # --power 0.95 sizes the fixed plan beside the sequential one; the line must not call it 80%.
+    result = CliRunner().invoke(main, ["plan", "--sequential", "--p1", "0.9", "--p2", "0.7", "--cases", "10",
+                                       "--power", "0.95"])
+    assert result.exit_code == 0, result.output
+    said = result.stdout.replace("\n  ", " ")
+    fixed = json.loads(CliRunner().invoke(main, ["plan", "--sequential", "--p1", "0.9", "--p2", "0.7", "--cases", "10",
+                                                 "--power", "0.95", "--json"]).stdout)["fixed_rounds"]
+    assert f"a fixed paired plan with 95% power: {fixed} repeats" in said
+    assert "with 80% power" not in said
+
+
 def test_the_plan_is_what_an_independent_simulation_of_the_runs_rule_gives():
     # The run's own per-round `look`, driven one simulated run at a time on Python's random
     # numbers (not the plan's vectorised simulation), reproduces the plan's mean and power.
