@@ -343,6 +343,17 @@ def test_a_dry_run_of_until_decided_prices_the_cap_not_the_probe_sets_repeats(tm
     assert one_arm.exit_code == 2 and "exactly two arms" in one_arm.stderr
 
 
+def test_a_metric_that_applies_to_no_case_is_refused_before_any_call(tmp_path):
+    # No case has expect = "no_answer": every round would count 0 pairs of refusal_recall, to the cap.
+    with LocalServer(prompt_replies({"a": 0.0, "b": 1.0})) as server:
+        result = two_prompt_run(tmp_path, {"a": 0.0, "b": 1.0}, "--metric", "refusal_recall", "--max-rounds", "3",
+                                server=server)
+        assert server.requests == []
+    assert result.exit_code == 2, result.output
+    assert "--metric refusal_recall applies to no case of probe set p" in result.stderr
+    assert not (tmp_path / "runs").exists()
+
+
 def test_failed_samples_are_counted_of_the_samples_recorded_not_of_the_cap(tmp_path):
     # Prompt a fails on question 0 every time; the run decides at round 2 of a cap of 10.
     result = two_prompt_run(tmp_path, {"a": 0.0, "b": 1.0}, "--max-rounds", "10", "--max-attempts", "1",

@@ -55,6 +55,20 @@ def _refuse_unreachable(cap: Cap, rule: SequentialRule, cases: int) -> None:
         )
 
 
+def check_metric(probeset: ProbeSet, config: TargetConfig, options: RunOptions, rule: SequentialRule) -> None:
+    """InputError for a metric the rule cannot decide on: unknown, or one that applies to no case
+    (every round would count no pair, and the run would spend its whole cap to say nothing)."""
+    known = metrics_for(config.checks)
+    if rule.metric not in known:
+        raise InputError(f"--metric {rule.metric}: unknown metric (known: {', '.join(known)})")
+    settings = config.checks.with_top_k(options.top_k)
+    if not any(known[rule.metric].applies(case, settings) for case in probeset.cases):
+        raise InputError(
+            f"--metric {rule.metric} applies to no case of probe set {probeset.name}, so no round could "
+            "count a pair: decide on another metric, or add cases it applies to"
+        )
+
+
 def sequential_options(
     probeset: ProbeSet, options: RunOptions, rule: SequentialRule
 ) -> tuple[RunOptions, SequentialRule, Cap | None]:
@@ -88,6 +102,7 @@ def dry_run_sequential(
             f"--until-decided compares exactly two arms (two prompts, or two models); this run has "
             f"{len(prompts) * len(models)}"
         )
+    check_metric(probeset, config, options, rule)
     capped, rule, _ = sequential_options(probeset, options, rule)
     result = dry_run(probeset, prompts, models, config, capped, fetch=fetch)
     result["notes"].append(
@@ -187,9 +202,7 @@ class SequentialRun(RunFacade):
         options: RunOptions,
         rule: SequentialRule,
     ) -> "SequentialRun":
-        known = metrics_for(config.checks)
-        if rule.metric not in known:
-            raise InputError(f"--metric {rule.metric}: unknown metric (known: {', '.join(known)})")
+        check_metric(probeset, config, options, rule)
         options, rule, cap = sequential_options(probeset, options, rule)
         return cls(ProbeRun(probeset, prompts, models, config, options), rule, cap)
 
