@@ -354,6 +354,21 @@ def test_a_metric_that_applies_to_no_case_is_refused_before_any_call(tmp_path):
     assert not (tmp_path / "runs").exists()
 
 
+def test_the_cap_is_sized_for_the_cases_the_metric_applies_to(tmp_path):
+    # refusal_recall counts only the 6 cases that expect no_answer: a cap sized for all 12 pairs a
+    # round would have well under 80% power at --detect.
+    cases = [(f"c{i}", f"question {i}", "no_answer" if i % 2 else "answer") for i in range(12)]
+    probeset = write_probeset(tmp_path / "p.toml", cases)
+    for name in "ab":
+        (tmp_path / f"{name}.md").write_text(f"VERSION={name}\n")
+    result = CliRunner().invoke(main, ["run", "--retrieval", "none", str(probeset), "--prompt", str(tmp_path / "a.md"),
+                                       "--prompt", str(tmp_path / "b.md"), "-m", "openai:m@http://127.0.0.1:9/v1",
+                                       "--until-decided", "--metric", "refusal_recall", "--dry-run", "--json"])
+    assert result.exit_code == 0, result.output
+    assert rounds_for_power(0.15, 6).rounds > rounds_for_power(0.15, 12).rounds
+    assert json.loads(result.stdout)["repeats"] == rounds_for_power(0.15, 6).rounds
+
+
 def test_failed_samples_are_counted_of_the_samples_recorded_not_of_the_cap(tmp_path):
     # Prompt a fails on question 0 every time; the run decides at round 2 of a cap of 10.
     result = two_prompt_run(tmp_path, {"a": 0.0, "b": 1.0}, "--max-rounds", "10", "--max-attempts", "1",

@@ -55,30 +55,36 @@ def _refuse_unreachable(cap: Cap, rule: SequentialRule, cases: int) -> None:
         )
 
 
-def check_metric(probeset: ProbeSet, config: TargetConfig, options: RunOptions, rule: SequentialRule) -> None:
-    """InputError for a metric the rule cannot decide on: unknown, or one that applies to no case
-    (every round would count no pair, and the run would spend its whole cap to say nothing)."""
+def _cases_counted(
+    probeset: ProbeSet, config: TargetConfig, options: RunOptions, rule: SequentialRule
+) -> int:
+    """The cases the rule's metric applies to (a round's pairs); InputError for a metric it cannot
+    decide on: unknown, or one that applies to no case (every round would count no pair)."""
     known = metrics_for(config.checks)
     if rule.metric not in known:
         raise InputError(f"--metric {rule.metric}: unknown metric (known: {', '.join(known)})")
     settings = config.checks.with_top_k(options.top_k)
-    if not any(known[rule.metric].applies(case, settings) for case in probeset.cases):
+    cases = sum(1 for case in probeset.cases if known[rule.metric].applies(case, settings))
+    if not cases:
         raise InputError(
             f"--metric {rule.metric} applies to no case of probe set {probeset.name}, so no round could "
             "count a pair: decide on another metric, or add cases it applies to"
         )
+    return cases
 
 
 def sequential_options(
-    probeset: ProbeSet, options: RunOptions, rule: SequentialRule
+    probeset: ProbeSet, config: TargetConfig, options: RunOptions, rule: SequentialRule
 ) -> tuple[RunOptions, SequentialRule, Cap | None]:
     """A sequential run's options (its repeats are the cap in rounds) and its rule with the cap set;
-    the Cap when it came from `rule.detect`."""
+    the Cap when it came from `rule.detect`, for the pairs a round counts (the cases the metric
+    applies to)."""
+    cases = _cases_counted(probeset, config, options, rule)
     cap = None
     max_rounds = rule.max_rounds
     if max_rounds is None:
-        cap = default_cap(len(probeset.cases), rule)
-        _refuse_unreachable(cap, rule, len(probeset.cases))
+        cap = default_cap(cases, rule)
+        _refuse_unreachable(cap, rule, cases)
         max_rounds = cap.rounds
     # The rounds are the run's repeats, set by --until-decided (its cap), not the probe set's.
     settings = {**options.settings, "repeats": {"value": max_rounds, "from": "flag"}}
@@ -102,8 +108,7 @@ def dry_run_sequential(
             f"--until-decided compares exactly two arms (two prompts, or two models); this run has "
             f"{len(prompts) * len(models)}"
         )
-    check_metric(probeset, config, options, rule)
-    capped, rule, _ = sequential_options(probeset, options, rule)
+    capped, rule, _ = sequential_options(probeset, config, options, rule)
     result = dry_run(probeset, prompts, models, config, capped, fetch=fetch)
     result["notes"].append(
         f"--until-decided: priced at its cap of {rule.max_rounds} rounds, the most it can ask; it stops "
@@ -202,8 +207,7 @@ class SequentialRun(RunFacade):
         options: RunOptions,
         rule: SequentialRule,
     ) -> "SequentialRun":
-        check_metric(probeset, config, options, rule)
-        options, rule, cap = sequential_options(probeset, options, rule)
+        options, rule, cap = sequential_options(probeset, config, options, rule)
         return cls(ProbeRun(probeset, prompts, models, config, options), rule, cap)
 
     def describe(self) -> str:
