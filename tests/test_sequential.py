@@ -321,6 +321,32 @@ def test_the_default_cap_is_shown_before_the_run_and_comes_from_detect(tmp_path)
     assert rounds_for_power(0.4, 6).rounds < cap.rounds
 
 
+def test_a_metric_that_applies_to_no_case_is_refused_before_any_call(tmp_path):
+    # No case has expect = "no_answer": every round would count 0 pairs of refusal_recall, to the cap.
+    with LocalServer(prompt_replies({"a": 0.0, "b": 1.0})) as server:
+        result = two_prompt_run(tmp_path, {"a": 0.0, "b": 1.0}, "--metric", "refusal_recall", "--max-rounds", "3",
+                                server=server)
+        assert server.requests == []
+    assert result.exit_code == 2, result.output
+    assert "--metric refusal_recall applies to no case of probe set p" in result.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+def test_the_cap_is_sized_for_the_cases_the_metric_applies_to(tmp_path):
+    # refusal_recall counts only the 6 cases that expect no_answer: a cap sized for all 12 pairs a
+    # round would have well under 80% power at --detect.
+    cases = [(f"c{i}", f"question {i}", "no_answer" if i % 2 else "answer") for i in range(12)]
+    probeset = write_probeset(tmp_path / "p.toml", cases)
+    for name in "ab":
+        (tmp_path / f"{name}.md").write_text(f"VERSION={name}\n")
+    result = CliRunner().invoke(main, ["run", "--retrieval", "none", str(probeset), "--prompt", str(tmp_path / "a.md"),
+                                       "--prompt", str(tmp_path / "b.md"), "-m", "openai:m@http://127.0.0.1:9/v1",
+                                       "--until-decided", "--metric", "refusal_recall", "--dry-run", "--json"])
+    assert result.exit_code == 0, result.output
+    assert rounds_for_power(0.15, 6).rounds > rounds_for_power(0.15, 12).rounds
+    assert json.loads(result.stdout)["repeats"] == rounds_for_power(0.15, 6).rounds
+
+
 def test_failed_samples_are_counted_of_the_samples_recorded_not_of_the_cap(tmp_path):
     # Prompt a fails on question 0 every time; the run decides at round 2 of a cap of 10.
     result = two_prompt_run(tmp_path, {"a": 0.0, "b": 1.0}, "--max-rounds", "10", "--max-attempts", "1",
@@ -359,6 +385,69 @@ def test_resume_continues_the_rounds_and_says_the_cap(tmp_path):
     rounds = read_jsonl(run / "sequential.jsonl")
     assert [r["round"] for r in rounds] == [1, 2, 3] and rounds[-1]["decision"] == "indistinguishable"
     assert len(read_jsonl(run / "samples.jsonl")) == 3 * 6 * 2
+
+
+def test_a_run_stopped_by_hand_shows_p_1_and_no_decision_in_every_view(tmp_path):
+    # Round 1 alone has B ahead by 6 of 6 (a stage-wise p of 2/64 there), but the rule had not stopped.
+    with LocalServer(prompt_replies({"a": 0.0, "b": 1.0})) as server:
+        run = run_dir_of(two_prompt_run(tmp_path, {"a": 0.0, "b": 1.0}, "--max-rounds", "10", server=server))
+        interrupt_after_round_one_and_a_half(run)
+    assert read_jsonl(run / "sequential.jsonl")[-1]["p_value"] < 0.05
+    report = json.loads(CliRunner().invoke(main, ["report", str(run), "--json"]).stdout)
+    assert report["status"] == "interrupted" and report["sequential"]["p_value"] == 1.0
+    said = CliRunner().invoke(main, ["report", str(run)]).stdout.replace("\n  ", " ")
+    assert "1 of at most 10 rounds so far, not decided" in said and "p = 1)" in said
+    compared = CliRunner().invoke(main, ["compare", f"{run}#prompt=a", f"{run}#prompt=b"]).stdout.replace("\n  ", " ")
+    assert "decided by the sequential rule" not in compared
+    assert "not decided; the run stopped before its rule did" in compared
+    data = json.loads(CliRunner().invoke(main, ["compare", f"{run}#prompt=a", f"{run}#prompt=b", "--json"]).stdout)
+    assert data["verdict"] == "indistinguishable" and data["p_value"] == 1.0 and data["better_arm"] is None
+
+
+def test_resume_keeps_the_failed_samples_of_rounds_the_rule_has_counted(tmp_path):
+    # Prompt a fails on question 0 every time: round 1's failure is in the pairs sequential.jsonl
+    # counted, so a resume keeps it (in the denominator, against a) instead of dropping it.
+    fail = lambda name, question: name == "a" and question.endswith("question 0")  # noqa: E731
+    with LocalServer(prompt_replies({"a": 0.5, "b": 0.5}, fail)) as server:
+        result = two_prompt_run(tmp_path, {"a": 0.5, "b": 0.5}, "--max-rounds", "3", "--max-attempts", "1",
+                                server=server)
+        run = run_dir_of(result)
+        interrupt_after_round_one_and_a_half(run)
+        resumed = resume(run)
+    assert resumed.exit_code == 1, resumed.output
+    samples = read_jsonl(run / "samples.jsonl")
+    assert len(samples) == 3 * 6 * 2
+    assert sorted(s["sample_id"] for s in samples if s["error"]) == ["c0.r1.a1", "c0.r2.a1", "c0.r3.a1"]
+    set_aside = read_jsonl(run / "superseded.jsonl") if (run / "superseded.jsonl").exists() else []
+    assert all(s["repeat"] == 2 for s in set_aside)  # only the round the rule had not counted is re-run
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["status"] == "complete" and manifest["counts"] == {"planned": 36, "recorded": 36, "errors": 3}
+    assert "3 of 36 samples failed after retries" in resumed.stderr
+
+
+def test_a_run_killed_after_its_rule_stopped_resumes_to_complete_and_a_complete_one_is_left_alone(tmp_path):
+    fail = lambda name, question: name == "a" and question.endswith("question 0")  # noqa: E731
+    with LocalServer(prompt_replies({"a": 0.0, "b": 1.0}, fail)) as server:
+        result = two_prompt_run(tmp_path, {"a": 0.0, "b": 1.0}, "--max-rounds", "10", "--max-attempts", "1",
+                                server=server)
+        run = run_dir_of(result)
+        complete = (run / "manifest.json").read_bytes()
+        samples = (run / "samples.jsonl").read_bytes()
+        again = resume(run)  # decided and complete (2 failed samples the rule counted): nothing to do
+        assert again.exit_code == 2 and "already stopped at round 2" in again.stderr
+        assert (run / "manifest.json").read_bytes() == complete and (run / "samples.jsonl").read_bytes() == samples
+        manifest = json.loads(complete)
+        manifest.update(status="running", finished=None)  # killed after the stop was recorded
+        (run / "manifest.json").write_text(json.dumps(manifest))
+        (run / ".lock").unlink()
+        calls = len(server.requests)
+        finished = resume(run)
+        assert len(server.requests) == calls  # nothing asked again
+    assert finished.exit_code == 1, finished.output  # the 2 failed samples stay failed
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["status"] == "complete" and manifest["counts"] == {"planned": 120, "recorded": 24, "errors": 2}
+    assert (run / "samples.jsonl").read_bytes() == samples
+    assert "B>A" in finished.stdout
 
 
 def test_a_run_recorded_under_the_mixture_rule_is_read_but_not_continued(tmp_path):
@@ -402,6 +491,18 @@ def test_plan_sequential_says_what_it_costs_beside_the_fixed_plan_of_the_same_po
     assert data["fixed_same_power"]["power"] == min(0.99, data["power"]) and data["fixed_same_power"]["rounds"] >= 1
     text = CliRunner().invoke(main, ["plan", "--sequential", "--p1", "0.9", "--p2", "0.5", "--cases", "10"]).output
     assert "samples per arm to the stop: mean" in text and "a fixed paired plan with the same power" in text
+
+
+def test_plan_sequential_says_the_power_its_fixed_plan_is_for():
+    # --power 0.95 sizes the fixed plan beside the sequential one; the line must not call it 80%.
+    result = CliRunner().invoke(main, ["plan", "--sequential", "--p1", "0.9", "--p2", "0.7", "--cases", "10",
+                                       "--power", "0.95"])
+    assert result.exit_code == 0, result.output
+    said = result.stdout.replace("\n  ", " ")
+    fixed = json.loads(CliRunner().invoke(main, ["plan", "--sequential", "--p1", "0.9", "--p2", "0.7", "--cases", "10",
+                                                 "--power", "0.95", "--json"]).stdout)["fixed_rounds"]
+    assert f"a fixed paired plan with 95% power: {fixed} repeats" in said
+    assert "with 80% power" not in said
 
 
 def test_the_plan_is_what_an_independent_simulation_of_the_runs_rule_gives():

@@ -825,9 +825,13 @@ def run(
     if dry_run:
         from .engine.dryrun import dry_run as price_plan
         from .engine.dryrun import render_dry_run
+        from .engine.sequential import dry_run_sequential
 
-        fetch = not no_retrieval_fetch
-        result = price_plan(probeset, prompts, models, config, options, fetch=fetch, rule=rule)
+        result = (
+            dry_run_sequential(probeset, prompts, models, config, options, rule, fetch=not no_retrieval_fetch)
+            if rule is not None
+            else price_plan(probeset, prompts, models, config, options, fetch=not no_retrieval_fetch)
+        )
         emit(dumps_pretty(result) if fmt == "json" else render_dry_run(result), output)
         return
     if no_retrieval_fetch and max_cost is None:

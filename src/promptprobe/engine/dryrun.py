@@ -13,7 +13,7 @@ Memory does not depend on the number of repeats: each case is priced once per ar
 import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..assemble import AssembleError, default_messages, production_assembler
 from ..config import TargetConfig, settle_repeats
@@ -27,9 +27,6 @@ from .cost import Tokens, estimate_tokens, load_prices, price_sentence, refuse_u
 from .plan import make_arms
 from .retry import Attempted, RetryPolicy, call_with_retries
 from .run import LARGE_PLAN, RunOptions
-
-if TYPE_CHECKING:
-    from .sequential import SequentialRule
 
 # A dry run gives a retrieval that fails one quick retry, not the run's full patience.
 FETCH_POLICY = RetryPolicy(max_attempts=2, backoff_initial=0.5, max_retry_wait=2.0)
@@ -72,23 +69,12 @@ def dry_run(
     config: TargetConfig,
     options: RunOptions,
     fetch: bool = True,
-    rule: "SequentialRule | None" = None,
 ) -> dict[str, Any]:
-    """The plan priced without a call (retrieval fetched read-only unless not `fetch`); with a
-    sequential `rule`, priced at its cap, the most rounds the run can take."""
+    """The plan priced without a call (retrieval fetched read-only unless not `fetch`)."""
     problems = check_prompts(prompts, probeset.cases, config.vars)
     if problems:
         raise InputError("\n".join(problems))
     arms = make_arms(prompts, models)
-    sequential = []
-    if rule is not None:
-        from .sequential import sequential_options
-
-        options, _ = sequential_options(probeset, config, options, rule, len(arms))
-        sequential = [
-            f"--until-decided: priced at its cap of {options.repeats} rounds, an upper bound "
-            "(the run stops at the first round that decides)"
-        ]
     repeats, settings = settle_repeats(config, probeset, options.repeats, options.settings)
     prices = load_prices(config.prices)
     kind = config.retrieval.get("kind", "none")
@@ -150,7 +136,6 @@ def dry_run(
         "settings": settings,
         "needs_yes": calls > LARGE_PLAN,
         "notes": _notes(kind, fetched is not None, max_tokens, options.batch)
-        + sequential
         + (
             # The run itself refuses this (config.with_retrieval); the plan should not hide it.
             ["there is no probe.toml here: the run itself needs --config FILE or --retrieval none"]

@@ -342,6 +342,8 @@ class ResumedRun(ProbeRun):
         self.kept = 0
         self.kept_errors = 0
         self.changes: dict[str, dict[str, Any]] = {}
+        # A failed sample kept as recorded, not re-run (a sequential round the rule has looked at).
+        self.keep_failed: Callable[[dict[str, Any]], bool] = lambda record: False
 
     def prepare(self) -> tuple[set[str], dict[tuple[str, int], Retrieved]]:
         """Open the run, cut torn lines, set errored samples aside; what is done, what to reuse."""
@@ -359,10 +361,12 @@ class ResumedRun(ProbeRun):
                     if not line.strip():
                         continue
                     record = loads(line)
-                    if record.get("error") or record["sample_id"] in done:
+                    settled = bool(record.get("error")) and self.keep_failed(record)
+                    if (record.get("error") and not settled) or record["sample_id"] in done:
                         superseded.append(line if line.endswith(b"\n") else line + b"\n")
                     else:
                         done.add(record["sample_id"])
+                        self.kept_errors += settled
                         kept_lines.append(line if line.endswith(b"\n") else line + b"\n")
         if superseded:
             # Earlier attempts are kept in superseded.jsonl; samples.jsonl keeps one record per id.
@@ -400,7 +404,7 @@ class ResumedRun(ProbeRun):
         return {
             "planned": self.plan.samples,
             "recorded": self.kept + self.tally.recorded,
-            "errors": self.tally.errors,
+            "errors": self.kept_errors + self.tally.errors,
         }
 
     def open(self) -> None:

@@ -16,6 +16,7 @@ from typing import Any
 from ..checks import metrics_for
 from ..config import TargetConfig
 from ..errors import InputError
+from ..jsonio import iter_jsonl
 from ..models import ModelSpec
 from ..probeset import ProbeSet
 from ..prompts import PromptVersion
@@ -63,27 +64,64 @@ def _refuse_design(arms: int, rule: SequentialRule) -> None:
         raise InputError(f"--max-rounds {rule.max_rounds} is below --min-rounds {rule.min_rounds}")
 
 
-def sequential_options(
-    probeset: ProbeSet, config: TargetConfig, options: RunOptions, rule: SequentialRule, arms: int
-) -> tuple[RunOptions, Cap | None]:
-    """The options of a sequential run of `arms` arms (its repeats are the rounds of its cap,
-    recorded as such) and the cap worked out from `rule.detect` (None when `rule.max_rounds` sets it)."""
-    _refuse_design(arms, rule)
+def _cases_counted(
+    probeset: ProbeSet, config: TargetConfig, options: RunOptions, rule: SequentialRule
+) -> int:
+    """The cases the rule's metric applies to (a round's pairs); InputError for a metric it cannot
+    decide on: unknown, or one that applies to no case (every round would count no pair)."""
     known = metrics_for(config.checks)
     if rule.metric not in known:
         raise InputError(f"--metric {rule.metric}: unknown metric (known: {', '.join(known)})")
+    settings = config.checks.with_top_k(options.top_k)
+    cases = sum(1 for case in probeset.cases if known[rule.metric].applies(case, settings))
+    if not cases:
+        raise InputError(
+            f"--metric {rule.metric} applies to no case of probe set {probeset.name}, so no round could "
+            "count a pair: decide on another metric, or add cases it applies to"
+        )
+    return cases
+
+
+def sequential_options(
+    probeset: ProbeSet, config: TargetConfig, options: RunOptions, rule: SequentialRule, arms: int
+) -> tuple[RunOptions, SequentialRule, Cap | None]:
+    """A sequential run's options (its repeats are the cap in rounds, recorded as such) and its rule
+    with the cap set; the Cap when it came from `rule.detect`, for the pairs a round counts (the
+    cases the metric applies to)."""
+    _refuse_design(arms, rule)
+    cases = _cases_counted(probeset, config, options, rule)
     cap = None
     max_rounds = rule.max_rounds
     source = "flag"  # --max-rounds
     if max_rounds is None:
-        cap = default_cap(len(probeset.cases), rule)
-        _refuse_unreachable(cap, rule, len(probeset.cases))
+        cap = default_cap(cases, rule)
+        _refuse_unreachable(cap, rule, cases)
         max_rounds = cap.rounds
         source = f"--until-decided cap at --detect {100 * rule.detect:g}"
-    assert max_rounds is not None
     # The rounds replace any repeats: the manifest must not credit the probe set or a flag with them.
     settings = {**options.settings, "repeats": {"value": max_rounds, "from": source}}
-    return replace(options, repeats=max_rounds, settings=settings), cap
+    return replace(options, repeats=max_rounds, settings=settings), replace(rule, max_rounds=max_rounds), cap
+
+
+def dry_run_sequential(
+    probeset: ProbeSet,
+    prompts: Sequence[PromptVersion],
+    models: Sequence[ModelSpec],
+    config: TargetConfig,
+    options: RunOptions,
+    rule: SequentialRule,
+    fetch: bool = True,
+) -> dict[str, Any]:
+    """`--dry-run --until-decided`: the plan priced at its cap, the most the run can ask."""
+    from .dryrun import dry_run
+
+    capped, rule, _ = sequential_options(probeset, config, options, rule, len(prompts) * len(models))
+    result = dry_run(probeset, prompts, models, config, capped, fetch=fetch)
+    result["notes"].append(
+        f"--until-decided: priced at its cap of {rule.max_rounds} rounds, the most it can ask; it stops "
+        "as soon as the rule decides, often well before"
+    )
+    return result
 
 
 class RunFacade:
@@ -170,9 +208,8 @@ class SequentialRun(RunFacade):
         options: RunOptions,
         rule: SequentialRule,
     ) -> "SequentialRun":
-        options, cap = sequential_options(probeset, config, options, rule, len(prompts) * len(models))
-        runner = ProbeRun(probeset, prompts, models, config, options)
-        return cls(runner, replace(rule, max_rounds=options.repeats), cap)
+        options, rule, cap = sequential_options(probeset, config, options, rule, len(prompts) * len(models))
+        return cls(ProbeRun(probeset, prompts, models, config, options), rule, cap)
 
     def describe(self) -> str:
         """What the run will do, said before it starts: the rule and its cap."""
@@ -199,8 +236,23 @@ class SequentialRun(RunFacade):
         ids = {sample_id(c.id, round_number, arm) for c in self.runner.plan.cases for arm in self.arms}
         return [s for s in iter_samples(self.runner.store.path) if s["sample_id"] in ids]
 
+    def _settle_resume(self) -> None:
+        """A resume re-runs failed samples, but not those of rounds in sequential.jsonl: the rule
+        has counted them against their arm, and the run must end with what it decided on. A run
+        that is complete after its rule stopped has nothing to resume."""
+        path = getattr(self.runner, "path", None)  # a ResumedRun's run directory
+        if path is None:
+            return
+        lines = list(iter_jsonl(path / LEDGER, lambda warning: None))
+        if lines and lines[-1].get("stop") and self.runner.previous.get("status") == "complete":
+            raise InputError(
+                f"{path}: the sequential run already stopped at round {len(lines)}; nothing to resume"
+            )
+        self.runner.keep_failed = lambda record: record["repeat"] <= len(lines)
+
     def execute(self) -> RunOutcome:
         runner = self.runner
+        self._settle_resume()
         runner.open()
         assert runner.store is not None
         runner.store.repair_tail(LEDGER)
@@ -212,13 +264,11 @@ class SequentialRun(RunFacade):
             self.rule.min_rounds,
             metric.higher_is_better,
         )
-        if book.stopped:
-            raise InputError(
-                f"{runner.store.path}: the sequential run already stopped at round {book.rounds}"
-            )
+        # A run killed or interrupted after its rule stopped only has its manifest to finish.
+        first = runner.plan.repeats + 1 if book.stopped else book.rounds + 1
         cases = {c.id: c for c in runner.plan.cases}
         scheduler = None
-        for round_number in range(book.rounds + 1, runner.plan.repeats + 1):
+        for round_number in range(first, runner.plan.repeats + 1):
             units = [Unit(case, round_number) for case in runner.plan.case_order(round_number)]
             scheduler = runner.run_units(units)
             if scheduler.abort or runner.cancel_event.is_set() or scheduler.stopped_by:

@@ -592,7 +592,8 @@ def _apply_sequential(
         p_value=p_value,
         e_value=last.get("e_value"),
     )
-    settle(result, p_value, alpha, verdict=decision)
+    # Only a rule that stopped decides; a run stopped by hand before it is undecided (p = 1).
+    settle(result, p_value, alpha, verdict=decision if last.get("stop") else None)
     result["notes"].append(
         f"the verdict is the sequential decision after round {last.get('round')} ({evidence}, valid however "
         "often it was checked); fixed-n tests after optional stopping are not valid and are shown for "

@@ -97,6 +97,9 @@ def sentence(result: dict[str, Any]) -> str:
         return text + f": larger than this sample produces by chance ({where})"
     if decided_by:
         return text + f": decided because {decided_by}, not by the test"
+    if result["design"] == "sequential":
+        # Undecided and not at its cap: stopped by hand, so more rounds (not a new plan) settle it.
+        return text + ": not decided; the run stopped before its rule did (probe run --resume continues it)"
     hint = result.get("repeats_needed")
     if hint is None:
         if result["a"]["rate"] == result["b"]["rate"]:

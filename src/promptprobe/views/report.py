@@ -193,7 +193,8 @@ def sequential_view(counts: CountsTable) -> dict[str, Any] | None:
         "discordant": last.get("discordant_total"),
         "lead": last.get("lead"),
         "lead_needed": last.get("lead_needed"),
-        "p_value": last.get("p_value"),
+        # Before its rule has stopped no p-value is valid (compare says 1 too); an old run has none.
+        "p_value": last.get("p_value") if last.get("stop") or "p_value" not in last else 1.0,
         "alpha_budget": last.get("alpha_budget"),
         # The mixture e-value of earlier runs (None on runs under the exact boundary).
         "e_value": last.get("e_value"),

@@ -65,6 +65,7 @@ def plan_sequential(
         "decided_share": float((stops > 0).mean()),
         "wrong_direction_share": float(wrong.mean()),
         "fixed_rounds": fixed,
+        "fixed_power": power,  # the power `fixed_rounds` is for (--power)
         "fixed_same_power": same_power,
         "trials": trials,
     }
@@ -109,7 +110,8 @@ def render_sequential_plan(result: dict[str, Any]) -> str:
         )
     if result["fixed_rounds"]:
         lines.append(
-            f"- a fixed paired plan with 80% power: {result['fixed_rounds']} repeats "
+            f"- a fixed paired plan with {100 * result.get('fixed_power', 0.8):g}% power: "
+            f"{result['fixed_rounds']} repeats "
             f"({result['fixed_rounds'] * cases} samples per arm)"
         )
     return wrap("\n".join(lines))
