@@ -178,7 +178,7 @@ def test_reversed_case_order_across_runs_is_paired(tmp_path):
     # 14/15 against 24/25: a 3-point difference needs over a thousand samples per arm.
     assert 1000 < data["n_needed_per_arm"] < 1400 and set(data["repeats_needed"]) >= {"paired", "unpaired"}
     everything = json.loads(compare_cli(str(first), str(second), "--all", "--format", "json").stdout)
-    assert list(everything) == ["results", "family", "retrieval_drift", "warnings"]
+    assert list(everything) == ["results", "family", "retrieval_drift", "not_compared", "warnings"]
     assert [r["metric"] for r in everything["results"]][:3] == ["header_present", "header_absent", "header_misplaced"]
     assert all(set(r) >= {"metric", "verdict", "worse", "higher_is_better"} for r in everything["results"])
 
@@ -382,8 +382,8 @@ def test_a_plan_is_confirmed_by_the_lower_bound_of_its_power():
 def test_one_point_is_singular_and_a_tiny_change_never_reads_as_zero():
     from promptprobe.views.compare_words import in_points
 
-    assert [in_points(x) for x in (0.01, -0.01, 0.12, 0.0, 0.001)] == [
-        "+1 point", "-1 point", "+12 points", "+0 points", "+0.1 points"
+    assert [in_points(x) for x in (0.01, -0.01, 0.12, 0.0, 0.001, 0.0049, 4e-9, -4e-9)] == [
+        "+1 point", "-1 point", "+12 points", "+0 points", "+0.1 points", "+0.49 points", ">0 points", "<0 points"
     ]
 
 

@@ -226,6 +226,22 @@ def test_a_key_in_an_html_error_page_near_byte_200_is_not_kept_in_part(tmp_path)
     assert no_trace_of(KEY, shown.encode())
 
 
+@pytest.mark.parametrize("before", [170, 180, 190])
+def test_a_batch_line_that_cannot_be_read_keeps_no_part_of_a_key_its_reason_is_cut_across(before):
+    from promptprobe.providers.batching import read_result
+
+    key = "sk-batchcut-0123456789abcdefghij"
+    SCRUBBER.add("BATCH_CUT_KEY", key)
+
+    def read(item):
+        raise ValueError("x" * before + key)  # the reason is cut to 200 characters
+
+    line = b'{"custom_id": "c1.r1.a1", "response": {}}'
+    result = read_result("openai:m", line, read)
+    assert result.error.kind == "bad_body" and "a batch result line cannot be read" in str(result.error)
+    assert no_trace_of(key, str(result.error).encode())
+
+
 def test_a_key_spelled_across_stream_events_withholds_the_body(tmp_path):
     events = [
         (
@@ -277,9 +293,13 @@ def test_a_key_spelled_across_stream_events_withholds_the_body(tmp_path):
     assert no_trace_of(KEY, everything_written(outcome.path))
 
 
-def test_a_retrieval_token_echoed_json_escaped_is_not_stored(tmp_path, monkeypatch):
-    token = "tok/abc/def-0123456789"
-    monkeypatch.setenv("SEARCH_TOKEN", token)
+@pytest.mark.parametrize(
+    "header,token",
+    [("Bearer ${SEARCH_TOKEN}", "tok/abc/def-0123456789"), ("Bearer lit/xyz/uvw-9876543210", "lit/xyz/uvw-9876543210")],
+    ids=["from the environment", "written in probe.toml"],
+)
+def test_a_retrieval_token_echoed_json_escaped_is_not_stored(tmp_path, monkeypatch, header, token):
+    monkeypatch.setenv("SEARCH_TOKEN", "tok/abc/def-0123456789")
 
     def search(request):
         echoed = json.dumps(
@@ -290,7 +310,7 @@ def test_a_retrieval_token_echoed_json_escaped_is_not_stored(tmp_path, monkeypat
     with LocalServer(search) as retrieval, LocalServer() as model:
         (tmp_path / "probe.toml").write_text(
             f'[retrieval]\nkind = "http"\nurl = "{retrieval.url}/search"\n'
-            'headers = { Authorization = "Bearer ${SEARCH_TOKEN}" }\n'
+            f'headers = {{ Authorization = "{header}" }}\n'
         )
         outcome, samples = probe(
             tmp_path, spec("openai", model.url), cases=1, config=load_config(tmp_path / "probe.toml")

@@ -306,6 +306,34 @@ def test_only_two_arms(tmp_path):
     assert result.exit_code == 2 and "exactly two arms" in result.stderr
 
 
+def test_an_arm_of_a_sequential_run_compared_across_runs_is_said_to_be_approximate(tmp_path):
+    import shutil
+
+    result = two_prompt_run(tmp_path, {"a": 0.0, "b": 1.0}, "--max-rounds", "10")
+    assert result.exit_code == 0, result.output
+    run = run_dir_of(result)
+    other = shutil.copytree(run, tmp_path / "copy")
+    across = CliRunner().invoke(main, ["compare", f"{run}#prompt=a", f"{other}#prompt=b", "--json"])
+    within = CliRunner().invoke(main, ["compare", f"{run}#prompt=a", f"{run}#prompt=b", "--json"])
+    assert across.exit_code == 0 and within.exit_code == 0, across.output + within.output
+    notes = json.loads(across.stdout)["notes"]  # one metric: its result is the JSON
+    said = "stopped on its sequential rule (--until-decided): its sample size depended on its outcomes"
+    assert [n for n in notes if said in n] == [
+        f"run {run.name} {said}, so this fixed-n test on it is approximate",
+        f"run copy {said}, so this fixed-n test on it is approximate",
+    ]
+    assert not any(said in n for n in json.loads(within.stdout)["notes"])
+
+
+def test_repeats_are_refused_with_until_decided_before_any_call(tmp_path):
+    with LocalServer(prompt_replies({"a": 1.0, "b": 0.0})) as server:
+        result = two_prompt_run(tmp_path, {"a": 1.0, "b": 0.0}, "-n", "5", server=server)
+        assert server.requests == []
+    assert result.exit_code == 2
+    assert "-n/--repeats is for a fixed run: --until-decided asks round by round" in result.stderr
+    assert not (tmp_path / "runs").exists()
+
+
 def test_the_default_cap_is_shown_before_the_run_and_comes_from_detect(tmp_path):
     result = two_prompt_run(tmp_path, {"a": 0.0, "b": 1.0})
     assert result.exit_code == 0, result.output

@@ -783,6 +783,11 @@ def run(
         return
     if probeset_path is None:
         raise InputError("give a probe set (probe run PROBESET --prompt FILE), or --resume RUN")
+    if until_decided and repeats is not None:
+        raise InputError(
+            "-n/--repeats is for a fixed run: --until-decided asks round by round up to its cap "
+            "(--detect sizes it, --max-rounds sets it)"
+        )
     from .config import Precedence, load_config, models_setting, with_retrieval
     from .engine.run import options_from
     from .prompts import load_prompt

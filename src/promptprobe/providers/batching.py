@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from ..redaction import SCRUBBER
 from .base import Completion, ProviderError, field_of, status_retryable
 
 # Statuses with which a server says it does not speak an endpoint at all.
@@ -153,7 +154,8 @@ def read_result(spec: str, line: bytes, read: Callable[[Any], BatchResult]) -> B
             raise ValueError("the line is not a JSON object")
         return read(item)
     except Exception as exc:  # whatever is odd in a line: that line fails, never the collection
-        reason = f"{type(exc).__name__}: {exc}"[:200]
+        # Scrubbed before the cut, so no cut keeps part of a key.
+        reason = SCRUBBER.text(f"{type(exc).__name__}: {exc}")[:200]
         return failed(
             custom_id, line, "bad_body", f"{spec}: a batch result line cannot be read ({reason})", True
         )

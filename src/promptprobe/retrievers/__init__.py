@@ -5,17 +5,13 @@ the modules are imported only when their kind is used (the local one loads bm25s
 """
 
 import importlib
-import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from ..endpoints import scrub_url
 from ..errors import InputError
-from .base import NoRetriever, Passage, RetrievalError, Retriever, snapshot_digest
-
-# Names credentials go under: any key (Ocp-Apim-Subscription-Key), any auth (X-Auth), ...
-SECRET_KEY = re.compile(r"auth|key|token|secret|passw|cookie|credential|signature|session", re.IGNORECASE)
+from .base import SECRET_NAME, NoRetriever, Passage, RetrievalError, Retriever, snapshot_digest
 
 Factory = Callable[[dict[str, Any], Path | None], Retriever]
 REGISTRY: dict[str, Factory] = {}
@@ -51,7 +47,7 @@ def redact(value: Any) -> Any:
     """A copy of a config with anything secret-looking removed, for the manifest."""
     if isinstance(value, dict):
         return {
-            k: "[removed]" if SECRET_KEY.search(str(k))
+            k: "[removed]" if SECRET_NAME.search(str(k))
             else scrub_url(v) if k == "url" and isinstance(v, str)  # its password and query values
             else redact(v)
             for k, v in value.items()

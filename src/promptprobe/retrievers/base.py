@@ -8,9 +8,13 @@ as an empty retrieval.
 
 import hashlib
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
+
+# Names credentials go under: any key (Ocp-Apim-Subscription-Key), any auth (X-Auth), ...
+SECRET_NAME = re.compile(r"auth|key|token|secret|passw|cookie|credential|signature|session", re.IGNORECASE)
 
 
 @dataclass(frozen=True)

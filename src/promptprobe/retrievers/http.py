@@ -12,7 +12,7 @@ from .. import deadline
 from ..endpoints import scrub_url, url_secrets
 from ..errors import StartError
 from ..redaction import SCRUBBER
-from .base import Passage, RetrievalError, Retriever, passages_from
+from .base import SECRET_NAME, Passage, RetrievalError, Retriever, passages_from
 
 ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 ERROR_BODY_LIMIT = 64 * 1024
@@ -79,6 +79,10 @@ class HttpRetriever(Retriever):
         headers = {
             k: expand_env(str(v), f"[retrieval] header {k}") for k, v in config.get("headers", {}).items()
         }
+        for name, value in headers.items():
+            if SECRET_NAME.search(name):  # written into probe.toml as is, it is as secret as a ${VAR}
+                for secret in {value, *value.split()[-1:]}:  # "Bearer TOKEN": the token alone too
+                    SCRUBBER.add(f"[retrieval] header {name}", secret)
         # `timeout` bounds the whole retrieval (connect, headers, body), not each read.
         self.timeout = float(config.get("timeout", 30.0))
         self.client = httpx.Client(headers=headers, timeout=self.timeout)

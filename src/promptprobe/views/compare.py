@@ -543,6 +543,17 @@ def _flip(decision: str) -> str:
     return {"A>B": "B>A", "B>A": "A>B"}.get(decision, decision)
 
 
+def _stopped_elsewhere(*tables: CountsTable) -> list[str]:
+    """Across runs, an arm from a run its sequential rule stopped has a sample size that depended on
+    its own outcomes (against another arm): a fixed-n test on it is approximate, and says so."""
+    return [
+        f"run {Path(t.run).name} stopped on its sequential rule (--until-decided): its sample size "
+        "depended on its outcomes, so this fixed-n test on it is approximate"
+        for t in tables
+        if t.manifest.get("sequential") and t.sequential
+    ]
+
+
 def _apply_sequential(
     counts: CountsTable, arm_a: ArmCounts, arm_b: ArmCounts, result: dict[str, Any], alpha: float
 ) -> None:
@@ -755,6 +766,8 @@ def compare_tables(
             )
             if counts_a is counts_b:
                 _apply_sequential(counts_a, arm_a, arm_b, result, alpha)
+            else:
+                result["notes"].extend(_stopped_elsewhere(counts_a, counts_b))
             if pair.name is not None:
                 result["pair"] = pair.name
                 result["notes"].extend(unpaired)
@@ -775,6 +788,7 @@ def compare_tables(
         "results": results,
         "family": len(results),
         "retrieval_drift": drift(counts_a, counts_b) if counts_a is not counts_b else [],
+        "not_compared": unpaired,  # arm by arm: the arms of either run without a partner in the other
         "warnings": [
             *counts_a.warnings,
             *_unfinished(counts_a),
@@ -949,9 +963,11 @@ def render_comparison(
         out.append(
             f"retrieval drift: {change['case_id']} got different passages in B's run: {'; '.join(parts)}"
         )
-    # Arm by arm, one metric's notes read alike for every pair: each names its pair.
-    pair_of = {id(r): f"{r['pair']}: " if by_pair else "" for r in results}
-    for note in dict.fromkeys(pair_of[id(r)] + n for r in results for n in r.get("notes", [])):
+    # Arm by arm, a pair's note names its pair; the arms left without a partner are the family's.
+    family = set(comparison.get("not_compared") or [])
+    for note in dict.fromkeys(
+        f"{r['pair']}: {n}" if by_pair and n not in family else n for r in results for n in r.get("notes", [])
+    ):
         out.append(f"note: {note}")
     for warning in comparison.get("warnings") or []:
         out.append(f"warning: {warning}")

@@ -13,10 +13,15 @@ from typing import Any
 CANT_TELL = "can't tell yet"
 
 
+TINY_POINTS = 0.01  # below this many points a value that is not 0 reads as ">0" or "<0"
+
+
 def points(value: float) -> str:
-    """B - A in points with a sign; a value that is not 0 never prints as 0."""
+    """B - A in points with a sign; a value that is not 0 never prints as 0 (nor in e-notation)."""
     shown = f"{100 * value:+.0f}"
     if value != 0 and shown in ("+0", "-0"):
+        if abs(100 * value) < TINY_POINTS:  # an interval's end just off 0: which side is what counts
+            return ">0" if value > 0 else "<0"
         shown = f"{100 * value:+.2g}"
     return shown
 
@@ -106,18 +111,20 @@ def sentence(result: dict[str, Any]) -> str:
             return text + "; the observed rates are equal, so there is no difference to size a probe for"
         return text
     size = abs(100 * (result["b"]["rate"] - result["a"]["rate"]))
+    these = "this case" if hint["cases"] == 1 else f"these {hint['cases']} cases"
     paired = (
-        f"about {hint['paired']} repeats of these {hint['cases']} cases (paired, "
+        f"about {hint['paired']} repeats of {these} (paired, "
         f"{100 * hint['paired_power']:.0f}% power simulated)"
         if hint["paired"]
-        else f"more than {hint['paired_limit']} repeats of these {hint['cases']} cases (paired)"
+        else f"more than {hint['paired_limit']} repeats of {these} (paired)"
     )
     if hint["unpaired"]:
         unpaired = f"about {hint['unpaired']} repeats"
     elif hint["unpaired_cases_needed"]:
         unpaired = f"no number of repeats: at least {hint['unpaired_cases_needed']} cases a side"
     else:
-        unpaired = f"no number of repeats of {hint['cases']} cases (probe plan --cases says how many)"
+        cases = "1 case" if hint["cases"] == 1 else f"{hint['cases']} cases"
+        unpaired = f"no number of repeats of {cases} (probe plan --cases says how many)"
     whole = round(size)
     article = "an" if whole in (8, 11, 18) or 80 <= whole <= 89 else "a"  # said "an eight", "an eleven"
     return text + f"; to detect {article} {whole}-point difference you need {paired}; unpaired: {unpaired}"

@@ -209,7 +209,8 @@ def render_why(result: dict[str, Any], fmt: str = "table", top: int = 10) -> str
     significant = sum(r["significant"] for r in result["phrases"])
     if significant:
         lines.append(
-            f"{significant} phrase(s) over-represented at adjusted p <= 0.05 (Fisher, Benjamini-Hochberg)"
+            f"{significant} {'phrase' if significant == 1 else 'phrases'} over-represented at adjusted "
+            "p <= 0.05 (Fisher, Benjamini-Hochberg)"
         )
     else:
         lines.append(
