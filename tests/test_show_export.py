@@ -2,13 +2,14 @@
 
 import base64
 import csv
+import hashlib
 import io
 import json
 
 import pytest
 from click.testing import CliRunner
 from conftest import ROOT, write_probeset
-from servers import LocalServer, Reply
+from servers import LocalServer, Reply, openai_body
 
 from promptprobe.cli import main
 from promptprobe.config import load_config
@@ -118,3 +119,39 @@ def test_every_reader_warns_of_a_torn_last_line(run_dir):
     assert why.exit_code == 0 and torn in " ".join(why.output.split()), why.output
     data = json.loads(CliRunner().invoke(main, ["why", str(run_dir), "--json"]).stdout)
     assert any(torn in w for w in data["warnings"])
+
+
+def lone_surrogate_reply(request):
+    """A server that cuts an emoji in half: its JSON holds a lone `\\ud83d` escape (llama.cpp and
+    other OpenAI-compatible servers do at max_tokens), which is recorded as the bytes ED A0 BD."""
+    body = openai_body("[[ANSWER]]\nemoji cut CUT", request.json["model"], None).replace(b"CUT", b"\\ud83d")
+    return Reply(body=body, content_type="application/json")
+
+
+def test_show_and_export_name_the_bytes_that_are_not_utf8(tmp_path):
+    probeset = load_probeset(write_probeset(tmp_path / "p.toml", [("cut", "q cut", None)]))
+    with LocalServer(lone_surrogate_reply) as server:
+        run = run_probe(probeset, [load_prompt(ROOT / "prompts" / "always-header.md")],
+                        [parse_model_spec(f"openai:m@{server.url}/v1")], load_config(None),
+                        RunOptions(runs_dir=tmp_path / "runs")).path
+    data = (run / "raw" / "cut.r1.a1.txt").read_bytes()
+    assert data == b"[[ANSWER]]\nemoji cut \xed\xa0\xbd"
+    named = "emoji cut ⟨byte 0xED not UTF-8⟩⟨byte 0xA0 not UTF-8⟩⟨byte 0xBD not UTF-8⟩␄"
+    shown = CliRunner().invoke(main, ["show", str(run)])
+    assert shown.exit_code == 0, shown.output
+    assert named in shown.output
+    as_json = CliRunner().invoke(main, ["show", str(run), "--format", "json"])
+    assert as_json.exit_code == 0, as_json.output
+    sample = json.loads(as_json.stdout)["samples"][0]
+    assert named in sample["visible"] and sample["text"] == data.decode("utf-8", "replace")
+    written = tmp_path / "incident.md"
+    md = CliRunner().invoke(main, ["export", str(run), "-o", str(written)])
+    assert md.exit_code == 0, md.output
+    text = written.read_text(encoding="utf-8")
+    assert named in text and base64.b64encode(data).decode() in text
+    assert f"sha256 {hashlib.sha256(data).hexdigest()}" in text
+    exported = CliRunner().invoke(main, ["export", str(run), "--format", "json"])
+    assert exported.exit_code == 0, exported.output
+    item = json.loads(exported.stdout)["samples"][0]
+    assert base64.b64decode(item["raw_base64"]) == data
+    assert item["raw_text"] == data.decode("utf-8", "replace")

@@ -12,9 +12,16 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from conftest import ROOT, write_probeset
+from servers import LocalServer, Reply, openai_body
 from viewer_support import GOOD, HOSTILE, LATE, SORRY, ab_replies, record, tree_digest
 
 from promptprobe.cli import main
+from promptprobe.config import load_config
+from promptprobe.engine.run import RunOptions, run_probe
+from promptprobe.models import parse_model_spec
+from promptprobe.probeset import load_probeset
+from promptprobe.prompts import load_prompt
 
 pytest.importorskip("starlette")
 from starlette.testclient import TestClient  # noqa: E402
@@ -627,3 +634,28 @@ def test_the_compare_page_refuses_a_metric_the_runs_do_not_have(client, runs):
     assert answer.status_code == 404 and "no metric 'header_presnt'" in answer.json()["error"]
     assert client.get(f"/compare?a={ab}:1&b={ab}:2&metric=header_presnt").status_code == 404
     assert client.get(f"/compare.json?a={ab}:1&b={ab}:2&metric=header_absent").status_code == 200
+
+
+def test_bytes_that_are_not_utf8_are_named_and_the_incident_file_is_served(tmp_path):
+    # A server that cuts an emoji in half sends a lone \ud83d escape, recorded as the bytes ED A0 BD:
+    # the page names each byte (not three U+FFFD) and the incident file is what probe export writes.
+    def reply(request):
+        body = openai_body("[[ANSWER]]\nemoji cut CUT", request.json["model"], None).replace(b"CUT", b"\\ud83d")
+        return Reply(body=body, content_type="application/json")
+
+    probeset = load_probeset(write_probeset(tmp_path / "p.toml", [("cut", "q cut", None)]))
+    with LocalServer(reply) as server:
+        run = run_probe(probeset, [load_prompt(ROOT / "prompts" / "always-header.md")],
+                        [parse_model_spec(f"openai:m@{server.url}/v1")], load_config(None),
+                        RunOptions(runs_dir=tmp_path / "runs")).path
+    with TestClient(create_app(run.parent, warm=False), base_url="http://127.0.0.1") as client:
+        groups = client.get(f"/runs/{run.name}/cases/cut.json").json()["sides"][0]["outputs"]["groups"]
+        assert [p for p in groups[0]["segments"] if p[1] == "inv"][:3] == [
+            ["byte 0xED not UTF-8", "inv"], ["byte 0xA0 not UTF-8", "inv"], ["byte 0xBD not UTF-8", "inv"]]
+        assert "byte 0xED not UTF-8" in client.get(f"/runs/{run.name}/cases/cut").text
+        for fmt in ("md", "json"):
+            written = tmp_path / f"incident.{fmt}"
+            result = CliRunner().invoke(main, ["export", str(run), "--case", "cut", "-o", str(written)])
+            assert result.exit_code == 0, result.output
+            served = client.get(f"/runs/{run.name}/cases/cut/incident.{fmt}")
+            assert served.status_code == 200 and served.content == written.read_bytes()

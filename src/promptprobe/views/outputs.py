@@ -15,7 +15,7 @@ from typing import Any
 
 from ..counts import CountsTable, LiveCounts, merged_samples
 from ..jsonio import iter_jsonl, loads
-from .show import visible
+from .show import decoded, readable, visible
 
 GROUPS_PER_PAGE = 20
 SAMPLE_IDS_PER_GROUP = 50
@@ -80,9 +80,9 @@ def raw_path(run_dir: Path, raw: dict[str, Any] | None) -> Path | None:
     return path if path.is_relative_to(root) and path.is_file() else None
 
 
-def read_text(run_dir: Path, raw: dict[str, Any] | None) -> str | None:
+def read_bytes(run_dir: Path, raw: dict[str, Any] | None) -> bytes | None:
     path = raw_path(run_dir, raw)
-    return path.read_bytes().decode("utf-8", "replace") if path is not None else None
+    return path.read_bytes() if path is not None else None
 
 
 class Scanned:
@@ -198,10 +198,11 @@ def with_text(run_dir: Path, group: dict[str, Any], markers: Iterable[str]) -> d
     raw = group.get("_raw")
     out = {k: v for k, v in group.items() if k != "_raw"}
     if group["error"] is None:
-        text = read_text(run_dir, raw)
-        out["text"] = text
-        out["segments"] = segments(text, markers) if text is not None else []
-        if text is None:
+        data = read_bytes(run_dir, raw)
+        # JSON carries U+FFFD for a byte that is not UTF-8; the segments name the byte itself.
+        out["text"] = readable(data) if data is not None else None
+        out["segments"] = segments(decoded(data), markers) if data is not None else []
+        if data is None:
             out["missing"] = "the raw file is missing or lies outside the run directory"
     else:
         out["text"], out["segments"] = None, []

@@ -25,9 +25,21 @@ NAMED = {
 }
 
 
+def decoded(raw: bytes) -> str:
+    """Raw output bytes as text for visible(): a byte that is not UTF-8 is kept (surrogateescape)
+    so that it is named, not replaced."""
+    return raw.decode("utf-8", "surrogateescape")
+
+
+def readable(raw: bytes) -> str:
+    """Raw output bytes as text JSON can carry: a byte that is not UTF-8 becomes U+FFFD."""
+    return raw.decode("utf-8", "replace")
+
+
 def visible(text: str) -> str:
     """The text with invisible characters spelled out: ␍ for CR, · for trailing spaces,
-    ⟨U+FEFF BOM⟩ for format characters; ␄ marks an end of text without a final newline."""
+    ⟨U+FEFF BOM⟩ for format characters, ⟨byte 0xED not UTF-8⟩ for a byte decoded() kept; ␄ marks
+    an end of text without a final newline."""
     lines = []
     for line in text.split("\n"):
         carriage = line.endswith("\r")
@@ -39,6 +51,8 @@ def visible(text: str) -> str:
                 out.append("␍")
             elif char == "\t":
                 out.append("→")
+            elif "\udc80" <= char <= "\udcff":  # surrogateescape's stand-in for an undecodable byte
+                out.append(f"⟨byte 0x{ord(char) - 0xDC00:02X} not UTF-8⟩")
             elif char in NAMED or unicodedata.category(char) in ("Cf", "Cc", "Zl", "Zp", "Co", "Cn"):
                 name = NAMED.get(char) or unicodedata.name(char, "")
                 out.append(f"⟨U+{ord(char):04X}{' ' + name if name else ''}⟩")
@@ -110,8 +124,7 @@ def show(
     items = []
     for record in chosen:
         raw = _raw(run_dir, record)
-        text = raw.decode("utf-8", "surrogateescape") if raw is not None else None
-        items.append((record, text))
+        items.append((record, raw))
     if fmt == "json":
         return dumps_pretty(
             {
@@ -122,19 +135,19 @@ def show(
                         "title": _title(record),
                         "header": ((record.get("header") or {}).get("header")),
                         "error": record.get("error"),
-                        "visible": visible(text) if text is not None else None,
-                        "text": text,
+                        "visible": visible(decoded(raw)) if raw is not None else None,
+                        "text": readable(raw) if raw is not None else None,
                     }
-                    for record, text in items
+                    for record, raw in items
                 ],
             }
         )
     blocks = []
-    for record, text in items:
-        if text is None:
+    for record, raw in items:
+        if raw is None:
             body = f"error: {record['error']['message']} (after {record['error']['attempts']} attempts)"
         else:
-            body = visible(text)
+            body = visible(decoded(raw))
         if fmt == "md":
             fence = _fence(body)
             blocks.append(f"### {_title(record)}\n\n{fence}text\n{body}\n{fence}")
@@ -196,7 +209,7 @@ def export(
     prompts = {p["name"]: p["sha256"] for p in manifest["prompts"]}
     specs = {m.get("name") or m["spec"]: m["spec"] for m in manifest.get("models", [])}
     went = endpoints.of_run(manifest)  # where each model's calls went, as recorded (by spec)
-    items = []
+    items, shown = [], []
     for record in chosen:
         raw = _raw(run_dir, record)
         items.append(
@@ -206,10 +219,11 @@ def export(
                 "prompt_sha256": prompts.get(record["prompt"]),
                 "endpoint": _went(record["model"], specs, went),
                 "retrieval": retrievals.get((record["case_id"], record["repeat"])),
-                "raw_text": raw.decode("utf-8", "surrogateescape") if raw is not None else None,
+                "raw_text": readable(raw) if raw is not None else None,
                 "raw_base64": base64.b64encode(raw).decode("ascii") if raw is not None else None,
             }
         )
+        shown.append(visible(decoded(raw)) if raw is not None else None)
     if fmt == "json":
         return dumps_pretty(
             {
@@ -225,7 +239,7 @@ def export(
         f"Run `{run_dir.name}`, created {manifest['created']}, status {manifest['status']}, "
         f"promptprobe {manifest.get('tool_version')}. {len(items)} sample(s).",
     ]
-    for item in items:
+    for item, raw_visible in zip(items, shown, strict=True):
         record = item["sample"]
         out += ["", f"## {record['sample_id']}", ""]
         response = record.get("response") or {}
@@ -268,14 +282,14 @@ def export(
                 out.append("(nothing was retrieved)")
             if retrieval.get("error"):
                 out.append(f"Retrieval failed: {retrieval['error']}")
-        if item["raw_text"] is not None:
-            fence = _fence(item["raw_text"])
+        if raw_visible is not None:
+            fence = _fence(raw_visible)
             out += [
                 "",
                 "Raw output with invisible characters shown:",
                 "",
                 fence + "text",
-                visible(item["raw_text"]),
+                raw_visible,
                 fence,
                 "",
                 f"Exact bytes: `raw/{record['sample_id']}.txt` in the run directory, or base64:",
