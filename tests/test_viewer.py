@@ -659,3 +659,23 @@ def test_bytes_that_are_not_utf8_are_named_and_the_incident_file_is_served(tmp_p
             assert result.exit_code == 0, result.output
             served = client.get(f"/runs/{run.name}/cases/cut/incident.{fmt}")
             assert served.status_code == 200 and served.content == written.read_bytes()
+
+
+def test_an_rtl_override_in_a_question_is_named_not_obeyed(tmp_path):
+    # U+202E in a question would show "Plain question" reversed; like an output's, it is spelled out
+    # on the case page, the compare page and the static HTML, and the JSON says so.
+    run = record(tmp_path, {"old": [GOOD], "new": [LATE]}, [("c0", "Plain \u202equestion here?")], repeats=2)
+    with TestClient(create_app(run.parent, warm=False), base_url="http://127.0.0.1") as client:
+        view = client.get(f"/runs/{run.name}/cases/c0.json").json()
+        assert view["case"]["question"] == "Plain \u202equestion here?"
+        assert view["case"]["question_segments"] == [
+            ["Plain ", "text"], ["U+202E RIGHT-TO-LEFT OVERRIDE", "inv"], ["question here?", "text"]]
+        for url in (f"/runs/{run.name}/cases/c0", f"/compare?a={run.name}:1&b={run.name}:2"):
+            html = client.get(url).text
+            assert "\u202e" not in html, url
+            assert '<span class="inv">U+202E RIGHT-TO-LEFT OVERRIDE</span>question here?' in html, url
+    written = tmp_path / "compare.html"
+    result = CliRunner().invoke(main, ["compare", f"{run}#prompt=old", f"{run}#prompt=new", "-o", str(written)])
+    assert result.exit_code == 0, result.output
+    html = written.read_text(encoding="utf-8")
+    assert "\u202e" not in html and '<span class="inv">U+202E RIGHT-TO-LEFT OVERRIDE</span>question here?' in html

@@ -14,7 +14,7 @@ from typing import Any
 
 from ..counts import ArmCounts, CountsTable
 from ..errors import InputError
-from ..views.outputs import GROUPS_PER_PAGE, SAMPLE_ID, Indexed, groups_of, page_of, raw_path
+from ..views.outputs import GROUPS_PER_PAGE, SAMPLE_ID, Indexed, groups_of, inline_segments, page_of, raw_path
 from ..views.overview import arms_of, compare_arms, run_overview, side_by_side
 from ..views.why import explain_scored, phrases, scored_samples
 from .runs import RunsDir, manifest_line
@@ -180,6 +180,7 @@ def _case_view(
         "case": {
             "case_id": case.id,
             "question": case.question,
+            "question_segments": inline_segments(case.question),
             "tags": list(case.tags),
             "expect": case.expect,
         },

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ..counts import CountsTable, build_counts
-from .outputs import Scanned, page_of
+from .outputs import Scanned, inline_segments, page_of
 from .overview import arm_name, run_overview, side_by_side
 from .report import sequential_sentence
 
@@ -133,7 +133,14 @@ def report_html(counts: CountsTable | str | Path) -> str:
             for a in counts.arms
         ]
         if any(side["samples"] for side in sides):
-            cases.append({"case_id": case.id, "question": case.question, "sides": sides})
+            cases.append(
+                {
+                    "case_id": case.id,
+                    "question": case.question,
+                    "question_segments": inline_segments(case.question),
+                    "sides": sides,
+                }
+            )
     return (
         environment()
         .get_template("report.html.j2")

@@ -47,6 +47,14 @@ def segments(text: str, markers: Iterable[str]) -> list[tuple[str, str]]:
     return [p for p in pieces if p[0]]
 
 
+def inline_segments(text: str) -> list[tuple[str, str]]:
+    """A line a person wrote (a question) cut like an output's pieces: its invisible characters
+    named (an RTL override would otherwise reverse what a reader sees), no end-of-text mark."""
+    pieces = segments(text + "\n", ())
+    last, kind = pieces[-1]
+    return pieces[:-1] + [(last[:-1], kind)] if last[:-1] else pieces[:-1]
+
+
 def _markers(shown: str, markers: tuple[str, ...]) -> list[tuple[str, str]]:
     pieces: list[tuple[str, str]] = []
     position = 0

@@ -11,7 +11,7 @@ from typing import Any, Protocol
 
 from ..counts import ArmCounts, CountsTable
 from .compare import compare_tables
-from .outputs import page_of
+from .outputs import inline_segments, page_of
 from .report import build_report
 
 CASES_PER_PAGE = 10
@@ -176,10 +176,12 @@ def side_by_side(
         side_b = page_of(
             counts_b.run, samples_b.groups(arm_b.prompt, arm_b.model, case_id), markers_b, 1, size
         )
+        question = questions_a.get(case_id, questions_b.get(case_id))
         cases.append(
             {
                 **row,
-                "question": questions_a.get(case_id, questions_b.get(case_id)),
+                "question": question,
+                "question_segments": inline_segments(question) if question is not None else [],
                 "a": side_a,
                 "b": side_b,
             }
