@@ -679,3 +679,15 @@ def test_an_rtl_override_in_a_question_is_named_not_obeyed(tmp_path):
     assert result.exit_code == 0, result.output
     html = written.read_text(encoding="utf-8")
     assert "\u202e" not in html and '<span class="inv">U+202E RIGHT-TO-LEFT OVERRIDE</span>question here?' in html
+
+
+def test_characters_a_model_writes_are_not_taken_for_the_marks_of_invisible_ones(tmp_path):
+    # A model writes "→", "·", "⟨...⟩" and "␄" too: the page shows them as text, and labels only
+    # the real tab, trailing spaces and missing final newline.
+    written = "[[ANSWER]]\nStep 1 → Step 2 · done ⟨U+202E⟩ ␄\tend  "
+    run = record(tmp_path, {"v": [written]}, [("c0", "q0")])
+    with TestClient(create_app(run.parent, warm=False), base_url="http://127.0.0.1") as client:
+        groups = client.get(f"/runs/{run.name}/cases/c0.json").json()["sides"][0]["outputs"]["groups"]
+    assert groups[0]["segments"] == [
+        ["[[ANSWER]]", "marker"], ["\nStep 1 → Step 2 · done ⟨U+202E⟩ ␄", "text"], ["TAB", "inv"], ["end", "text"],
+        ["··", "inv"], ["no newline at end", "inv"]]

@@ -15,35 +15,27 @@ from typing import Any
 
 from ..counts import CountsTable, LiveCounts, merged_samples
 from ..jsonio import iter_jsonl, loads
-from .show import decoded, readable, visible
+from .show import decoded, readable, visible_pieces
 
 GROUPS_PER_PAGE = 20
 SAMPLE_IDS_PER_GROUP = 50
 SAMPLE_ID = re.compile(r"[A-Za-z0-9._-]{1,200}")
 
-# What visible() writes for an invisible character, and the ASCII label a page draws instead:
-# the Unicode control pictures (␍, ␄) are empty boxes in many browsers' default fonts.
-INVISIBLE = re.compile(r"␍|␄|→|·+|⟨[^⟩\n]*⟩")
+# The ASCII label a page draws for a mark visible() writes: the Unicode control pictures (␍, ␄) are
+# empty boxes in many browsers' default fonts.
 LABELS = {"␍": "CR", "␄": "no newline at end", "→": "TAB"}
 
 
 def segments(text: str, markers: Iterable[str]) -> list[tuple[str, str]]:
     """The output made visible, cut into (text, kind) pieces: kind "marker" (a header marker),
     "inv" (an invisible character's label) or "text"."""
-    shown = visible(text)
     pieces: list[tuple[str, str]] = []
-    for part, kind in _markers(shown, tuple(markers)):
-        if kind == "marker":
-            pieces.append((part, kind))
-            continue
-        position = 0
-        for match in INVISIBLE.finditer(part):
-            pieces.append((part[position : match.start()], "text"))
-            token = match.group(0)
-            label = LABELS.get(token) or (token[1:-1] if token.startswith("⟨") else token)
+    for piece, kind in visible_pieces(text):
+        if kind == "inv":
+            label = LABELS.get(piece) or (piece[1:-1] if piece.startswith("⟨") else piece)
             pieces.append((label, "inv"))
-            position = match.end()
-        pieces.append((part[position:], "text"))
+        else:
+            pieces.extend(_markers(piece, tuple(markers)))
     return [p for p in pieces if p[0]]
 
 

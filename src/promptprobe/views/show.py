@@ -40,27 +40,45 @@ def visible(text: str) -> str:
     """The text with invisible characters spelled out: ␍ for CR, · for trailing spaces,
     ⟨U+FEFF BOM⟩ for format characters, ⟨byte 0xED not UTF-8⟩ for a byte decoded() kept; ␄ marks
     an end of text without a final newline."""
-    lines = []
-    for line in text.split("\n"):
+    return "".join(piece for piece, _ in visible_pieces(text))
+
+
+def visible_pieces(text: str) -> list[tuple[str, str]]:
+    """visible()'s text cut into (piece, kind) pieces: kind "inv" for a mark visible() wrote for an
+    invisible character, "text" for the output's own characters (so a page never takes a `→` or
+    `·` the model wrote for a tab or a space)."""
+    pieces: list[tuple[str, str]] = []
+
+    def add(piece: str, kind: str) -> None:
+        if pieces and kind == "text" and pieces[-1][1] == "text":
+            pieces[-1] = (pieces[-1][0] + piece, kind)
+        elif piece:
+            pieces.append((piece, kind))
+
+    for number, line in enumerate(text.split("\n")):
+        if number:
+            add("\n", "text")
         carriage = line.endswith("\r")
         core = line[:-1] if carriage else line
         body = core.rstrip(" ")
-        out = []
         for char in body:
             if char == "\r":
-                out.append("␍")
+                add("␍", "inv")
             elif char == "\t":
-                out.append("→")
+                add("→", "inv")
             elif "\udc80" <= char <= "\udcff":  # surrogateescape's stand-in for an undecodable byte
-                out.append(f"⟨byte 0x{ord(char) - 0xDC00:02X} not UTF-8⟩")
+                add(f"⟨byte 0x{ord(char) - 0xDC00:02X} not UTF-8⟩", "inv")
             elif char in NAMED or unicodedata.category(char) in ("Cf", "Cc", "Zl", "Zp", "Co", "Cn"):
                 name = NAMED.get(char) or unicodedata.name(char, "")
-                out.append(f"⟨U+{ord(char):04X}{' ' + name if name else ''}⟩")
+                add(f"⟨U+{ord(char):04X}{' ' + name if name else ''}⟩", "inv")
             else:
-                out.append(char)
-        lines.append("".join(out) + "·" * (len(core) - len(body)) + ("␍" if carriage else ""))
-    shown = "\n".join(lines)
-    return shown if text.endswith("\n") else shown + "␄"
+                add(char, "text")
+        add("·" * (len(core) - len(body)), "inv")
+        if carriage:
+            add("␍", "inv")
+    if not text.endswith("\n"):
+        add("␄", "inv")
+    return pieces
 
 
 def select_samples(
