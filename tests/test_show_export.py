@@ -155,3 +155,16 @@ def test_show_and_export_name_the_bytes_that_are_not_utf8(tmp_path):
     item = json.loads(exported.stdout)["samples"][0]
     assert base64.b64decode(item["raw_base64"]) == data
     assert item["raw_text"] == data.decode("utf-8", "replace")
+
+
+def test_a_question_with_line_endings_stays_in_its_markdown_table_row(tmp_path):
+    # CommonMark ends a line at a lone CR too: a question written with CR or CRLF must not end the row.
+    (tmp_path / "p.toml").write_text('[[case]]\nid = "cr"\nquestion = "first | part\\rsecond\\r\\nthird\\nfourth"\n')
+    probeset = load_probeset(tmp_path / "p.toml")
+    with LocalServer(lambda request: Reply("[[ANSWER]]\nok\n")) as server:
+        run = run_probe(probeset, [load_prompt(ROOT / "prompts" / "always-header.md")],
+                        [parse_model_spec(f"openai:m@{server.url}/v1")], load_config(None),
+                        RunOptions(runs_dir=tmp_path / "runs")).path
+    md = CliRunner().invoke(main, ["export", str(run)])
+    assert md.exit_code == 0, md.output
+    assert "| question | first \\| part second third fourth |\n" in md.output

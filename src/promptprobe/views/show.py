@@ -193,7 +193,8 @@ def _described(endpoint: dict[str, Any] | None) -> str | None:
 def _cell(value: Any) -> str:
     if value is None:
         return "-"  # an attachment never says "None"
-    return str(value).replace("|", "\\|").replace("\n", " ")
+    # CommonMark ends a line at LF, CR or CRLF: any of them would end the table row.
+    return str(value).replace("|", "\\|").replace("\r\n", " ").replace("\r", " ").replace("\n", " ")
 
 
 def _fence(text: str) -> str:
