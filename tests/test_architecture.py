@@ -141,3 +141,16 @@ def test_registries_live_in_the_package_init_and_take_third_parties():
     graph = imports()
     assert not {t for t in graph["promptprobe.providers.base"] if "provider" in t.rpartition(".")[2]}
     assert "promptprobe.retrievers.local" not in graph["promptprobe.retrievers.base"]
+
+
+def test_no_template_computes_a_figure():
+    """One view object per view: a rate, a percentage or a hue is computed where the numbers are,
+    so that the terminal, JSON, HTML and the viewer show the same; a template only places it."""
+    import re
+
+    figure = re.compile(r"\{[{%][^}%]*(\*|\|\s*round|\|\s*int\b| / )[^}%]*[}%]\}")
+    found = []
+    for template in sorted((PACKAGE / "views" / "templates").glob("*.j2")):
+        for number, line in enumerate(template.read_text(encoding="utf-8").splitlines(), start=1):
+            found += [f"{template.name}:{number}: {m.group(0)}" for m in figure.finditer(line)]
+    assert found == []

@@ -130,7 +130,11 @@ def run_page(runs: RunsDir, run_id: str) -> dict[str, Any]:
         overview = _partial_overview(counts)
         return {
             **overview,
-            "counting": {"read_bytes": size - left, "of_bytes": size},
+            "counting": {
+                "read_bytes": size - left,
+                "of_bytes": size,
+                "percent": round(100 * (size - left) / size),
+            },
             "problems": list(counts.warnings),
         }
     _PARTIAL.pop(counts.run, None)

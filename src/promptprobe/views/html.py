@@ -66,6 +66,7 @@ def forest(rows: list[dict[str, Any]]) -> dict[str, Any]:
                 "hi": round(100 * row["wilson_eff"][1], 1),
                 "wlo": round(100 * row["wilson"][0], 1),
                 "whi": round(100 * row["wilson"][1], 1),
+                "percent": round(100 * row["rate"], 1),
             }
         )
     ticks = [

@@ -85,13 +85,18 @@ def grid(counts: CountsTable) -> list[dict[str, Any]]:
                     continue
                 k, n, errors = cell
                 rate = k / n if n else 0.0
+                good = rate if rule.higher_is_better else 1 - rate
                 cells.append(
                     {
                         "k": k,
                         "n": n,
                         "errors": errors,
                         "rate": rate,
-                        "good": rate if rule.higher_is_better else 1 - rate,
+                        "good": good,
+                        # What a page shows of the cell: its rate, and a hue from red to green
+                        # (none for a cell without a sample, which is neither).
+                        "shown": f"{round(100 * rate)}%" if n else "no sample",
+                        "hue": round(120 * good) if n else None,
                     }
                 )
             if any(cells):
