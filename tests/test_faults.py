@@ -12,6 +12,7 @@ from servers import LocalServer, Reply, anthropic_stream, openai_body, openai_st
 
 from promptprobe.config import load_config
 from promptprobe.engine.run import RunOptions, run_probe
+from promptprobe.engine.store import load_manifest
 from promptprobe.jsonio import read_jsonl
 from promptprobe.models import parse_model_spec
 from promptprobe.probeset import load_probeset
@@ -294,6 +295,21 @@ def test_a_hanging_server_meets_the_timeout(tmp_path):
         _, (sample,) = probe(tmp_path, server, max_attempts=1, params=GenerationParams(timeout=1.0))
         elapsed = time.monotonic() - started
     assert sample["error"]["kind"] == "timeout" and elapsed < 5
+
+
+@pytest.mark.parametrize("fault", ["hangs", "resets mid-stream"])
+def test_a_model_that_accepts_connections_but_fails_them_is_flaky_not_down(tmp_path, fault):
+    # Its first samples all fail the same way, but it is up: every sample is called and counted.
+    full = openai_stream("[[ANSWER]]\nfine", "m", None)
+    reply = (Reply("[[ANSWER]]\nlate", delay=30) if fault == "hangs"
+             else Reply(body=full, cut=40, reset=True, content_type="text/event-stream"))
+    with LocalServer(lambda r: reply) as server:
+        run, samples = probe(tmp_path, server, cases=4, max_attempts=1,
+                             params=GenerationParams(stream=True, timeout=0.5))
+        calls = len(server.requests)
+    kind = "timeout" if fault == "hangs" else "connection"
+    assert [s["error"]["kind"] for s in samples] == [kind] * 4 and calls == 4
+    assert load_manifest(run)["status"] == "complete"
 
 
 def test_rpm_spaces_the_calls_of_a_provider(tmp_path):
