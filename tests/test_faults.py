@@ -2,13 +2,24 @@
 is retried (or not) and recorded the way a user needs it. The real SDKs run over real sockets."""
 
 import json
+import socket
+import struct
 import time
 from email.utils import formatdate
 from pathlib import Path
 
 import pytest
 from conftest import ROOT, write_probeset
-from servers import LocalServer, Reply, anthropic_stream, openai_body, openai_stream, sse
+from servers import (
+    LocalServer,
+    RawServer,
+    Reply,
+    anthropic_stream,
+    http_response,
+    openai_body,
+    openai_stream,
+    sse,
+)
 
 from promptprobe.config import load_config
 from promptprobe.engine.run import RunOptions, run_probe
@@ -240,6 +251,26 @@ def test_an_intermittent_retrieval_endpoint_is_retried(tmp_path):
     assert outcome.errors == 0
     retrievals = read_jsonl(outcome.path / "retrievals.jsonl")
     assert all(r["attempts"] == 2 and r["attempts_log"][0]["status"] == 502 for r in retrievals)
+
+
+def test_a_retrieval_that_resets_its_first_connections_is_flaky_not_unreachable(tmp_path):
+    # It accepts each connection; only a refused one means the target is down (exit 3).
+    calls = []
+
+    def search(conn, request):
+        calls.append(request)
+        if len(calls) <= 2:  # the preflight's two quick attempts
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            return
+        conn.sendall(http_response(b'{"results": [{"id": "a", "text": "Alpha", "score": 1}]}'))
+
+    probeset = load_probeset(write_probeset(tmp_path / "p.toml", [("c0", "q0", None)]))
+    with RawServer(search) as retrieval, LocalServer() as model:
+        (tmp_path / "probe.toml").write_text(f'[retrieval]\nkind = "http"\nurl = "{retrieval.url}/s"\n')
+        outcome = run_probe(probeset, [load_prompt(PROMPT)], [parse_model_spec(f"openai:m@{model.url}/v1")],
+                            load_config(tmp_path / "probe.toml"),
+                            RunOptions(runs_dir=tmp_path / "runs", sleep=lambda s: None, concurrency=1))
+    assert outcome.status == "complete" and outcome.errors == 0 and len(calls) == 3
 
 
 def test_a_null_completion_is_empty_not_absent(tmp_path):
