@@ -1,6 +1,7 @@
 """Faults a real provider produces, injected by a local server speaking its wire format: each
 is retried (or not) and recorded the way a user needs it. The real SDKs run over real sockets."""
 
+import base64
 import json
 import socket
 import struct
@@ -9,6 +10,7 @@ from email.utils import formatdate
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 from conftest import ROOT, write_probeset
 from servers import (
     LocalServer,
@@ -21,6 +23,7 @@ from servers import (
     sse,
 )
 
+from promptprobe.cli import main
 from promptprobe.config import load_config
 from promptprobe.engine.run import RunOptions, run_probe
 from promptprobe.engine.store import load_manifest
@@ -367,3 +370,33 @@ def test_a_spent_rate_limit_budget_pauses_until_its_reset(tmp_path):
     with LocalServer(responder) as server:
         probe(tmp_path, server, cases=3, concurrency=1, sleep=None)
     assert len(times) == 3 and times[1] - times[0] >= 0.95  # the spent budget held the next call
+
+
+def test_a_lone_surrogate_in_a_reply_is_kept_and_every_json_view_reads_it(tmp_path):
+    # "\ud800" is valid JSON but no UTF-8: the raw file keeps its bytes, JSON views show U+FFFD.
+    body = openai_body("PLACEHOLDER", "m", None).replace(b"PLACEHOLDER", b"[[ANSWER]]\\nx\\ud800y")
+    with LocalServer(lambda r: Reply(body=body)) as server:
+        run, (sample,) = probe(tmp_path, server)
+    assert sample["error"] is None
+    assert (run / sample["raw"]["path"]).read_bytes() == "[[ANSWER]]\nx\ud800y".encode("utf-8", "surrogatepass")
+    shown = CliRunner().invoke(main, ["show", str(run), "--format", "json"])
+    exported = CliRunner().invoke(main, ["export", str(run), "--format", "json"])
+    assert shown.exit_code == 0 and exported.exit_code == 0, shown.output + exported.output
+    assert json.loads(shown.stdout)["samples"][0]["text"] == "[[ANSWER]]\nx\ufffd\ufffd\ufffdy"
+    (item,) = json.loads(exported.stdout)["samples"]
+    assert base64.b64decode(item["raw_base64"]) == (run / sample["raw"]["path"]).read_bytes()
+
+
+def test_a_lone_surrogate_in_a_retrieved_passage_is_sent_and_recorded_alike(tmp_path):
+    passages = b'{"results": [{"id": "a", "text": "x\\ud800y", "score": 1}]}'
+    probeset = load_probeset(write_probeset(tmp_path / "p.toml", [("c0", "q0", None), ("c1", "q1", None)]))
+    with LocalServer(lambda r: Reply(body=passages)) as retrieval, LocalServer() as model:
+        (tmp_path / "probe.toml").write_text(f'[retrieval]\nkind = "http"\nurl = "{retrieval.url}/s"\n')
+        outcome = run_probe(probeset, [load_prompt(PROMPT)], [parse_model_spec(f"openai:m@{model.url}/v1")],
+                            load_config(tmp_path / "probe.toml"),
+                            RunOptions(runs_dir=tmp_path / "runs", sleep=lambda s: None, concurrency=1))
+        sent = [m["content"] for r in model.requests for m in r.json["messages"] if m["role"] == "system"]
+    assert outcome.status == "complete" and outcome.errors == 0
+    (passage,) = read_jsonl(outcome.path / "retrievals.jsonl")[0]["passages"]
+    assert passage["text"] == "x\ufffdy" and "lone surrogate" in passage["note"]
+    assert len(sent) == 2 and all("x\ufffdy" in text for text in sent)
