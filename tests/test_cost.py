@@ -176,6 +176,29 @@ def test_max_cost_stops_scheduling_when_recorded_usage_reaches_it(tmp_path):
     assert 2 <= manifest["counts"]["recorded"] < 10  # 5.017 USD a call: stops once 9 is reached
 
 
+def test_a_resumed_run_keeps_its_max_cost_over_the_whole_run(tmp_path):
+    # 5.017 USD a call, a cap of 9: the first run stops after 2; a resume spends nothing more
+    # unless --max-cost raises the cap, and then only up to it (counting what was spent before).
+    body = json.loads(openai_body("[[ANSWER]]\nok", "m", None))
+    body["usage"] = {"prompt_tokens": 5000, "completion_tokens": 17, "total_tokens": 5017}
+    with LocalServer(lambda r: Reply(body=json.dumps(body).encode())) as server:
+        spec = f"openai:m@{server.url}/v1"
+        (tmp_path / "probe.toml").write_text(f'[run]\nconcurrency = 1\n[prices]\n"{spec}" = {{ input = 1000, output = 1000 }}\n')
+        first = CliRunner().invoke(main, ["run", probeset(tmp_path), "--prompt", PROMPT, "--model", spec,
+                                          "--max-tokens", "17", "--max-cost", "9", "--config", str(tmp_path / "probe.toml"),
+                                          "--runs-dir", str(tmp_path / "runs")])
+        run = run_dir_of(first)
+        calls = len(server.requests)
+        again = CliRunner().invoke(main, ["run", "--resume", str(run)])
+        assert again.exit_code == 1 and "stopped at --max-cost" in again.stderr, again.output
+        assert len(server.requests) == calls == 2
+        raised = CliRunner().invoke(main, ["run", "--resume", str(run), "--max-cost", "19"])
+        assert raised.exit_code == 1 and "stopped at --max-cost" in raised.stderr, raised.output
+        assert len(server.requests) == 4  # 4 x 5.017 reaches 19
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["parameters"]["max_cost"] == 19 and manifest["counts"]["recorded"] == 4
+
+
 def test_report_shows_tokens_latency_and_cost_per_arm(tmp_path):
     with LocalServer(lambda r: Reply("[[ANSWER]]\nok", delay=0.02)) as server:
         spec = f"openai:m@{server.url}/v1"

@@ -1,17 +1,32 @@
 """Faults a real provider produces, injected by a local server speaking its wire format: each
 is retried (or not) and recorded the way a user needs it. The real SDKs run over real sockets."""
 
+import base64
 import json
+import socket
+import struct
 import time
 from email.utils import formatdate
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 from conftest import ROOT, write_probeset
-from servers import LocalServer, Reply, anthropic_stream, openai_body, openai_stream, sse
+from servers import (
+    LocalServer,
+    RawServer,
+    Reply,
+    anthropic_stream,
+    http_response,
+    openai_body,
+    openai_stream,
+    sse,
+)
 
+from promptprobe.cli import main
 from promptprobe.config import load_config
 from promptprobe.engine.run import RunOptions, run_probe
+from promptprobe.engine.store import load_manifest
 from promptprobe.jsonio import read_jsonl
 from promptprobe.models import parse_model_spec
 from promptprobe.probeset import load_probeset
@@ -241,6 +256,26 @@ def test_an_intermittent_retrieval_endpoint_is_retried(tmp_path):
     assert all(r["attempts"] == 2 and r["attempts_log"][0]["status"] == 502 for r in retrievals)
 
 
+def test_a_retrieval_that_resets_its_first_connections_is_flaky_not_unreachable(tmp_path):
+    # It accepts each connection; only a refused one means the target is down (exit 3).
+    calls = []
+
+    def search(conn, request):
+        calls.append(request)
+        if len(calls) <= 2:  # the preflight's two quick attempts
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            return
+        conn.sendall(http_response(b'{"results": [{"id": "a", "text": "Alpha", "score": 1}]}'))
+
+    probeset = load_probeset(write_probeset(tmp_path / "p.toml", [("c0", "q0", None)]))
+    with RawServer(search) as retrieval, LocalServer() as model:
+        (tmp_path / "probe.toml").write_text(f'[retrieval]\nkind = "http"\nurl = "{retrieval.url}/s"\n')
+        outcome = run_probe(probeset, [load_prompt(PROMPT)], [parse_model_spec(f"openai:m@{model.url}/v1")],
+                            load_config(tmp_path / "probe.toml"),
+                            RunOptions(runs_dir=tmp_path / "runs", sleep=lambda s: None, concurrency=1))
+    assert outcome.status == "complete" and outcome.errors == 0 and len(calls) == 3
+
+
 def test_a_null_completion_is_empty_not_absent(tmp_path):
     body = json.loads(openai_body("x", "m", None))
     body["choices"][0]["message"].update(content=None, refusal="I can't help with that.")
@@ -296,6 +331,21 @@ def test_a_hanging_server_meets_the_timeout(tmp_path):
     assert sample["error"]["kind"] == "timeout" and elapsed < 5
 
 
+@pytest.mark.parametrize("fault", ["hangs", "resets mid-stream"])
+def test_a_model_that_accepts_connections_but_fails_them_is_flaky_not_down(tmp_path, fault):
+    # Its first samples all fail the same way, but it is up: every sample is called and counted.
+    full = openai_stream("[[ANSWER]]\nfine", "m", None)
+    reply = (Reply("[[ANSWER]]\nlate", delay=30) if fault == "hangs"
+             else Reply(body=full, cut=40, reset=True, content_type="text/event-stream"))
+    with LocalServer(lambda r: reply) as server:
+        run, samples = probe(tmp_path, server, cases=4, max_attempts=1,
+                             params=GenerationParams(stream=True, timeout=0.5))
+        calls = len(server.requests)
+    kind = "timeout" if fault == "hangs" else "connection"
+    assert [s["error"]["kind"] for s in samples] == [kind] * 4 and calls == 4
+    assert load_manifest(run)["status"] == "complete"
+
+
 def test_rpm_spaces_the_calls_of_a_provider(tmp_path):
     times: list[float] = []
 
@@ -320,3 +370,33 @@ def test_a_spent_rate_limit_budget_pauses_until_its_reset(tmp_path):
     with LocalServer(responder) as server:
         probe(tmp_path, server, cases=3, concurrency=1, sleep=None)
     assert len(times) == 3 and times[1] - times[0] >= 0.95  # the spent budget held the next call
+
+
+def test_a_lone_surrogate_in_a_reply_is_kept_and_every_json_view_reads_it(tmp_path):
+    # "\ud800" is valid JSON but no UTF-8: the raw file keeps its bytes, JSON views show U+FFFD.
+    body = openai_body("PLACEHOLDER", "m", None).replace(b"PLACEHOLDER", b"[[ANSWER]]\\nx\\ud800y")
+    with LocalServer(lambda r: Reply(body=body)) as server:
+        run, (sample,) = probe(tmp_path, server)
+    assert sample["error"] is None
+    assert (run / sample["raw"]["path"]).read_bytes() == "[[ANSWER]]\nx\ud800y".encode("utf-8", "surrogatepass")
+    shown = CliRunner().invoke(main, ["show", str(run), "--format", "json"])
+    exported = CliRunner().invoke(main, ["export", str(run), "--format", "json"])
+    assert shown.exit_code == 0 and exported.exit_code == 0, shown.output + exported.output
+    assert json.loads(shown.stdout)["samples"][0]["text"] == "[[ANSWER]]\nx\ufffd\ufffd\ufffdy"
+    (item,) = json.loads(exported.stdout)["samples"]
+    assert base64.b64decode(item["raw_base64"]) == (run / sample["raw"]["path"]).read_bytes()
+
+
+def test_a_lone_surrogate_in_a_retrieved_passage_is_sent_and_recorded_alike(tmp_path):
+    passages = b'{"results": [{"id": "a", "text": "x\\ud800y", "score": 1}]}'
+    probeset = load_probeset(write_probeset(tmp_path / "p.toml", [("c0", "q0", None), ("c1", "q1", None)]))
+    with LocalServer(lambda r: Reply(body=passages)) as retrieval, LocalServer() as model:
+        (tmp_path / "probe.toml").write_text(f'[retrieval]\nkind = "http"\nurl = "{retrieval.url}/s"\n')
+        outcome = run_probe(probeset, [load_prompt(PROMPT)], [parse_model_spec(f"openai:m@{model.url}/v1")],
+                            load_config(tmp_path / "probe.toml"),
+                            RunOptions(runs_dir=tmp_path / "runs", sleep=lambda s: None, concurrency=1))
+        sent = [m["content"] for r in model.requests for m in r.json["messages"] if m["role"] == "system"]
+    assert outcome.status == "complete" and outcome.errors == 0
+    (passage,) = read_jsonl(outcome.path / "retrievals.jsonl")[0]["passages"]
+    assert passage["text"] == "x\ufffdy" and "lone surrogate" in passage["note"]
+    assert len(sent) == 2 and all("x\ufffdy" in text for text in sent)

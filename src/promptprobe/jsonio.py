@@ -5,6 +5,7 @@ Readers of JSON-lines files stream them, and ignore a torn last line (a crash mi
 with a warning instead of refusing the whole run.
 """
 
+import re
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -14,14 +15,37 @@ import orjson
 
 from .errors import InputError
 
+SURROGATE = re.compile("[\ud800-\udfff]")
+
 
 def dumps_line(value: Any) -> bytes:
     """One compact JSON line, newline included."""
-    return orjson.dumps(value, option=orjson.OPT_APPEND_NEWLINE)
+    return _dumps(value, orjson.OPT_APPEND_NEWLINE)
 
 
 def dumps_pretty(value: Any) -> str:
-    return orjson.dumps(value, option=orjson.OPT_INDENT_2).decode("utf-8")
+    return _dumps(value, orjson.OPT_INDENT_2).decode("utf-8")
+
+
+def _dumps(value: Any, option: int) -> bytes:
+    try:
+        return orjson.dumps(value, option=option)
+    except orjson.JSONEncodeError as exc:
+        if "surrogates" not in str(exc):
+            raise
+    # A lone surrogate (a reply's "\ud800", an undecodable byte read back) is no UTF-8: U+FFFD.
+    return orjson.dumps(without_surrogates(value), option=option)
+
+
+def without_surrogates(value: Any) -> Any:
+    """A copy of `value` whose strings have each lone surrogate replaced by U+FFFD."""
+    if isinstance(value, str):
+        return SURROGATE.sub("\ufffd", value)
+    if isinstance(value, dict):
+        return {without_surrogates(k): without_surrogates(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [without_surrogates(v) for v in value]
+    return value
 
 
 def loads(data: bytes | str) -> Any:

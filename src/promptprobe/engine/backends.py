@@ -6,7 +6,7 @@ from typing import Any, Protocol
 
 from .backend import Backend, Pass
 from .cost import PriceTable
-from .parts import RunParts
+from .parts import RunParts, accepts_connections
 from .retry import RetryPolicy
 from .scheduler import Scheduler
 
@@ -34,7 +34,13 @@ def make_backend(
     policy = options.policy()
     if not options.batch:
         executor = parts.executor(work.records, policy, work.cancel)
-        return Scheduler(work, executor, options.concurrency, options.max_cost)
+        return Scheduler(
+            work,
+            executor,
+            options.concurrency,
+            options.max_cost,
+            lambda spec: accepts_connections(parts.providers[spec]),
+        )
     # The batch modules load only when a run goes through the batch APIs.
     from .batch import BatchScheduler
     from .batch_work import BatchSettings

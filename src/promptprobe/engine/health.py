@@ -3,6 +3,7 @@ cannot connect) is down: its remaining samples are recorded as errors without ca
 when every model is down the run stops. A retrieval that fails the same permanent way on the
 first questions stops the run too. Transient failures (429, 5xx, timeouts) never mean down."""
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,9 +39,13 @@ class HealthWatch:
     """The health of each model of a run and of its retrieval, from the samples as they come
     (the caller serialises the calls). Each `saw_*` returns the error that stops the run, if any."""
 
-    def __init__(self, specs: list[str], down: dict[str, str]) -> None:
+    def __init__(
+        self, specs: list[str], down: dict[str, str], reachable: Callable[[str], bool] | None = None
+    ) -> None:
         self.models = {spec: Health(down=down.get(spec)) for spec in specs}
         self.retrieval = Health()
+        # Whether a model's endpoint accepts a connection now (engine/parts.py: a TCP connect).
+        self.reachable = reachable or (lambda spec: False)
 
     def down(self, spec: str) -> str | None:
         """Why a model is not called any more, or None while it is."""
@@ -62,6 +67,10 @@ class HealthWatch:
             health.failures.clear()
             return None
         if not health.failed(signature):
+            return None
+        if signature == "cannot connect" and self.reachable(spec):
+            # It stalls or drops replies but accepts connections: flaky, not down (each failure counts).
+            health.failures.clear()
             return None
         reason = "could not connect" if signature == "cannot connect" else f"got {signature}"
         why = (

@@ -88,26 +88,39 @@ class RunParts:
 def unreachable_endpoints(providers: dict[str, Provider]) -> dict[str, str]:
     """The models whose endpoint refuses a TCP connection (or whose host does not resolve), with
     why; no API call is made. Skipped behind a proxy, where only the proxy can be reached."""
-    if any(os.environ.get(name) for name in PROXY_VARIABLES):
-        return {}
-    import socket
     from concurrent.futures import ThreadPoolExecutor
 
-    def check(item: tuple[str, Provider]) -> tuple[str, str | None]:
-        spec, provider = item
-        address = provider.address()
-        if address is None:
-            return spec, None
-        try:
-            socket.create_connection(address, timeout=CONNECT_CHECK_SECONDS).close()
-        except OSError as exc:
-            host, port = address
-            return spec, f"model {spec}: cannot connect to {host}:{port} ({exc.strerror or exc})"
-        return spec, None
-
     with ThreadPoolExecutor(max_workers=min(8, len(providers) or 1)) as pool:
-        results = list(pool.map(check, providers.items()))
+        results = list(pool.map(lambda item: (item[0], refusal(*item)), providers.items()))
     return {spec: reason for spec, reason in results if reason}
+
+
+def refusal(spec: str, provider: Provider) -> str | None:
+    """Why the model's endpoint refuses a TCP connection; None when it accepts one or when that
+    cannot be told (behind a proxy, or no address)."""
+    address = provider.address()
+    if address is None or behind_proxy():
+        return None
+    import socket
+
+    try:
+        socket.create_connection(address, timeout=CONNECT_CHECK_SECONDS).close()
+    except OSError as exc:
+        host, port = address
+        return f"model {spec}: cannot connect to {host}:{port} ({exc.strerror or exc})"
+    return None
+
+
+def accepts_connections(provider: Provider) -> bool:
+    """Whether the model's endpoint is known to accept a TCP connection now (False when it
+    refuses, and when that cannot be told)."""
+    if provider.address() is None or behind_proxy():
+        return False
+    return refusal(provider.spec.spec, provider) is None
+
+
+def behind_proxy() -> bool:
+    return any(os.environ.get(name) for name in PROXY_VARIABLES)
 
 
 def endpoint(spec: ModelSpec) -> str:

@@ -64,11 +64,16 @@ class Recorder:
             self.store.append_many("samples.jsonl", buffer)
 
     def _add_cost(self, arm: Arm, record: dict[str, Any]) -> None:
-        usage = (record.get("response") or {}).get("usage")
-        if not usage:
-            return
-        price = self.prices.lookup(arm.model) if self.prices else None
-        if price is None:
-            self.tally.cost_known = False
-            return
-        self.tally.cost += price.cost_of(split_usage(usage), batch=record.get("via") == "batch")
+        add_cost(self.tally, self.prices, arm, record)
+
+
+def add_cost(tally: Tally, prices: PriceTable | None, arm: Arm, record: dict[str, Any]) -> None:
+    """Count what a recorded sample cost in the tally (its usage at its arm's model's price)."""
+    usage = (record.get("response") or {}).get("usage")
+    if not usage:
+        return
+    price = prices.lookup(arm.model) if prices else None
+    if price is None:
+        tally.cost_known = False
+        return
+    tally.cost += price.cost_of(split_usage(usage), batch=record.get("via") == "batch")

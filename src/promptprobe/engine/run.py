@@ -27,9 +27,9 @@ from .backends import make_backend
 from .cost import PriceTable, load_prices, refuse_unknown
 from .manifest import close_run_directory, create_run_directory, run_manifest
 from .parts import RunParts
-from .plan import Plan, Unit, make_arms, sample_id
+from .plan import Arm, Plan, Unit, make_arms, sample_id
 from .preflight import preflight
-from .recorder import Recorder, Tally
+from .recorder import Recorder, Tally, add_cost
 from .retrieval import Retrieved, recorded_retrieval
 from .retry import RetryPolicy
 from .store import PRIVATE_UMASK, RunStore, load_manifest, run_state, utc_now
@@ -355,12 +355,16 @@ class ResumedRun(ProbeRun):
         kept_lines: list[bytes] = []
         superseded: list[bytes] = []
         samples_path = self.path / "samples.jsonl"
+        arms = {(arm.prompt.name, arm.model.label): arm for arm in self.plan.arms}
+        for record in iter_jsonl(self.path / "superseded.jsonl"):  # set aside by earlier resumes
+            self.spent(arms, record)
         if samples_path.is_file():
             with open(samples_path, "rb") as handle:
                 for line in handle:
                     if not line.strip():
                         continue
                     record = loads(line)
+                    self.spent(arms, record)
                     settled = bool(record.get("error")) and self.keep_failed(record)
                     if (record.get("error") and not settled) or record["sample_id"] in done:
                         superseded.append(line if line.endswith(b"\n") else line + b"\n")
@@ -399,6 +403,12 @@ class ResumedRun(ProbeRun):
         if self.on_start is not None:
             self.on_start(store.path)
         return done, reuse
+
+    def spent(self, arms: dict[tuple[Any, Any], Arm], record: dict[str, Any]) -> None:
+        """Count what a sample recorded before this resume cost: --max-cost caps the whole run."""
+        arm = arms.get((record.get("prompt"), record.get("model")))
+        if arm is not None:
+            add_cost(self.tally, self.prices, arm, record)
 
     def counts(self) -> dict[str, int]:
         return {
@@ -529,7 +539,8 @@ def _resume(
         max_attempts=parameters.get("max_attempts", base.max_attempts),
         max_retry_wait=parameters.get("max_retry_wait", base.max_retry_wait),
         rpm=parameters.get("rpm", base.rpm) or 0.0,
-        max_cost=parameters.get("max_cost") if "max_cost" in changes else base.max_cost,
+        # The run's own cap holds unless --max-cost changes it (a resume is no way around it).
+        max_cost=parameters["max_cost"] if parameters.get("max_cost") is not None else base.max_cost,
         seed=manifest["seed"],
         top_k=settings.top_k,
         yes=True,

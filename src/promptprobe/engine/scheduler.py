@@ -11,7 +11,7 @@ Workers are daemon threads, so a call that hangs cannot hold the process open.
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from ..errors import ProbeError, StartError
@@ -50,7 +50,12 @@ class Scheduler(Backend):
     """Live calls: `concurrency` workers take the units' arms as they come."""
 
     def __init__(
-        self, work: Pass, executor: Executor, concurrency: int, max_cost: float | None = None
+        self,
+        work: Pass,
+        executor: Executor,
+        concurrency: int,
+        max_cost: float | None = None,
+        reachable: Callable[[str], bool] | None = None,
     ) -> None:
         super().__init__(work)
         self.executor = executor
@@ -60,7 +65,7 @@ class Scheduler(Backend):
         self.lock = threading.Lock()
         self.pending: deque[Task] = deque()
         self.units: Iterator[Unit] = iter(())
-        self.health = HealthWatch([arm.model.spec for arm in work.plan.arms], work.down)
+        self.health = HealthWatch([arm.model.spec for arm in work.plan.arms], work.down, reachable)
         self.workers: list[threading.Thread] = []
 
     # -- dispatch --------------------------------------------------------------------------

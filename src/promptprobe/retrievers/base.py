@@ -13,6 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..jsonio import SURROGATE
+
 # Names credentials go under: any key (Ocp-Apim-Subscription-Key), any auth (X-Auth), ...
 SECRET_NAME = re.compile(r"auth|key|token|secret|passw|cookie|credential|signature|session", re.IGNORECASE)
 
@@ -72,8 +74,8 @@ def snapshot_digest(passages: Sequence[Passage]) -> str:
 
 
 def passages_from(items: Any, id_field: str, text_field: str, score_field: str, where: str) -> list[Passage]:
-    """Passages from a production reply. A NaN or infinite score becomes null with a note:
-    run files are strict JSON."""
+    """Passages from a production reply. A NaN or infinite score becomes null, and a lone
+    surrogate U+FFFD, with a note: run files are strict UTF-8 JSON."""
     if not isinstance(items, list):
         raise RetrievalError(f"{where}: expected a list of passages, got {type(items).__name__}")
     passages = []
@@ -86,11 +88,17 @@ def passages_from(items: Any, id_field: str, text_field: str, score_field: str, 
         score = item.get(score_field)
         if score is not None and (isinstance(score, bool) or not isinstance(score, int | float)):
             raise RetrievalError(f"{where}: passage {number} '{score_field}' is not a number: {score!r}")
-        note = None
+        notes = []
         if score is not None and not math.isfinite(score):
-            note = f"the retriever gave score {score}; recorded as null"
+            notes.append(f"the retriever gave score {score}; recorded as null")
             score = None
-        passages.append(Passage(str(item[id_field]), text, float(score) if score is not None else None, note))
+        if SURROGATE.search(text):
+            # Not UTF-8, so not recordable: the text sent is the text recorded, U+FFFD for each.
+            text = SURROGATE.sub("\ufffd", text)
+            notes.append("its text held a lone surrogate (not UTF-8); sent and recorded as U+FFFD")
+        passage_id = SURROGATE.sub("\ufffd", str(item[id_field]))
+        score = float(score) if score is not None else None
+        passages.append(Passage(passage_id, text, score, "; ".join(notes) or None))
     return passages
 
 

@@ -105,11 +105,17 @@ class HttpRetriever(Retriever):
                 f"retrieval {self.shown_url}: no complete reply within {self.timeout:g} s (its timeout)",
                 retryable=True,
             ) from None
-        except httpx.TransportError as exc:
+        except httpx.ConnectError as exc:
             raise RetrievalError(
                 f"retrieval {self.shown_url}: cannot connect ({exc or type(exc).__name__})",
                 retryable=True,
                 unreachable=True,
+            ) from None
+        except httpx.TransportError as exc:
+            # It accepted the connection, then reset or dropped it: flaky, not unreachable.
+            raise RetrievalError(
+                f"retrieval {self.shown_url}: connection lost ({exc or type(exc).__name__})",
+                retryable=True,
             ) from None
         if response.status_code >= 400:
             retryable = response.status_code in (408, 409, 429) or response.status_code >= 500
