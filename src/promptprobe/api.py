@@ -386,15 +386,12 @@ def run(
     folder = arguments.path("runs_dir", runs_dir, optional=True)
     if retrieval is not None and retrieval != "none":
         raise InputError(f"retrieval={retrieval!r}: the only choice is 'none'; the config says how otherwise")
-    for name, value in {
-        "repeats": repeats,
-        "concurrency": concurrency,
-        "max_tokens": max_tokens,
-        "temperature": temperature,
-        "seed": seed,
-        "poll_interval": poll_interval,
-    }.items():
-        arguments.run_number(name, value)
+    repeats = arguments.run_number("repeats", repeats)
+    concurrency = arguments.run_number("concurrency", concurrency)
+    max_tokens = arguments.run_number("max_tokens", max_tokens)
+    temperature = arguments.run_number("temperature", temperature)
+    seed = arguments.run_number("seed", seed)
+    poll_interval = arguments.run_number("poll_interval", poll_interval)
     until_decided = bool(arguments.flag("until_decided", until_decided))
     batch = arguments.flag("batch", batch, optional=True)
     cache = arguments.flag("cache", cache, optional=True)
