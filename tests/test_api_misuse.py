@@ -3,7 +3,9 @@ floats, run paths holding '#', spaces or non-ASCII letters, results read after t
 directory was deleted. Each is either done right or a domain error in one sentence."""
 
 import json
+import shutil
 
+import pytest
 from click.testing import CliRunner
 from conftest import ROOT, write_probeset
 from servers import LocalServer, Reply
@@ -53,3 +55,18 @@ def test_a_run_under_a_folder_holding_a_hash_is_selected_by_its_arms(tmp_path):
     why = CliRunner().invoke(main, ["why", a, "--json"])
     assert why.exit_code == 0, why.output
     assert json.loads(why.stdout)["arm"] == "prompt v1"
+
+
+def test_a_loaded_run_deleted_since_says_so_instead_of_having_no_samples(tmp_path):
+    probeset = write_probeset(tmp_path / "p.toml", [("c0", "q0", None)])
+    with LocalServer() as server:
+        result = promptprobe.run(probeset, prompts=[PROMPT], models=[f"openai:m@{server.url}/v1"],
+                                 retrieval="none", runs_dir=tmp_path / "runs")
+    loaded = promptprobe.load(result.path)
+    assert len(list(loaded.samples())) == 1
+    shutil.rmtree(result.path)
+    with pytest.raises(promptprobe.InputError, match="not a run directory"):
+        loaded.samples()
+    with pytest.raises(promptprobe.InputError, match="not a run directory"):
+        result.report.html()
+    assert "always-header" in str(result.report)  # the numbers already read stay readable

@@ -172,8 +172,9 @@ class Run:
 
     def samples(self) -> Iterator[dict[str, Any]]:
         """The sample records (samples.jsonl), in the order they were recorded."""
-        from .engine.store import iter_samples
+        from .engine.store import iter_samples, load_manifest
 
+        load_manifest(self.path)  # a run deleted since load() is an error, not a run of no samples
         return iter_samples(self.path)
 
     def report(self, **options: Any) -> Report:
