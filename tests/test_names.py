@@ -1,0 +1,30 @@
+"""Names users give (case ids, prompt and model names) that collide: the ones that would name one
+file on a case-insensitive file system (macOS, Windows) are refused before anything is written."""
+
+import pytest
+from click.testing import CliRunner
+from conftest import ROOT, write_probeset
+
+import promptprobe
+from promptprobe.cli import main
+from promptprobe.probeset import load_probeset
+
+PROMPT = ROOT / "prompts" / "always-header.md"
+
+
+def test_case_ids_that_differ_only_in_case_are_refused(tmp_path):
+    probeset = write_probeset(tmp_path / "p.toml", [("Q1", "first question", None), ("q1", "second question", None)])
+    with pytest.raises(promptprobe.InputError) as raised:
+        load_probeset(probeset)
+    assert "case ids 'Q1' and 'q1' differ only in case" in str(raised.value)
+    checked = CliRunner().invoke(main, ["check", str(probeset)])
+    assert checked.exit_code == 2 and "differ only in case" in checked.output
+
+
+def test_prompt_names_that_differ_only_in_case_are_refused(tmp_path):
+    probeset = write_probeset(tmp_path / "p.toml", [("c0", "q", None)])
+    with pytest.raises(promptprobe.InputError) as raised:
+        promptprobe.run(probeset, prompts=[f"Header={PROMPT}", f"header={PROMPT}"],
+                        models=["openai:m@http://127.0.0.1:9/v1"], retrieval="none", runs_dir=tmp_path / "runs")
+    assert "prompt versions 'Header' and 'header' differ only in case" in str(raised.value)
+    assert not (tmp_path / "runs").exists()
