@@ -4,6 +4,7 @@ file on a case-insensitive file system (macOS, Windows) are refused before anyth
 import pytest
 from click.testing import CliRunner
 from conftest import ROOT, write_probeset
+from servers import LocalServer
 
 import promptprobe
 from promptprobe.cli import main
@@ -28,3 +29,17 @@ def test_prompt_names_that_differ_only_in_case_are_refused(tmp_path):
                         models=["openai:m@http://127.0.0.1:9/v1"], retrieval="none", runs_dir=tmp_path / "runs")
     assert "prompt versions 'Header' and 'header' differ only in case" in str(raised.value)
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_selector_naming_one_key_twice_is_refused_not_read_as_the_last(tmp_path):
+    """`RUN#prompt=v1,prompt=v2` once selected v2 silently (and the header still showed both)."""
+    probeset = write_probeset(tmp_path / "p.toml", [("c0", "q", None)])
+    (tmp_path / "v1.md").write_text("v1\n")
+    (tmp_path / "v2.md").write_text("v2\n")
+    with LocalServer() as server:
+        result = promptprobe.run(probeset, prompts=[tmp_path / "v1.md", tmp_path / "v2.md"],
+                                 models=[f"openai:m@{server.url}/v1"], retrieval="none", runs_dir=tmp_path / "runs")
+    with pytest.raises(promptprobe.InputError, match="prompt= is given twice"):
+        promptprobe.compare(f"{result.path}#prompt=v1,prompt=v2", f"{result.path}#prompt=v1")
+    why = CliRunner().invoke(main, ["why", f"{result.path}#prompt=v2,prompt=v1"])
+    assert why.exit_code == 2 and "prompt= is given twice" in why.output

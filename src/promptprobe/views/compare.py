@@ -455,6 +455,9 @@ def parse_selector(text: str) -> tuple[Path, dict[str, str]]:
             key, eq, value = part.partition("=")
             if not eq or key not in ("prompt", "model") or not value:
                 raise InputError(f"{text}: selector must be prompt=NAME and/or model=SPEC, got {part!r}")
+            if key in filters:
+                # The last one would silently win: an arm has one prompt and one model.
+                raise InputError(f"{text}: {key}= is given twice; an arm has one {key}, so give it once")
             filters[key] = value
     return Path(run), filters
 
