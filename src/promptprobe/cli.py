@@ -9,6 +9,7 @@ start, 4 `compare --fail-if-worse` found B worse.
 import functools
 import math
 import os
+import shlex
 import signal
 import sys
 import threading
@@ -298,7 +299,8 @@ def init(directory: Path, force: bool) -> None:
 
     written = init_project(directory, force)
     say("\n".join(f"wrote {path}" for path in written))
-    where = "" if directory == Path(".") else f"cd {directory} && "
+    # Quoted for the shell: the line is meant to be pasted as it is (a folder may hold a space).
+    where = "" if directory == Path(".") else f"cd {shlex.quote(str(directory))} && "
     say(
         f"next: {where}probe check probe.toml probes/example.toml prompts/assistant.md\n"
         "      probe run probes/example.toml --prompt prompts/assistant.md --dry-run\n"
