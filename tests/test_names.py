@@ -43,3 +43,19 @@ def test_a_selector_naming_one_key_twice_is_refused_not_read_as_the_last(tmp_pat
         promptprobe.compare(f"{result.path}#prompt=v1,prompt=v2", f"{result.path}#prompt=v1")
     why = CliRunner().invoke(main, ["why", f"{result.path}#prompt=v2,prompt=v1"])
     assert why.exit_code == 2 and "prompt= is given twice" in why.output
+
+
+def test_an_arm_given_to_a_command_that_takes_a_run_is_said_to_be_one(tmp_path):
+    """`probe report 'latest#prompt=v1'` said no run matched 'latest#prompt=v1' and listed the runs."""
+    probeset = write_probeset(tmp_path / "p.toml", [("c0", "q", None)])
+    with LocalServer() as server:
+        result = promptprobe.run(probeset, prompts=[PROMPT], models=[f"openai:m@{server.url}/v1"],
+                                 retrieval="none", runs_dir=tmp_path / "runs")
+    for command in ("report", "show", "export"):
+        printed = CliRunner().invoke(main, [command, "latest#prompt=always-header", "--runs-dir",
+                                            str(tmp_path / "runs")])
+        assert printed.exit_code == 2
+        assert printed.stderr.strip() == (
+            "error: latest#prompt=always-header: names one arm (#prompt=always-header); this command "
+            f"takes a whole run: {result.path}"
+        )

@@ -124,6 +124,13 @@ def resolve(reference: str | Path, folder: str | Path | None = None) -> Path:
             have = f"it has {len(runs)}" if runs else "it has none"
             raise InputError(f"{shown(text)}: there is no such run in {root} ({have})")
         return runs[back].path
+    run, selector = split_selector(text)
+    if selector:
+        # `probe report RUN#prompt=v1`: the run is right, but this command takes no arm.
+        found = resolve(run, folder)
+        raise InputError(
+            f"{shown(text)}: names one arm (#{selector}); this command takes a whole run: {found}"
+        )
     if os.sep in text or text.startswith("."):
         raise InputError(f"{shown(path)}: no such run directory")
     candidates = (
