@@ -172,8 +172,9 @@ class Run:
 
     def samples(self) -> Iterator[dict[str, Any]]:
         """The sample records (samples.jsonl), in the order they were recorded."""
-        from .engine.store import iter_samples
+        from .engine.store import iter_samples, load_manifest
 
+        load_manifest(self.path)  # a run deleted since load() is an error, not a run of no samples
         return iter_samples(self.path)
 
     def report(self, **options: Any) -> Report:
@@ -386,15 +387,12 @@ def run(
     folder = arguments.path("runs_dir", runs_dir, optional=True)
     if retrieval is not None and retrieval != "none":
         raise InputError(f"retrieval={retrieval!r}: the only choice is 'none'; the config says how otherwise")
-    for name, value in {
-        "repeats": repeats,
-        "concurrency": concurrency,
-        "max_tokens": max_tokens,
-        "temperature": temperature,
-        "seed": seed,
-        "poll_interval": poll_interval,
-    }.items():
-        arguments.run_number(name, value)
+    repeats = arguments.run_number("repeats", repeats)
+    concurrency = arguments.run_number("concurrency", concurrency)
+    max_tokens = arguments.run_number("max_tokens", max_tokens)
+    temperature = arguments.run_number("temperature", temperature)
+    seed = arguments.run_number("seed", seed)
+    poll_interval = arguments.run_number("poll_interval", poll_interval)
     until_decided = bool(arguments.flag("until_decided", until_decided))
     batch = arguments.flag("batch", batch, optional=True)
     cache = arguments.flag("cache", cache, optional=True)

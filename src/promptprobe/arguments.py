@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import InputError
-from .limits import argument_problem
+from .limits import WHOLE, argument_problem
 
 PATH_MAX = 4096  # longer than any file system takes: refused here, not by the OS mid-way
 
@@ -105,11 +105,15 @@ def number(
     return value
 
 
-def run_number(name: str, value: Any) -> None:
-    """A number the CLI's `probe run` flags and probe.toml's [run] take (limits.py)."""
+def run_number(name: str, value: Any) -> float | int | None:
+    """A number the CLI's `probe run` flags and probe.toml's [run] take (limits.py); a count
+    given as a whole float (`repeats=3.0`) comes back as the int the engine counts with."""
     problem = argument_problem(name, value)
     if problem:
         raise InputError(problem)
+    if value is not None and name in WHOLE:
+        return int(value)
+    return value
 
 
 def metric_names(name: str, value: Any) -> list[str]:

@@ -26,7 +26,7 @@ from .checks import metric_names
 from .errors import InputError, ProbeError, StartError
 from .jsonio import dumps_line, dumps_pretty
 from .limits import LIMITS
-from .paths import is_dir, is_file
+from .paths import is_dir, is_file, typed
 from .redaction import SCRUBBER
 from .terminal import neutralised
 from .version import __version__
@@ -298,7 +298,8 @@ def init(directory: Path, force: bool) -> None:
 
     written = init_project(directory, force)
     say("\n".join(f"wrote {path}" for path in written))
-    where = "" if directory == Path(".") else f"cd {directory} && "
+    # Quoted for the shell: the line is meant to be pasted as it is (a folder may hold a space).
+    where = "" if directory == Path(".") else f"cd {typed(directory)} && "
     say(
         f"next: {where}probe check probe.toml probes/example.toml prompts/assistant.md\n"
         "      probe run probes/example.toml --prompt prompts/assistant.md --dry-run\n"
@@ -966,13 +967,13 @@ def _execute(runner: Any, fmt: str, total: int, output: Path | None = None) -> N
             say(
                 f"detached: {recorded} samples recorded in {where}; {len(detached)} batch(es) keep "
                 f"running at the provider ({', '.join(detached[:3])}{', ...' if len(detached) > 3 else ''}): "
-                f"probe run --resume {where} collects them (add --cancel to cancel them)",
+                f"probe run --resume {typed(where)} collects them (add --cancel to cancel them)",
                 err=True,
             )
         else:
             say(
                 f"interrupted: {recorded} samples recorded in {where}; "
-                f"probe run --resume {where} finishes it",
+                f"probe run --resume {typed(where)} finishes it",
                 err=True,
             )
         sys.exit(128 + (received[0] if received else signal.SIGINT))
@@ -987,7 +988,7 @@ def _execute(runner: Any, fmt: str, total: int, output: Path | None = None) -> N
     if outcome.stopped_by == "max_cost":
         echo_error(
             f"stopped at --max-cost: {outcome.recorded} of {outcome.planned} samples recorded; "
-            f"probe run --resume {outcome.path} --max-cost USD continues"
+            f"probe run --resume {typed(outcome.path)} --max-cost USD continues"
         )
         sys.exit(1)
     failed_checks: Counter[str] = Counter()

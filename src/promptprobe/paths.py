@@ -23,3 +23,11 @@ def shown(path: object, longest: int = 80) -> str:
     """A path as a message shows it: a very long one cut, with its length said."""
     text = str(path)
     return text if len(text) <= longest else f"{text[: longest - 30]}... ({len(text)} characters)"
+
+
+def typed(path: object) -> str:
+    """A path inside a command a message tells the user to run: quoted for the shell when it must
+    be (a space, a quote, '#'), so that the line can be pasted as it is."""
+    import shlex
+
+    return shlex.quote(str(path))

@@ -314,4 +314,22 @@ def load_probeset(path: str | Path) -> ProbeSet:
     """Load and validate a probe set file; every problem is an InputError naming the file."""
     path = Path(path)
     source = read_input(path, "probe set file")
-    return parse_probeset(source, path)
+    probeset = parse_probeset(source, path)
+    _case_only_twins(probeset)
+    return probeset
+
+
+def _case_only_twins(probeset: ProbeSet) -> None:
+    """Refuse case ids that differ only in case: they name a sample's raw files, one file on macOS
+    and Windows. Checked on the file a user writes, not on recorded copies (older runs stay readable)."""
+    first: dict[str, str] = {}
+    problems = []
+    for case in probeset.cases:
+        twin = first.setdefault(case.id.lower(), case.id)
+        if twin != case.id:
+            problems.append(
+                f"{probeset.path}: case ids '{twin}' and '{case.id}' differ only in case, so their raw "
+                "files would overwrite each other on macOS and Windows; rename one"
+            )
+    if problems:
+        raise ProbeSetInvalid(problems)

@@ -124,6 +124,13 @@ def resolve(reference: str | Path, folder: str | Path | None = None) -> Path:
             have = f"it has {len(runs)}" if runs else "it has none"
             raise InputError(f"{shown(text)}: there is no such run in {root} ({have})")
         return runs[back].path
+    run, selector = split_selector(text)
+    if selector:
+        # `probe report RUN#prompt=v1`: the run is right, but this command takes no arm.
+        found = resolve(run, folder)
+        raise InputError(
+            f"{shown(text)}: names one arm (#{selector}); this command takes a whole run: {found}"
+        )
     if os.sep in text or text.startswith("."):
         raise InputError(f"{shown(path)}: no such run directory")
     candidates = (
@@ -142,7 +149,19 @@ def resolve(reference: str | Path, folder: str | Path | None = None) -> Path:
     raise InputError(f"{text}: matches {len(candidates)} runs in {root}: {listing}; give more of the id")
 
 
+def split_selector(text: str) -> tuple[str, str]:
+    """`RUN#arm` as (RUN, arm); arm is "" when there is none. A run directory's path may hold '#'
+    itself (`~/C#/runs/...`): the run is the longest part before a '#' that is a directory."""
+    if "#" not in text or is_dir(Path(text)):
+        return text, ""
+    cuts = [i for i, char in enumerate(text) if char == "#"]
+    for cut in reversed(cuts):
+        if is_dir(Path(text[:cut])):
+            return text[:cut], text[cut + 1 :]
+    return text[: cuts[0]], text[cuts[0] + 1 :]  # ids and `latest` hold no '#'
+
+
 def resolve_selector(text: str, folder: str | Path | None = None) -> str:
     """`RUN#arm` with its RUN part resolved (the selector after `#` kept as given)."""
-    run, hash_, selector = text.partition("#")
-    return str(resolve(run, folder)) + hash_ + selector
+    run, selector = split_selector(text)
+    return str(resolve(run, folder)) + ("#" + selector if selector else "")

@@ -46,6 +46,15 @@ def make_arms(prompts: Sequence[PromptVersion], models: Sequence[ModelSpec]) -> 
         raise InputError(
             f"two prompt versions are both named {duplicate!r}: name one with --prompt NAME=PATH"
         )
+    folded = [n.lower() for n in names]
+    alike = next((n for i, n in enumerate(names) if folded.index(n.lower()) != i), None)
+    if alike:
+        first = names[folded.index(alike.lower())]
+        # Each prompt's copy is prompts/NAME.md in the run: one file on macOS and Windows.
+        raise InputError(
+            f"prompt versions {first!r} and {alike!r} differ only in case, so their copies in the run "
+            "would overwrite each other on macOS and Windows: name one with --prompt NAME=PATH"
+        )
     specs = [m.spec for m in models]
     twice = next((spec for spec in specs if specs.count(spec) > 1), None)
     if twice:

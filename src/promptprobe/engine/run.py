@@ -19,6 +19,7 @@ from ..config import Precedence, RunSettings, TargetConfig, load_config, settle_
 from ..errors import InputError, ProbeError
 from ..jsonio import iter_jsonl, loads
 from ..models import ModelSpec, model_of
+from ..paths import typed
 from ..probeset import ProbeSet, parse_probeset
 from ..prompts import PromptVersion, check_prompts, prompt_from_bytes
 from ..providers.base import GenerationParams
@@ -278,7 +279,8 @@ class ProbeRun:
             assert self.store is not None
             path = self.store.path
             if backend.keep:
-                raise type(abort)(f"{abort}; what was sent is kept: probe run --resume {path} collects it")
+                kept = f"what was sent is kept: probe run --resume {typed(path)} collects it"
+                raise type(abort)(f"{abort}; {kept}")
             if self.counts()["recorded"] == 0 and not self.resumes:
                 shutil.rmtree(path, ignore_errors=True)  # nothing to keep or resume
                 raise type(abort)(f"{abort}; nothing was recorded, so no run directory was kept")

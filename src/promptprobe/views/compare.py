@@ -29,6 +29,7 @@ from ..checks import METRICS, Metric
 from ..counts import ArmCounts, CountsTable, build_counts, resolved_patterns
 from ..errors import InputError
 from ..jsonio import dumps_pretty
+from ..runref import split_selector
 from ..stats.effect import DISCORDANT, KT_MIXTURE, discordant_interval
 from ..stats.intervals import icc_anova, newcombe
 from ..stats.multiplicity import HOLM, Adjusted
@@ -440,7 +441,7 @@ def _repeats_hint(a: Side, b: Side, rate_a: float, rate_b: float, alpha: float) 
 
 def parse_selector(text: str) -> tuple[Path, dict[str, str]]:
     """`RUN`, `RUN#prompt=NAME`, `RUN#model=SPEC` or `RUN#prompt=NAME,model=SPEC`."""
-    run, _, selector = text.partition("#")
+    run, selector = split_selector(text)
     filters: dict[str, str] = {}
     if selector:
         # A model spec may hold commas only after '@' (URLs rarely do); split on ",prompt=" etc.
@@ -454,6 +455,9 @@ def parse_selector(text: str) -> tuple[Path, dict[str, str]]:
             key, eq, value = part.partition("=")
             if not eq or key not in ("prompt", "model") or not value:
                 raise InputError(f"{text}: selector must be prompt=NAME and/or model=SPEC, got {part!r}")
+            if key in filters:
+                # The last one would silently win: an arm has one prompt and one model.
+                raise InputError(f"{text}: {key}= is given twice; an arm has one {key}, so give it once")
             filters[key] = value
     return Path(run), filters
 
