@@ -400,3 +400,25 @@ def test_a_lone_surrogate_in_a_retrieved_passage_is_sent_and_recorded_alike(tmp_
     (passage,) = read_jsonl(outcome.path / "retrievals.jsonl")[0]["passages"]
     assert passage["text"] == "x\ufffdy" and "lone surrogate" in passage["note"]
     assert len(sent) == 2 and all("x\ufffdy" in text for text in sent)
+
+
+@pytest.mark.parametrize("header,low,high", [({"retry-after": "4"}, 4.0, 4.9), ({"retry-after-ms": "3500"}, 3.5, 4.3)])
+def test_a_retrieval_endpoint_asking_to_wait_is_waited_for(tmp_path, header, low, high):
+    # Retrieval errors carry Retry-After as model errors do: the runner's retries honour both.
+    calls = []
+
+    def search(request):
+        calls.append(request)
+        if len(calls) == 1:
+            return Reply(status=429, body=b"slow down", content_type="text/plain", headers=header)
+        return Reply(body=b'{"results": [{"id": "a", "text": "Alpha", "score": 1}]}')
+
+    probeset = load_probeset(write_probeset(tmp_path / "p.toml", [("c0", "q0", None)]))
+    waits: list[float] = []
+    with LocalServer(search) as retrieval, LocalServer() as model:
+        (tmp_path / "probe.toml").write_text(f'[retrieval]\nkind = "http"\nurl = "{retrieval.url}/s"\n')
+        outcome = run_probe(probeset, [load_prompt(PROMPT)], [parse_model_spec(f"openai:m@{model.url}/v1")],
+                            load_config(tmp_path / "probe.toml"),
+                            RunOptions(runs_dir=tmp_path / "runs", sleep=waits.append, concurrency=1))
+    assert outcome.errors == 0 and len(calls) == 2
+    assert len(waits) == 1 and low <= waits[0] <= high, waits

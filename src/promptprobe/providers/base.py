@@ -12,13 +12,13 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import UTC
 from typing import Any
 
 from .. import deadline
 from ..errors import StartError
 from ..models import DEFAULT_KEY_ENV, ModelSpec
 from ..redaction import MIN_SECRET_LENGTH, SCRUBBER
+from ..retry_after import parse_retry_after
 
 RETRYABLE_STATUS = frozenset({408, 409, 429})
 ERROR_BODY_LIMIT = 64 * 1024
@@ -84,35 +84,6 @@ class CallAborted(Exception):
 
 def status_retryable(status: int) -> bool:
     return status in RETRYABLE_STATUS or status >= 500
-
-
-def parse_retry_after(headers: Any, now: float | None = None) -> float | None:
-    """Seconds from `retry-after-ms`, or `retry-after` in seconds or as an HTTP date."""
-    if headers is None:
-        return None
-    value = headers.get("retry-after-ms")
-    if value is not None:
-        try:
-            return max(0.0, float(value) / 1000)
-        except ValueError:
-            pass  # a malformed header: try the next form
-    value = headers.get("retry-after")
-    if value is None:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass  # not seconds: an HTTP date
-    import email.utils  # only when a server sends a date
-
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    current = now if now is not None else time.time()
-    return max(0.0, when.timestamp() - current)
 
 
 class CallMonitor:

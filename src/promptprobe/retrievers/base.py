@@ -43,12 +43,14 @@ class RetrievalError(Exception):
         unreachable: bool = False,
         status: int | None = None,
         body: bytes | None = None,
+        retry_after: float | None = None,
     ) -> None:
         super().__init__(message)
         self.retryable = retryable
         self.unreachable = unreachable
         self.status = status
         self.body = body
+        self.retry_after = retry_after  # seconds the server asked for (Retry-After), else None
         self.kind = "retrieval"
 
 

@@ -12,6 +12,7 @@ from .. import deadline
 from ..endpoints import scrub_url, url_secrets
 from ..errors import StartError
 from ..redaction import SCRUBBER
+from ..retry_after import parse_retry_after
 from .base import SECRET_NAME, Passage, RetrievalError, Retriever, passages_from
 
 ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -125,6 +126,7 @@ class HttpRetriever(Retriever):
                 retryable=retryable,
                 status=response.status_code,
                 body=SCRUBBER.bytes(response.content)[:ERROR_BODY_LIMIT],
+                retry_after=parse_retry_after(response.headers) if retryable else None,
             )
         try:
             data = response.json()
