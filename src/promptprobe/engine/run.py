@@ -163,6 +163,17 @@ def make_plan(
     return plan, provenance
 
 
+def stopped_early(abort: BaseException, path: Path, keep: bool, nothing: bool) -> BaseException:
+    """Why a run stopped early, and what became of its directory (removed when it holds nothing
+    to keep or resume)."""
+    if keep:
+        return type(abort)(f"{abort}; what was sent is kept: probe run --resume {typed(path)} collects it")
+    if nothing:
+        shutil.rmtree(path, ignore_errors=True)
+        return type(abort)(f"{abort}; nothing was recorded, so no run directory was kept")
+    return type(abort)(f"{abort}; the samples recorded so far are in {path}")
+
+
 class ProbeRun:
     """One run being executed. Build it (keys are checked and production code imported here,
     before any call), then `execute()`; `cancel()` from another thread or a signal handler."""
@@ -274,17 +285,10 @@ class ProbeRun:
 
     def conclude(self, backend: Backend) -> RunOutcome:
         if backend.abort is not None:
-            abort = backend.abort
             self.finish("failed", None)
             assert self.store is not None
-            path = self.store.path
-            if backend.keep:
-                kept = f"what was sent is kept: probe run --resume {typed(path)} collects it"
-                raise type(abort)(f"{abort}; {kept}")
-            if self.counts()["recorded"] == 0 and not self.resumes:
-                shutil.rmtree(path, ignore_errors=True)  # nothing to keep or resume
-                raise type(abort)(f"{abort}; nothing was recorded, so no run directory was kept")
-            raise type(abort)(f"{abort}; the samples recorded so far are in {path}")
+            nothing = self.counts()["recorded"] == 0 and not self.resumes
+            raise stopped_early(backend.abort, self.store.path, backend.keep, nothing)
         status = "interrupted" if self.cancel_event.is_set() or backend.stopped_by else "complete"
         return self.finish(status, backend.stopped_by)
 
