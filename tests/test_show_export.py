@@ -103,6 +103,28 @@ def test_classify_run_offline_with_other_markers(run_dir):
     assert lines["fence.r1.a1"]["header"]["declared"] == "no_answer"
 
 
+def test_show_and_export_follow_the_latest_reclassification(run_dir):
+    """After `probe classify RUN --markers ...`, show --header and the md/json incident export pick
+    and state samples by the classification report and compare count, and say which it is."""
+    result = CliRunner().invoke(main, ["classify", str(run_dir), "--markers", "Sorry.,Yes", "--no-answer", "Sorry."])
+    assert result.exit_code == 0, result.output
+    report = json.loads(CliRunner().invoke(main, ["report", str(run_dir), "--json"]).stdout)
+    assert report["classification"] == 1
+    assert {c["case_id"]: c["present"] for c in report["arms"][0]["cases"]}["fence"] == 1
+    shown = CliRunner().invoke(main, ["show", str(run_dir), "--header", "present"])
+    assert shown.exit_code == 0, shown.output
+    assert shown.output.startswith("headers as classification 1 (an offline reclassification)")
+    assert "== fence.r1.a1" in shown.output and "header present" in shown.output
+    misplaced = CliRunner().invoke(main, ["show", str(run_dir), "--header", "misplaced"])
+    assert "fence.r1.a1" not in misplaced.output
+    data = json.loads(CliRunner().invoke(main, ["export", str(run_dir), "--case", "fence", "--format", "json"]).stdout)
+    assert data["classification"] == 1
+    assert data["samples"][0]["sample"]["header"]["header"] == "present"
+    assert data["samples"][0]["sample"]["header"]["declared"] == "no_answer"
+    md = CliRunner().invoke(main, ["export", str(run_dir), "--case", "fence"]).stdout
+    assert "classification 1 (an offline reclassification)" in md and '"header": "present"' in md
+
+
 def test_every_reader_warns_of_a_torn_last_line(run_dir):
     """DESIGN: a torn last line is ignored by every reader with a warning (why and the row export
     too), on stderr or in the view, never in the rows themselves."""

@@ -6,9 +6,10 @@ from pathlib import Path
 from typing import Any
 
 from .. import endpoints
-from ..engine.store import load_run
+from ..counts import classifications, merged_samples
+from ..engine.store import load_manifest
 from ..errors import InputError
-from ..jsonio import dumps_pretty, iter_jsonl
+from ..jsonio import dumps_pretty, iter_jsonl, warn
 from ..probeset import parse_probeset
 
 HEADER_CLASSES = ("present", "absent", "misplaced", "empty", "error")
@@ -81,14 +82,22 @@ def visible_pieces(text: str) -> list[tuple[str, str]]:
     return pieces
 
 
+def latest_classification(run_dir: Path) -> int | None:
+    """The reclassification report and compare use (None: the run's own classification)."""
+    numbers = classifications(run_dir)
+    return numbers[-1] if numbers else None
+
+
 def select_samples(
     run_dir: Path, sample: str | None = None, case: str | None = None, header: str | None = None
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    manifest, samples = load_run(run_dir)
+    """The manifest and the chosen samples, with the header, checks and errors of the latest
+    classification, as report and compare count them."""
+    manifest = load_manifest(run_dir)
     if header is not None and header not in HEADER_CLASSES:
         raise InputError(f"--header must be one of {', '.join(HEADER_CLASSES)}, got {header!r}")
     chosen = []
-    for record in samples:
+    for record in merged_samples(run_dir, latest_classification(run_dir), warn):
         state = "error" if record.get("error") else (record.get("header") or {}).get("header")
         if sample and record["sample_id"] != sample:
             continue
@@ -147,6 +156,7 @@ def show(
         return dumps_pretty(
             {
                 "run": str(run_dir),
+                "classification": latest_classification(run_dir),
                 "samples": [
                     {
                         "sample_id": record["sample_id"],
@@ -171,6 +181,9 @@ def show(
             blocks.append(f"### {_title(record)}\n\n{fence}text\n{body}\n{fence}")
         else:
             blocks.append(f"== {_title(record)}\n{body}")
+    number = latest_classification(run_dir)
+    if number is not None and blocks:  # say which classification the header states come from
+        blocks.insert(0, f"headers as classification {number} (an offline reclassification) has them")
     return "\n\n".join(blocks) if blocks else "no sample matches"
 
 
@@ -249,6 +262,7 @@ def export(
                 "run": str(run_dir),
                 "probeset": manifest["probeset"]["name"],
                 "tool_version": manifest.get("tool_version"),
+                "classification": latest_classification(run_dir),
                 "samples": items,
             }
         )
@@ -258,6 +272,9 @@ def export(
         f"Run `{run_dir.name}`, created {manifest['created']}, status {manifest['status']}, "
         f"promptprobe {manifest.get('tool_version')}. {len(items)} sample(s).",
     ]
+    number = latest_classification(run_dir)
+    if number is not None:
+        out.append(f"Headers and checks as classification {number} (an offline reclassification) has them.")
     for item, raw_visible in zip(items, shown, strict=True):
         record = item["sample"]
         out += ["", f"## {record['sample_id']}", ""]
