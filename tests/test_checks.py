@@ -229,6 +229,28 @@ def test_a_filter_that_raises_is_that_samples_error(tmp_path):
     assert all(s["raw"] is not None for s in samples)  # the output itself is kept
 
 
+def test_a_filter_that_prints_leaves_json_output_alone(tmp_path):
+    """Production's filter prints a debug line per reply: `--format json` stays JSON only on stdout
+    (the lines go to stderr), live and when the run is reclassified offline."""
+    (tmp_path / "p.toml").write_text(PROBESET)
+    with LocalServer(search_for(FIRST_SEARCH)) as retrieval, \
+            LocalServer(lambda r: Reply(REPLIES[r.json["messages"][-1]["content"]])) as model:
+        result = CliRunner().invoke(main, ["run", str(tmp_path / "p.toml"), "--prompt",
+                                           str(ROOT / "prompts" / "always-header.md"), "--model",
+                                           f"openai:m@{model.url}/v1", "--runs-dir", str(tmp_path / "runs"),
+                                           "--config", str(write_target(tmp_path, retrieval.url,
+                                                                        "prodcode.widget:noisy_filter")),
+                                           "--format", "json"])
+    assert result.exit_code == 0, result.output
+    run = json.loads(result.stdout)
+    assert run["status"] == "complete" and "filter_reply: " in result.stderr
+    config = tmp_path / "other.toml"
+    config.write_text('[filter]\nfunction = "prodcode.widget:noisy_filter"\nno_answer_status = "answered"\n')
+    again = CliRunner().invoke(main, ["classify", run["run"], "--config", str(config)])
+    assert again.exit_code == 0, again.output
+    assert json.loads(again.stdout)["classification"] == 1 and "filter_reply: " in again.stderr
+
+
 def test_drift_between_two_runs_whose_retrieval_changed(tmp_path):
     first = record(tmp_path, FIRST_SEARCH, "one")
     changed = dict(FIRST_SEARCH, **{"How much is Team?": ["billing", "pricing", "new-doc"], "Who is the CEO?": []})

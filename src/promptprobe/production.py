@@ -4,10 +4,34 @@ import path, so a probe run from the project's root calls what production calls.
 import importlib
 import os
 import sys
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from .errors import InputError
+
+_printing = threading.Lock()
+_inside = 0  # production calls under way (several threads call it at once)
+_stdout: Any = None  # sys.stdout as it was before the first of them
+
+
+@contextmanager
+def _prints_to_stderr() -> Iterator[None]:
+    """sys.stdout is stderr while any production call runs: what production prints (its debug
+    lines) must not land in `--format json` output. Counted, because the calls overlap in threads."""
+    global _inside, _stdout
+    with _printing:
+        if _inside == 0:
+            _stdout, sys.stdout = sys.stdout, sys.stderr
+        _inside += 1
+    try:
+        yield
+    finally:
+        with _printing:
+            _inside -= 1
+            if _inside == 0:
+                sys.stdout, _stdout = _stdout, None
 
 
 def import_function(reference: str, what: str) -> Callable[..., Any]:
@@ -19,7 +43,8 @@ def import_function(reference: str, what: str) -> Callable[..., Any]:
     if sys.path[:1] != [cwd]:
         sys.path.insert(0, cwd)
     try:
-        module = importlib.import_module(module_name)
+        with _prints_to_stderr():
+            module = importlib.import_module(module_name)
     except ImportError as exc:
         raise InputError(f"{what} {reference!r}: cannot import {module_name!r} ({exc})") from None
     except SyntaxError as exc:
@@ -50,9 +75,11 @@ class ProductionExit(Exception):
 
 
 def call_production(function: Callable[..., Any], reference: str, what: str, *args: Any) -> Any:
-    """Call production code; sys.exit inside it becomes an InputError instead of ending the probe."""
+    """Call production code; sys.exit inside it becomes an InputError instead of ending the probe,
+    and what it prints goes to stderr."""
     try:
-        return function(*args)
+        with _prints_to_stderr():
+            return function(*args)
     except SystemExit as exc:
         raise InputError(f"{what} {reference!r} called sys.exit({exc.code}) while probing") from None
 

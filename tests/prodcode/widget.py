@@ -18,3 +18,8 @@ def filter_as_tuple(raw_text):
 
 def broken_filter(raw_text):
     raise ValueError("widget crashed on this reply")
+
+
+def noisy_filter(raw_text):
+    print(f"filter_reply: {len(raw_text)} chars")  # production's own debug line, on stdout
+    return filter_reply(raw_text)
