@@ -309,6 +309,22 @@ def test_reclassification_moves_samples_offline_and_the_report_follows(tmp_path)
     assert sorted(p.name for p in (run / "classifications").iterdir()) == ["1.jsonl", "2.jsonl"]  # both kept
 
 
+def test_compare_says_which_classification_each_side_counts(tmp_path):
+    run = record(tmp_path, FIRST_SEARCH)
+    own = json.loads(CliRunner().invoke(main, ["compare", str(run), str(run), "--json"]).stdout)
+    assert own["a"]["classification"] is None and own["b"]["classification"] is None
+    config = tmp_path / "escalate.toml"
+    config.write_text('[header]\nmarkers = ["[[ANSWER]]", "[[NO_ANSWER]]", "I\'m sorry"]\n'
+                      'no_answer = "[[NO_ANSWER]]"\n[filter]\nfunction = "prodcode.widget:filter_reply"\n'
+                      'no_answer_status = "refused"\n[citations]\n')
+    assert CliRunner().invoke(main, ["classify", str(run), "--config", str(config)]).exit_code == 0
+    data = json.loads(CliRunner().invoke(main, ["compare", str(run), str(run), "--all", "--json"]).stdout)
+    header = next(r for r in data["results"] if r["metric"] == "header_present")
+    assert header["a"]["k"] == 8 and header["a"]["classification"] == 1 and header["b"]["classification"] == 1
+    text = CliRunner().invoke(main, ["compare", str(run), str(run)]).stdout
+    assert f"A = A ({run}), classification 1 (an offline reclassification)" in " ".join(text.split())
+
+
 def test_reclassification_makes_no_network_call(tmp_path, monkeypatch):
     run = record(tmp_path, FIRST_SEARCH)
     import socket

@@ -788,6 +788,9 @@ def compare_tables(
             add_hints(result, side_a, side_b, alpha)
     for result in results:
         finish(result)
+        # Which classification each side's counts come from (None: the run's own).
+        result["a"]["classification"] = counts_a.classification
+        result["b"]["classification"] = counts_b.classification
     return {
         "results": results,
         "family": len(results),
@@ -826,6 +829,11 @@ def _verdict_cell(result: dict[str, Any], color: bool) -> str:
     return f"{RED if words['kind'] == 'worse' else GREEN}{words['verdict']}{RESET}"
 
 
+def _classified(side: dict[str, Any]) -> str:
+    number = side.get("classification")
+    return f", classification {number} (an offline reclassification)" if number is not None else ""
+
+
 def render_comparison(
     comparison: dict[str, Any], fmt: str = "table", width: int | None = None, color: bool = False
 ) -> str:
@@ -842,16 +850,16 @@ def render_comparison(
     by_pair = "pair" in first  # two runs compared arm by arm
     if by_pair:
         out = [
-            f"A = {first['a']['name']} ({parse_selector(first['a']['label'])[0]})",
-            f"B = {first['b']['name']} ({parse_selector(first['b']['label'])[0]})",
+            f"A = {first['a']['name']} ({parse_selector(first['a']['label'])[0]}){_classified(first['a'])}",
+            f"B = {first['b']['name']} ({parse_selector(first['b']['label'])[0]}){_classified(first['b'])}",
             f"arm by arm: {', '.join(dict.fromkeys(r['pair'] for r in results))} (each arm of A against the "
             "arm of the same name in B)",
             "",
         ]
     else:
         out = [
-            f"A = {first['a']['name']} ({first['a']['label']})",
-            f"B = {first['b']['name']} ({first['b']['label']})",
+            f"A = {first['a']['name']} ({first['a']['label']}){_classified(first['a'])}",
+            f"B = {first['b']['name']} ({first['b']['label']}){_classified(first['b'])}",
             "",
         ]
     family = len(results) > 1
