@@ -49,6 +49,9 @@ CASES = [
     # misplaced: decorated
     ("bold", "**[[NO_ANSWER]]**\nNo docs.", expect("misplaced", "decorated", 1, marker=NA)),
     ("inline code", "`[[ANSWER]]` Yes.", expect("misplaced", "decorated", 1, marker=ANS)),
+    ("triple-backtick code span is not a fence", "```[[NO_ANSWER]]``` No docs.\nMore.",
+     expect("misplaced", "decorated", 1, marker=NA)),
+    ("fence with an info string", "```text\n[[NO_ANSWER]]\n```", expect("misplaced", "fenced", 2, marker=NA)),
     ("quote block", "> [[NO_ANSWER]]\n> Not covered.", expect("misplaced", "decorated", 1, marker=NA, extra=0)),
     ("curly quotes after blank lines", "\n\n“[[NO_ANSWER]]” not covered",
      expect("misplaced", "decorated", 3, marker=NA)),

@@ -60,7 +60,8 @@ def fenced_spans(text: str) -> list[tuple[int, int]]:
     for line in text.split("\n"):
         match = FENCE.match(line)
         if open_at is None:
-            if match:
+            # ```x``` on one line is a code span, not a fence: a backtick fence's info has no backtick.
+            if match and not (match.group(1)[0] == "`" and "`" in line[match.end() :]):
                 open_at, fence = offset, match.group(1)
         elif match and match.group(1)[0] == fence[0] and len(match.group(1)) >= len(fence):
             if line[match.end() :].strip() == "":
