@@ -224,6 +224,22 @@ def test_a_model_without_a_batch_api_is_refused_before_anything_starts(tmp_path,
     assert not (tmp_path / "runs").exists()
 
 
+@pytest.mark.parametrize("spec", ["bedrock:anthropic.claude-sonnet-4-5-v1:0", "vertex:claude-sonnet-4-5"])
+def test_a_model_without_a_batch_api_is_bad_input_before_its_credentials_and_in_a_dry_run(tmp_path, monkeypatch, spec):
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_PROFILE", "AWS_REGION", "AWS_DEFAULT_REGION",
+                 "CLOUD_ML_REGION", "ANTHROPIC_VERTEX_ACCESS_TOKEN", "ANTHROPIC_VERTEX_PROJECT_ID"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    provider = spec.split(":")[0]
+    for extra in ([], ["--dry-run"]):
+        result = batch_run(tmp_path, spec, *extra)
+        assert result.exit_code == 2, result.output  # the batch is refused, whatever the region or credentials
+        assert f"no batch API for {provider} models" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+        assert not (tmp_path / "runs").exists()
+
+
 def test_until_decided_sends_one_batch_per_round(tmp_path):
     def answer(custom_id, body):
         return "[[ANSWER]]\nok" if "VERSION=b" in json.dumps(body) else "ok"

@@ -146,3 +146,68 @@ def test_bedrock_without_a_region_is_one_sentence(tmp_path, monkeypatch):
     assert result.exit_code == 3 and len(result.stderr.strip().splitlines()) == 1
     assert "no region for Bedrock (set region in the model's table in probe.toml, AWS_REGION" in result.stderr
     assert AWS_SECRET not in result.stderr
+
+
+def cloud_run(tmp_path, spec: str, config: str = ""):
+    probeset = write_probeset(tmp_path / "p.toml", [("c1", "q", None)])
+    args = ["run", str(probeset), "--prompt", PROMPT, "-m", spec, "--runs-dir", str(tmp_path / "runs"), "-n", "1"]
+    if config:
+        (tmp_path / "probe.toml").write_text(config + '\n[retrieval]\nkind = "none"\n')
+        return CliRunner().invoke(main, [*args, "--config", str(tmp_path / "probe.toml")])
+    return CliRunner().invoke(main, [*args, "--retrieval", "none"])
+
+
+@pytest.fixture
+def no_aws(tmp_path, monkeypatch):
+    """No AWS credentials anywhere the chain looks (and no instance metadata to ask)."""
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE",
+                 "AWS_BEARER_TOKEN_BEDROCK", "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+                 "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "AWS_WEB_IDENTITY_TOKEN_FILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+
+
+def test_bedrock_without_credentials_is_one_sentence_before_any_call(tmp_path, no_aws, monkeypatch):
+    monkeypatch.setenv("AWS_REGION", "us-east-1")
+    with LocalServer() as server:
+        result = cloud_run(tmp_path, f"bedrock:anthropic.claude-v1:0@{server.url}")
+    assert result.exit_code == 3, result.output
+    assert "no AWS credentials for Bedrock" in result.stderr and "AWS_ACCESS_KEY_ID" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and not (tmp_path / "runs").exists()
+    assert server.requests == []  # found out before the run, not as a failed sample per call
+
+
+def test_bedrock_with_a_missing_aws_profile_is_one_sentence(tmp_path, no_aws, monkeypatch):
+    monkeypatch.setenv("AWS_PROFILE", "no-such-profile")
+    for region in (None, "eu-west-1"):
+        if region:
+            monkeypatch.setenv("AWS_REGION", region)
+        result = cloud_run(tmp_path, "bedrock:anthropic.claude-v1:0@http://127.0.0.1:9")
+        assert result.exit_code == 3 and "Traceback" not in result.output, result.output
+        assert "no-such-profile" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("region", ["../../x", "us east 1", "us-east-1/evil", "ÜS"])
+def test_a_malformed_region_is_bad_input_and_never_looked_up(tmp_path, monkeypatch, region):
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", AWS_SECRET)
+    monkeypatch.setenv("ANTHROPIC_VERTEX_ACCESS_TOKEN", "ya29.vertex-token-abcdefghij")
+    for spec in ("bedrock:anthropic.claude-v1:0", "vertex:claude-sonnet-4-5"):
+        table = f'[run]\nmodels = [{{ spec = "{spec}", region = {json.dumps(region)}, project = "p" }}]'
+        result = cloud_run(tmp_path, spec, table)
+        assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+        assert f"region {region!r} (from the model's table in probe.toml) is not a region name" in result.stderr
+        assert not (tmp_path / "runs").exists()
+
+
+def test_vertex_with_a_token_but_no_project_is_one_sentence(tmp_path, monkeypatch):
+    monkeypatch.setenv("ANTHROPIC_VERTEX_ACCESS_TOKEN", "ya29.vertex-token-abcdefghij")
+    monkeypatch.setenv("CLOUD_ML_REGION", "us-east5")
+    monkeypatch.delenv("ANTHROPIC_VERTEX_PROJECT_ID", raising=False)
+    with LocalServer() as server:
+        result = cloud_run(tmp_path, f"vertex:claude-sonnet-4-5@{server.url}")
+    assert result.exit_code == 3, result.output
+    assert "no project for Vertex" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert server.requests == [] and not (tmp_path / "runs").exists()

@@ -22,6 +22,7 @@ from ..errors import InputError, StartError
 from ..models import ModelSpec
 from ..probeset import Case, ProbeSet
 from ..prompts import PromptVersion, check_prompts, fill
+from ..providers import refuse_batch
 from ..retrievers import Passage, RetrievalError, make_retriever
 from .cost import Tokens, estimate_tokens, load_prices, price_sentence, refuse_unknown
 from .plan import make_arms
@@ -74,6 +75,8 @@ def dry_run(
     problems = check_prompts(prompts, probeset.cases, config.vars)
     if problems:
         raise InputError("\n".join(problems))
+    if options.batch:
+        refuse_batch(models)
     arms = make_arms(prompts, models)
     repeats, settings = settle_repeats(config, probeset, options.repeats, options.settings)
     prices = load_prices(config.prices)

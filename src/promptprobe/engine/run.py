@@ -22,6 +22,7 @@ from ..models import ModelSpec, model_of
 from ..paths import typed
 from ..probeset import ProbeSet, parse_probeset
 from ..prompts import PromptVersion, check_prompts, prompt_from_bytes
+from ..providers import refuse_batch
 from ..providers.base import GenerationParams
 from .backend import Backend, Pass
 from .backends import make_backend
@@ -151,6 +152,8 @@ def make_plan(
     problems = check_prompts(prompts, probeset.cases, config.vars)
     if problems:
         raise InputError("\n".join(problems))
+    if options.batch:
+        refuse_batch(models)
     arms = make_arms(prompts, models)
     seed = options.seed if options.seed is not None else random.SystemRandom().randrange(2**32)
     repeats, provenance = settle_repeats(config, probeset, options.repeats, options.settings)

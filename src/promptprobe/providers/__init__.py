@@ -21,6 +21,9 @@ REGISTRY: dict[str, "str | Callable[..., Provider]"] = {}
 VERTEX_TOKEN_ENV = "ANTHROPIC_VERTEX_ACCESS_TOKEN"  # a ready token; else Google's default chain
 # Cloud secrets the SDKs read from the environment: scrubbed like API keys wherever they appear.
 CLOUD_SECRETS = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_BEARER_TOKEN_BEDROCK", VERTEX_TOKEN_ENV)
+# Built-in providers whose batch inference is no API of these SDKs (Bedrock's goes through S3,
+# Vertex's through Cloud Storage or BigQuery): known from the spec, before any client is built.
+NO_BATCH_API = frozenset({"bedrock", "vertex"})
 
 
 def register(
@@ -47,6 +50,17 @@ def parse_spec(spec: str, api_key_env: str | None = None, **cloud: str | None) -
             "OpenAI-compatible servers use openai:MODEL@BASE_URL)"
         )
     return parsed
+
+
+def refuse_batch(specs: Sequence[ModelSpec]) -> None:
+    """InputError naming the first model without a batch API: a batch run (or its dry run) with it is
+    bad input, refused before credentials or regions are looked at."""
+    for spec in specs:
+        if spec.provider in NO_BATCH_API:
+            raise InputError(
+                f"model {spec.spec}: promptprobe has no batch API for {spec.provider} models; "
+                "run it without --batch"
+            )
 
 
 def make_provider(spec: ModelSpec, params: "GenerationParams") -> "Provider":
@@ -86,4 +100,4 @@ def protect_keys(specs: Sequence[ModelSpec]) -> None:
         protect(spec)
 
 
-__all__ = ["REGISTRY", "make_provider", "parse_spec", "protect_keys", "register"]
+__all__ = ["REGISTRY", "make_provider", "parse_spec", "protect_keys", "refuse_batch", "register"]

@@ -5,9 +5,10 @@ Credentials come from the environment or the cloud's standard chain and are neve
 
 import importlib
 import os
+import re
 from typing import Any
 
-from ..errors import StartError
+from ..errors import InputError, StartError
 from ..models import ModelSpec
 from ..redaction import SCRUBBER
 from . import CLOUD_SECRETS, VERTEX_TOKEN_ENV
@@ -16,6 +17,8 @@ from .base import GenerationParams, Provider
 from .openai_provider import OpenAIBatch, OpenAIProvider
 
 AZURE_API_VERSION = "2024-10-21"  # the latest GA data-plane version with batches
+# A region names a host (bedrock-runtime.REGION.amazonaws.com, REGION-aiplatform.googleapis.com).
+REGION = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
 
 
 def require_extra(spec: ModelSpec, modules: tuple[str, ...], extra: str) -> None:
@@ -34,6 +37,28 @@ def _importable(name: str) -> bool:
     except ImportError:
         return False
     return True
+
+
+def checked_region(spec: ModelSpec, region: str, source: str) -> str:
+    """The region, or an InputError when it cannot be part of a host name (never a DNS lookup of it)."""
+    if not REGION.fullmatch(region):
+        raise InputError(
+            f"model {spec.spec}: region {region!r} (from {source}) is not a region name such as us-east-1"
+        )
+    return region
+
+
+def aws_credentials_problem(region: str) -> str | None:
+    """Why the AWS credential chain gives no credentials (None when it does): found out before
+    the run starts, since the SDK finds out only inside each call."""
+    import boto3
+    import botocore.exceptions
+
+    try:
+        found = boto3.Session(region_name=region).get_credentials()
+    except botocore.exceptions.BotoCoreError as exc:
+        return str(exc)
+    return None if found is not None else "the AWS credential chain found none"
 
 
 def scrub_cloud_secrets() -> None:
@@ -69,17 +94,40 @@ class BedrockProvider(AnthropicProvider):
         import anthropic
 
         options.pop("api_key", None)
-        region = self.spec.region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
-        if not region:
-            import boto3
+        region = self.region()
+        if not os.environ.get("AWS_BEARER_TOKEN_BEDROCK"):
+            problem = aws_credentials_problem(region)
+            if problem:
+                raise StartError(
+                    f"model {self.spec.spec}: no AWS credentials for Bedrock ({problem}; set "
+                    "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, AWS_PROFILE, or AWS_BEARER_TOKEN_BEDROCK)"
+                )
+        return anthropic.AnthropicBedrock(aws_region=region, **options)
 
+    def region(self) -> str:
+        """The region from the first place that names one."""
+        for value, source in (
+            (self.spec.region, "the model's table in probe.toml"),
+            (os.environ.get("AWS_REGION"), "AWS_REGION"),
+            (os.environ.get("AWS_DEFAULT_REGION"), "AWS_DEFAULT_REGION"),
+        ):
+            if value:
+                return checked_region(self.spec, value, source)
+        import boto3
+        import botocore.exceptions
+
+        try:
             region = boto3.Session().region_name  # the profile's, if it has one
+        except botocore.exceptions.BotoCoreError as exc:
+            raise StartError(
+                f"model {self.spec.spec}: cannot read a region from the AWS profile ({exc})"
+            ) from None
         if not region:
             raise StartError(
                 f"model {self.spec.spec}: no region for Bedrock (set region in the model's table in "
                 "probe.toml, AWS_REGION, or a region in your AWS profile)"
             )
-        return anthropic.AnthropicBedrock(aws_region=region, **options)
+        return checked_region(self.spec, region, "the AWS profile")
 
 
 class VertexProvider(AnthropicProvider):
@@ -97,8 +145,15 @@ class VertexProvider(AnthropicProvider):
                 f"model {self.spec.spec}: no region for Vertex (set region in the model's table in "
                 "probe.toml, or CLOUD_ML_REGION)"
             )
+        source = "the model's table in probe.toml" if self.spec.region else "CLOUD_ML_REGION"
+        checked_region(self.spec, region, source)
         project = self.spec.project or os.environ.get("ANTHROPIC_VERTEX_PROJECT_ID")
         token = os.environ.get(VERTEX_TOKEN_ENV) or None
+        if token and not project:  # only Google's credential chain could name the project
+            raise StartError(
+                f"model {self.spec.spec}: no project for Vertex (set project in the model's table in "
+                "probe.toml, or ANTHROPIC_VERTEX_PROJECT_ID)"
+            )
         return anthropic.AnthropicVertex(
             region=region, **({"project_id": project} if project else {}), access_token=token, **options
         )
