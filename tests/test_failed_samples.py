@@ -94,6 +94,19 @@ def test_a_candidate_whose_every_sample_failed_fails_the_gate_on_a_check(tmp_pat
     assert f"{data['b']['name']} worse on leaks (lower is better)" in gate.stdout
 
 
+def test_under_all_no_note_says_the_adjustment_undid_a_verdict_the_failures_decided(tmp_path, monkeypatch):
+    monkeypatch.chdir(write_inputs(tmp_path))
+    run = record(tmp_path, {"base": [2, 2, 2, 2, 1, 1]}, {"cand": "all"})
+    data = json.loads(CliRunner().invoke(
+        main, ["compare", f"{run}#prompt=base", f"{run}#prompt=cand", "--all", "--json"]).stdout)
+    leaks = next(r for r in data["results"] if r["metric"] == "leaks")
+    assert leaks["verdict"] == "B>A" and leaks["decided_by"] == "every sample of B failed"
+    assert not [n for n in leaks["notes"] if "but not after" in n]  # it said: can't tell, but not after adjustment
+    for result in data["results"]:  # a note of an undone decision only beside a result that is undecided
+        if any("but not after" in n for n in result["notes"]):
+            assert result["verdict"] == "indistinguishable"
+
+
 def test_one_failed_sample_where_the_check_does_not_apply_keeps_the_design_paired(tmp_path, monkeypatch):
     monkeypatch.chdir(write_inputs(tmp_path))
     leaks = {"base": [0] * REFUSALS, "cand": [1, 1, 1, 1, 1, 0]}

@@ -308,7 +308,7 @@ def adjust(results: list[dict[str, Any]], alpha: float, patterns: Patterns | Non
         before = result["verdict"]
         result["adjustment"] = family.method
         settle(result, p, alpha)
-        if result["verdict"] != before:
+        if result["verdict"] == "indistinguishable" != before:  # the adjustment undid a decision
             result["notes"].append(
                 f"{result['metric']}: {before} on its own p = {result['p_value']:.3g}, but not "
                 f"after {family.method} adjustment over the {len(results)} metrics compared "
