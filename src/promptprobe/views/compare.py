@@ -308,7 +308,8 @@ def adjust(results: list[dict[str, Any]], alpha: float, patterns: Patterns | Non
         before = result["verdict"]
         result["adjustment"] = family.method
         settle(result, p, alpha)
-        if result["verdict"] != before:
+        # The test's decision at the adjusted p: an arm whose every sample failed is no adjustment's doing.
+        if word(p, alpha, _sign(result)) != before:
             result["notes"].append(
                 f"{result['metric']}: {before} on its own p = {result['p_value']:.3g}, but not "
                 f"after {family.method} adjustment over the {len(results)} metrics compared "
