@@ -10,7 +10,10 @@ from typing import Any
 from ..errors import InputError
 from ..jsonio import dumps_pretty
 from ..stats.planning import (
+    EXACT_SAMPLES,
+    EXACT_TEST,
     MAX_SAMPLES,
+    NORMAL_TEST,
     detectable_difference,
     gate_block_probability,
     paired_repeats,
@@ -94,6 +97,7 @@ def plan_mdd(n: int, p1: float, alpha: float = 0.05, power: float = 0.8) -> dict
         "alpha": alpha,
         "power": power,
         "detectable_difference": detectable_difference(n, p1, alpha, power),
+        "test": NORMAL_TEST if n > EXACT_SAMPLES else EXACT_TEST,
     }
 
 
@@ -131,9 +135,10 @@ def render_plan(result: dict[str, Any], fmt: str = "table") -> str:
                 parts.append(
                     f"a {word} of {abs(100 * d[name]):.1f} points (to {100 * (result['p1'] + d[name]):.1f}%)"
                 )
+        how = "" if result["test"] == EXACT_TEST else f"; {result['test']}"
         return (
-            f"with {result['n']} samples per arm at {100 * result['p1']:.1f}%, the smallest "
-            f"detectable change (alpha {result['alpha']:g}, power {result['power']:g}) is "
+            f"with {result['n']:,} samples per arm at {100 * result['p1']:.1f}%, the smallest "
+            f"detectable change (alpha {result['alpha']:g}, power {result['power']:g}{how}) is "
             + " or ".join(parts)
         )
     if result["n_per_arm"] is None:
