@@ -34,6 +34,7 @@ def plan_sequential(
     right = (stops > 0) & (directions == np.sign(p2 - p1)) if p1 != p2 else np.zeros(trials, dtype=bool)
     wrong = (stops > 0) & ~right
     achieved = float(right.mean())
+    decided = float((stops > 0).mean())
     fixed = same_power = None
     if p1 != p2:
         fixed = paired_repeats(p1, p2, cases, icc, alpha, power).repeats
@@ -62,7 +63,8 @@ def plan_sequential(
         },
         "power": achieved if p1 != p2 else None,
         "power_error": float(1.96 * math.sqrt(achieved * (1 - achieved) / trials)) if p1 != p2 else None,
-        "decided_share": float((stops > 0).mean()),
+        "decided_share": decided,
+        "decided_share_error": float(1.96 * math.sqrt(decided * (1 - decided) / trials)),
         "wrong_direction_share": float(wrong.mean()),
         "fixed_rounds": fixed,
         "fixed_power": power,  # the power `fixed_rounds` is for (--power)
@@ -88,7 +90,8 @@ def render_sequential_plan(result: dict[str, Any]) -> str:
     if result["power"] is None:
         lines.append(
             f"- equal rates: a false alarm (a decision either way) within {cap_words} in "
-            f"{100 * result['decided_share']:.1f}% of runs (at most alpha)"
+            f"{100 * result['decided_share']:.1f}% (±{100 * result['decided_share_error']:.1f}) of runs (the "
+            f"rule keeps it at most alpha, {result['alpha']:g}; the ± is the simulation's error)"
         )
     else:
         wrong = 100 * result["wrong_direction_share"]
