@@ -347,6 +347,13 @@ def test_plan_detectable_difference_for_a_huge_n_is_the_sample_size_plan_turned_
     assert "Fleiss" in plan("--n", "100000", "--p1", "0.85").stdout
 
 
+def test_plan_says_one_case_one_sample_in_the_singular():
+    text = plan("--p1", "0", "--p2", "1", "--cases", "1", "--icc", "0").output
+    assert "the same 1 case under both versions" in text and "with 1 case a side" in text
+    assert "1 cases" not in text
+    assert plan("--n", "1", "--p1", "0.5").output.startswith("with 1 sample per arm")
+
+
 @pytest.mark.parametrize("args,word", [
     (["--p1", "nan", "--p2", "0.5"], "--p1"),
     (["--p1", "0.5", "--p2", "nan"], "--p2"),

@@ -8,6 +8,7 @@ from typing import Any
 
 from ..stats.planning import paired_repeats
 from ..stats.sequential import SEQUENTIAL_TRIALS, rounds_for_power, simulate_rounds
+from .tables import counted
 
 # A fixed plan for more power than this is not searched (it needs many repeats to gain little).
 MAX_FIXED_POWER = 0.99
@@ -80,11 +81,12 @@ def render_sequential_plan(result: dict[str, Any]) -> str:
     cases, cap = result["cases"], result["max_rounds"]
     rates = f"{100 * result['p1']:.0f}% vs {100 * result['p2']:.0f}%"
     lines = [
-        f"--until-decided at {rates} with {cases} cases (ICC {result['icc']:g}, alpha {result['alpha']:g}), "
+        f"--until-decided at {rates} with {counted(cases, 'case')} (ICC {result['icc']:g}, "
+        f"alpha {result['alpha']:g}), "
         f"simulated {result['trials']} times with the run's own rule:",
         f"- samples per arm to the stop: mean {samples['mean']:.0f} (±{samples['mean_error']:.0f}), median "
         f"{samples['median']:.0f}, 90th percentile {samples['p90']:.0f} (rounds: mean {r['mean']:.1f}; "
-        f"a round asks each of the {cases} cases once per arm)",
+        f"a round asks {'the case' if cases == 1 else f'each of the {cases} cases'} once per arm)",
     ]
     cap_words = f"the cap of {cap} rounds (--detect {100 * result['detect']:g})"
     if result["power"] is None:
@@ -108,13 +110,14 @@ def render_sequential_plan(result: dict[str, Any]) -> str:
     if same and same["rounds"]:
         fixed = same["rounds"] * cases
         lines.append(
-            f"- a fixed paired plan with the same power ({100 * same['power']:.0f}%): {same['rounds']} "
-            f"repeats ({fixed} samples per arm; the sequential mean is {samples['mean'] / fixed:.2f}x that)"
+            f"- a fixed paired plan with the same power ({100 * same['power']:.0f}%): "
+            f"{counted(same['rounds'], 'repeat')} ({counted(fixed, 'sample')} per arm; "
+            f"the sequential mean is {samples['mean'] / fixed:.2f}x that)"
         )
     if result["fixed_rounds"]:
         lines.append(
             f"- a fixed paired plan with {100 * result.get('fixed_power', 0.8):g}% power: "
-            f"{result['fixed_rounds']} repeats "
-            f"({result['fixed_rounds'] * cases} samples per arm)"
+            f"{counted(result['fixed_rounds'], 'repeat')} "
+            f"({counted(result['fixed_rounds'] * cases, 'sample')} per arm)"
         )
     return wrap("\n".join(lines))
