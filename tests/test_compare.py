@@ -331,6 +331,29 @@ def test_plan_detectable_difference():
     assert exact_power(52, 0.85, 0.85 + values["detectable_difference"]["up"]) >= 0.8 - 1e-6
 
 
+def test_plan_detectable_difference_for_a_huge_n_is_the_sample_size_plan_turned_round(monkeypatch):
+    from promptprobe.stats import planning, power
+
+    def no_enumeration(n, *args):
+        # Enumerating the exact test at 100,000 per arm took minutes a point (hours at 10^6).
+        raise AssertionError(f"exact power enumerated at n = {n}")
+
+    monkeypatch.setattr(power, "fisher_power", no_enumeration)
+    values = json.loads(plan("--n", "100000", "--p1", "0.85", "--json").stdout)
+    up, down = values["detectable_difference"]["up"], values["detectable_difference"]["down"]
+    assert values["test"] == planning.NORMAL_TEST and 0 < up < 0.01 and -0.01 < down < 0
+    # `probe plan --p1 --p2` at the rise found needs at most 100,000; 1e-4 less needs more.
+    assert planning.size_plan(0.85, 0.85 + up).n <= 100_000 < planning.size_plan(0.85, 0.85 + up - 1e-4).n
+    assert "Fleiss" in plan("--n", "100000", "--p1", "0.85").stdout
+
+
+def test_plan_says_one_case_one_sample_in_the_singular():
+    text = plan("--p1", "0", "--p2", "1", "--cases", "1", "--icc", "0").output
+    assert "the same 1 case under both versions" in text and "with 1 case a side" in text
+    assert "1 cases" not in text
+    assert plan("--n", "1", "--p1", "0.5").output.startswith("with 1 sample per arm")
+
+
 @pytest.mark.parametrize("args,word", [
     (["--p1", "nan", "--p2", "0.5"], "--p1"),
     (["--p1", "0.5", "--p2", "nan"], "--p2"),

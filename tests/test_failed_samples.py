@@ -14,6 +14,7 @@ from servers import LocalServer, Reply
 from promptprobe.cli import main
 from promptprobe.counts import build_counts
 from promptprobe.stats.verdict import paired_verdict
+from promptprobe.views.compare import Side, adjust, compare_sides
 
 REFUSALS = 6  # cases 0-5 expect no_answer (the check applies), 6-11 are answerable (it does not)
 CASES = 12
@@ -169,3 +170,15 @@ def test_across_two_runs_the_other_runs_outputs_say_where_a_check_applies(tmp_pa
     assert data["design"] == "paired" and data["b"]["cases"] == REFUSALS and data["b"]["n"] == 12
     assert data["worse"] is True and data["decided_by"] == "every sample of B failed"
     assert gate.exit_code == 4
+
+
+def test_a_verdict_decided_by_failed_samples_is_not_blamed_on_the_adjustment():
+    # 1/1 against 1 of 1 failed: "b worse" because B has no output, p = 1 before and after Holm.
+    a = Side("A", {"c0": [1, 1, 0]}, name="a")
+    b = Side("B", {"c0": [0, 1, 1]}, name="b")
+    metrics = ("header_present", "declared_correct")
+    family = [compare_sides(a, b, metric, hints=False, settled=False) for metric in metrics]
+    adjust(family, 0.05)
+    for result in family:
+        assert result["verdict"] == "A>B" and result["decided_by"] == "every sample of B failed"
+        assert not [note for note in result["notes"] if "adjustment over" in note]

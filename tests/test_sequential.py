@@ -521,6 +521,17 @@ def test_plan_sequential_says_what_it_costs_beside_the_fixed_plan_of_the_same_po
     assert "samples per arm to the stop: mean" in text and "a fixed paired plan with the same power" in text
 
 
+def test_plan_sequential_under_the_null_gives_its_false_alarms_with_their_simulation_error():
+    # 5 cases at 50% vs 50%: 104 of 2,000 simulated runs decide, 5.2%, printed beside "at most alpha".
+    args = ["plan", "--sequential", "--p1", "0.5", "--p2", "0.5", "--cases", "5"]
+    data = json.loads(CliRunner().invoke(main, [*args, "--json"]).stdout)
+    share, trials = data["decided_share"], data["trials"]
+    assert share == 104 / 2000 and data["power"] is None
+    assert data["decided_share_error"] == pytest.approx(1.96 * math.sqrt(share * (1 - share) / trials))
+    text = " ".join(CliRunner().invoke(main, args).output.split())
+    assert "5.2% (±1.0) of runs" in text
+
+
 def test_plan_sequential_says_the_power_its_fixed_plan_is_for():
     # --power 0.95 sizes the fixed plan beside the sequential one; the line must not call it 80%.
     result = CliRunner().invoke(main, ["plan", "--sequential", "--p1", "0.9", "--p2", "0.7", "--cases", "10",

@@ -28,6 +28,7 @@ from .tests import decision_limit
 MAX_REPEATS = 200
 MAX_SAMPLES = 100_000
 EXACT_SAMPLES = 20_000  # above this, n_per_arm is Fleiss's continuity-corrected approximation
+EXACT_TEST = "exact conditional test (one question, n samples per arm), exact power"
 NORMAL_TEST = "normal approximation with continuity correction (Fleiss), above 20,000 samples per arm"
 MAX_CASES = 2_000
 PLAN_TRIALS = 1000
@@ -137,7 +138,13 @@ def confirmed(
 class SizePlan:
     n: int | None  # samples per arm; None when the rates are equal or it exceeds the limit
     power: float | None  # the exact power at n
-    test: str = "exact conditional test (one question, n samples per arm), exact power"
+    test: str = EXACT_TEST
+
+
+def fleiss_n(p1: float, p2: float, alpha: float = 0.05, power: float = 0.8) -> float:
+    """Fleiss's continuity-corrected samples per arm: what the exact test needs at large n."""
+    guess = n_per_arm_float(p1, p2, alpha, power)
+    return guess / 4 * (1 + math.sqrt(1 + 4 / (guess * abs(p1 - p2)))) ** 2
 
 
 def size_plan(
@@ -173,7 +180,7 @@ def size_plan(
     if guess * 1.3 > exact_samples:
         # Here the exact test's steps are far finer than the power asked for: the continuity-
         # corrected normal approximation (Fleiss) is what the exact test reaches, to a sample.
-        corrected = guess / 4 * (1 + math.sqrt(1 + 4 / (guess * abs(p1 - p2)))) ** 2
+        corrected = fleiss_n(p1, p2, alpha, power)
         test = (
             NORMAL_TEST
             if exact_samples == EXACT_SAMPLES
@@ -196,25 +203,33 @@ def n_per_arm(p1: float, p2: float, alpha: float = 0.05, power: float = 0.8) -> 
 def detectable_difference(
     n: int, p1: float, alpha: float = 0.05, power: float = 0.8
 ) -> dict[str, float | None]:
-    """Smallest p2 - p1 (each direction) that n samples per arm detect (exact power); None if
-    unreachable."""
+    """Smallest p2 - p1 (each direction) that n samples per arm detect (exact power up to
+    EXACT_SAMPLES per arm, Fleiss's continuity-corrected approximation above, as `size_plan`);
+    None if unreachable."""
     from .power import fisher_power, fisher_smallest_p
 
     if n < 1:
         raise ValueError("n must be at least 1")
     validate("p1", p1, 0, 1)
     check_test_settings(alpha, power)
+
+    def detects(p2: float) -> bool:
+        if n > EXACT_SAMPLES:
+            # Enumerating the exact test costs O(n) per point (minutes at 10^5, hours at 10^6).
+            return fleiss_n(p1, p2, alpha, power) <= n
+        return fisher_power(n, p1, p2, alpha) >= power
+
     result: dict[str, float | None] = {}
-    reachable = fisher_smallest_p(n) <= decision_limit(alpha)
+    reachable = n > EXACT_SAMPLES or fisher_smallest_p(n) <= decision_limit(alpha)
     for name, edge in (("up", 1.0), ("down", 0.0)):
-        if p1 == edge or not reachable or fisher_power(n, p1, edge, alpha) < power:
+        if p1 == edge or not reachable or not detects(edge):
             result[name] = None
             continue
         # Power grows as p2 moves away from p1: bisect for where it reaches the target.
         near, far = p1, edge
         for _ in range(30):
             mid = (near + far) / 2
-            if fisher_power(n, p1, mid, alpha) < power:
+            if not detects(mid):
                 near = mid
             else:
                 far = mid

@@ -10,7 +10,10 @@ from typing import Any
 from ..errors import InputError
 from ..jsonio import dumps_pretty
 from ..stats.planning import (
+    EXACT_SAMPLES,
+    EXACT_TEST,
     MAX_SAMPLES,
+    NORMAL_TEST,
     detectable_difference,
     gate_block_probability,
     paired_repeats,
@@ -18,6 +21,7 @@ from ..stats.planning import (
     unpaired_repeats,
     validate,
 )
+from .tables import counted
 
 
 def _check(name: str, value: float | None, low: float, high: float, **kwargs: bool) -> None:
@@ -94,6 +98,7 @@ def plan_mdd(n: int, p1: float, alpha: float = 0.05, power: float = 0.8) -> dict
         "alpha": alpha,
         "power": power,
         "detectable_difference": detectable_difference(n, p1, alpha, power),
+        "test": NORMAL_TEST if n > EXACT_SAMPLES else EXACT_TEST,
     }
 
 
@@ -131,9 +136,10 @@ def render_plan(result: dict[str, Any], fmt: str = "table") -> str:
                 parts.append(
                     f"a {word} of {abs(100 * d[name]):.1f} points (to {100 * (result['p1'] + d[name]):.1f}%)"
                 )
+        how = "" if result["test"] == EXACT_TEST else f"; {result['test']}"
         return (
-            f"with {result['n']} samples per arm at {100 * result['p1']:.1f}%, the smallest "
-            f"detectable change (alpha {result['alpha']:g}, power {result['power']:g}) is "
+            f"with {counted(result['n'], 'sample')} per arm at {100 * result['p1']:.1f}%, the smallest "
+            f"detectable change (alpha {result['alpha']:g}, power {result['power']:g}{how}) is "
             + " or ".join(parts)
         )
     if result["n_per_arm"] is None:
@@ -154,7 +160,7 @@ def render_plan(result: dict[str, Any], fmt: str = "table") -> str:
         )
     if "cases" in result:
         cases, icc = result["cases"], result["icc"]
-        where = f"the same {cases} cases under both versions, as one probe run asks them"
+        where = f"the same {counted(cases, 'case')} under both versions, as one probe run asks them"
         if result["repeats"] is None:
             text += (
                 f"\npaired ({where}) at ICC {icc:g}: more than 200 repeats per case "
@@ -162,7 +168,7 @@ def render_plan(result: dict[str, Any], fmt: str = "table") -> str:
             )
         else:
             text += (
-                f"\npaired ({where}) at ICC {icc:g}: {result['repeats']} repeats per case "
+                f"\npaired ({where}) at ICC {icc:g}: {counted(result['repeats'], 'repeat')} per case "
                 f"({result['repeats'] * cases} samples per arm; "
                 f"simulated power {100 * result['paired_power']:.0f}%)"
             )
@@ -174,7 +180,7 @@ def render_plan(result: dict[str, Any], fmt: str = "table") -> str:
         if not result["unpaired_reachable"]:
             text += (
                 f"{unpaired}: cannot reach alpha {result['alpha']:g} at all: the smallest p the case "
-                f"permutation test can give with {cases} cases a side is "
+                f"permutation test can give with {counted(cases, 'case')} a side is "
                 f"{result['unpaired_smallest_p']:.3g}; {needed_text}"
             )
         elif result["repeats_unpaired"] is None:
@@ -188,7 +194,7 @@ def render_plan(result: dict[str, Any], fmt: str = "table") -> str:
             text += f"{unpaired}: no number of repeats gets there: {reason}; {needed_text}"
         else:
             text += (
-                f"{unpaired}: {result['repeats_unpaired']} repeats per case "
+                f"{unpaired}: {counted(result['repeats_unpaired'], 'repeat')} per case "
                 f"(simulated power {100 * result['unpaired_power']:.0f}%)"
             )
         if math.isfinite(icc) and 0 < icc < 1:

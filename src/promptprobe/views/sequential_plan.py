@@ -8,6 +8,7 @@ from typing import Any
 
 from ..stats.planning import paired_repeats
 from ..stats.sequential import SEQUENTIAL_TRIALS, rounds_for_power, simulate_rounds
+from .tables import counted
 
 # A fixed plan for more power than this is not searched (it needs many repeats to gain little).
 MAX_FIXED_POWER = 0.99
@@ -34,6 +35,7 @@ def plan_sequential(
     right = (stops > 0) & (directions == np.sign(p2 - p1)) if p1 != p2 else np.zeros(trials, dtype=bool)
     wrong = (stops > 0) & ~right
     achieved = float(right.mean())
+    decided = float((stops > 0).mean())
     fixed = same_power = None
     if p1 != p2:
         fixed = paired_repeats(p1, p2, cases, icc, alpha, power).repeats
@@ -62,7 +64,8 @@ def plan_sequential(
         },
         "power": achieved if p1 != p2 else None,
         "power_error": float(1.96 * math.sqrt(achieved * (1 - achieved) / trials)) if p1 != p2 else None,
-        "decided_share": float((stops > 0).mean()),
+        "decided_share": decided,
+        "decided_share_error": float(1.96 * math.sqrt(decided * (1 - decided) / trials)),
         "wrong_direction_share": float(wrong.mean()),
         "fixed_rounds": fixed,
         "fixed_power": power,  # the power `fixed_rounds` is for (--power)
@@ -78,17 +81,19 @@ def render_sequential_plan(result: dict[str, Any]) -> str:
     cases, cap = result["cases"], result["max_rounds"]
     rates = f"{100 * result['p1']:.0f}% vs {100 * result['p2']:.0f}%"
     lines = [
-        f"--until-decided at {rates} with {cases} cases (ICC {result['icc']:g}, alpha {result['alpha']:g}), "
+        f"--until-decided at {rates} with {counted(cases, 'case')} (ICC {result['icc']:g}, "
+        f"alpha {result['alpha']:g}), "
         f"simulated {result['trials']} times with the run's own rule:",
         f"- samples per arm to the stop: mean {samples['mean']:.0f} (±{samples['mean_error']:.0f}), median "
         f"{samples['median']:.0f}, 90th percentile {samples['p90']:.0f} (rounds: mean {r['mean']:.1f}; "
-        f"a round asks each of the {cases} cases once per arm)",
+        f"a round asks {'the case' if cases == 1 else f'each of the {cases} cases'} once per arm)",
     ]
     cap_words = f"the cap of {cap} rounds (--detect {100 * result['detect']:g})"
     if result["power"] is None:
         lines.append(
             f"- equal rates: a false alarm (a decision either way) within {cap_words} in "
-            f"{100 * result['decided_share']:.1f}% of runs (at most alpha)"
+            f"{100 * result['decided_share']:.1f}% (±{100 * result['decided_share_error']:.1f}) of runs (the "
+            f"rule keeps it at most alpha, {result['alpha']:g}; the ± is the simulation's error)"
         )
     else:
         wrong = 100 * result["wrong_direction_share"]
@@ -105,13 +110,14 @@ def render_sequential_plan(result: dict[str, Any]) -> str:
     if same and same["rounds"]:
         fixed = same["rounds"] * cases
         lines.append(
-            f"- a fixed paired plan with the same power ({100 * same['power']:.0f}%): {same['rounds']} "
-            f"repeats ({fixed} samples per arm; the sequential mean is {samples['mean'] / fixed:.2f}x that)"
+            f"- a fixed paired plan with the same power ({100 * same['power']:.0f}%): "
+            f"{counted(same['rounds'], 'repeat')} ({counted(fixed, 'sample')} per arm; "
+            f"the sequential mean is {samples['mean'] / fixed:.2f}x that)"
         )
     if result["fixed_rounds"]:
         lines.append(
             f"- a fixed paired plan with {100 * result.get('fixed_power', 0.8):g}% power: "
-            f"{result['fixed_rounds']} repeats "
-            f"({result['fixed_rounds'] * cases} samples per arm)"
+            f"{counted(result['fixed_rounds'], 'repeat')} "
+            f"({counted(result['fixed_rounds'] * cases, 'sample')} per arm)"
         )
     return wrap("\n".join(lines))

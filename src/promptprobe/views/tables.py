@@ -11,6 +11,11 @@ from typing import Any
 MIN_WIDTH = 40
 
 
+def counted(n: int, noun: str) -> str:
+    """"1 case", "3 cases": a count with its noun in the right number."""
+    return f"{n:,} {noun}" if n == 1 else f"{n:,} {noun}s"
+
+
 def terminal_width() -> int:
     """COLUMNS when set; else the terminal's width when stdout is one; else 100 (a pipe, a log)."""
     columns = os.environ.get("COLUMNS")
