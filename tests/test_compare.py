@@ -433,3 +433,16 @@ def test_a_run_that_is_not_complete_is_compared_with_a_warning_saying_so(demo_ru
         main, ["compare", f"{run}#prompt=exception-only", f"{run}#prompt=always-header", "--json"]
     )
     assert json.loads(complete.stdout)["warnings"] == []
+
+
+@pytest.mark.parametrize("alpha", ["1e-30", "5e-324"])
+def test_a_tiny_alpha_is_a_verdict_not_a_traceback(demo_run, alpha):
+    # 1 - alpha rounds to 1 below about 1e-16, and 1e6 / alpha overflows below 1e-303.
+    _, run = demo_run
+    arms = [f"{run}#prompt=exception-only", f"{run}#prompt=always-header"]
+    result = CliRunner().invoke(main, ["compare", *arms, "--all", "--alpha", alpha, "--json"])
+    assert result.exit_code == 0, result.output
+    for r in json.loads(result.stdout)["results"]:
+        interval = r["effect"]["interval"]
+        if interval is not None:  # beside a verdict it agrees with: excludes 0 exactly when decided
+            assert (interval[0] > 0 or interval[1] < 0) == (r["verdict"] != "indistinguishable")

@@ -23,6 +23,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from .distributions import normal_isf
 from .intervals import t_critical, z_critical
 from .tests import direction_sign
 
@@ -68,8 +69,11 @@ def _binomial_noise(k: int, n: int) -> float:
     return rate * (1 - rate) / n
 
 
-def mantel_haenszel(cases: Sequence[tuple[int, int, int, int]], confidence: float = 0.95) -> Effect:
-    """Common risk difference B - A from per-case (a, nA, b, nB)."""
+def mantel_haenszel(
+    cases: Sequence[tuple[int, int, int, int]], confidence: float = 0.95, alpha: float | None = None
+) -> Effect:
+    """Common risk difference B - A from per-case (a, nA, b, nB); its interval at `confidence`, or
+    at 1 - `alpha` when given (exact for a tiny alpha, which 1 - alpha would round to 1)."""
     numerator = weights = p_sum = q_sum = noise = 0.0
     for a, n_a, b, n_b in cases:
         total = n_a + n_b
@@ -87,7 +91,8 @@ def mantel_haenszel(cases: Sequence[tuple[int, int, int, int]], confidence: floa
     # The exact sign rules: a numerator that is zero in exact arithmetic is zero here too.
     estimate = 0.0 if sign == 0 else math.copysign(abs(numerator) / weights, sign)
     variance = max((estimate * p_sum + q_sum) / weights**2, noise / weights**2)
-    half = z_critical(confidence) * math.sqrt(variance)
+    z = normal_isf(alpha / 2) if alpha is not None else z_critical(confidence)
+    half = z * math.sqrt(variance)
     return Effect(estimate, _clip(estimate - half, estimate + half), MANTEL_HAENSZEL, sign)
 
 

@@ -28,7 +28,7 @@ FISHER_WINDOW_SDS = 11
 
 
 def window_sds(alpha: float, floor: float) -> float:
-    return max(floor, math.sqrt(4 * math.log(1e6 / alpha)))
+    return max(floor, math.sqrt(4 * (math.log(1e6) - math.log(alpha))))  # 1e6 / alpha overflows below 1e-303
 
 
 @lru_cache(maxsize=8)

@@ -80,7 +80,7 @@ def paired_interval(
             # Never narrower than Sato's large-sample interval, except across 0 when decided: the
             # model conditioned on each case's margins does not see how uncertain the per-question
             # rates are, and alone it covers as little as 79% far from 50% (docs/statistics.md).
-            sato_low, sato_high = mantel_haenszel(cases, 1 - alpha).interval
+            sato_low, sato_high = mantel_haenszel(cases, alpha=alpha).interval
             decided = decides(p_value, alpha)
             if not decided or sign < 0 or sato_low > 0:
                 low = min(low, sato_low)
