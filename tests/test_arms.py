@@ -300,8 +300,11 @@ def test_an_incident_attachment_names_the_model_and_its_spec(named_run):
     assert "| model | helpdesk (openai:m@http://127.0.0.1:" in text and "| model | other (openai:n@" in text
 
 
-def test_an_arm_compared_with_itself_is_refused(two_runs):
+def test_an_arm_compared_with_itself_says_so(two_runs):
     first, _ = two_runs
-    result = invoke("compare", f"{first}#prompt=old", f"{first}#prompt=old")
-    assert result.exit_code == 2
-    assert "A and B are the same arm (" in result.stderr and "compare two arms, from" in result.stderr
+    result = invoke("compare", f"{first}#prompt=old", f"{first}#prompt=old", "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["verdict"] == "indistinguishable"
+    (note,) = [n for n in data["notes"] if n.startswith("A and B are the same arm (")]
+    assert note.startswith("A and B are the same arm (prompt=old,") and note.endswith("): choose two to compare")

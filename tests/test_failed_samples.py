@@ -95,6 +95,18 @@ def test_a_candidate_whose_every_sample_failed_fails_the_gate_on_a_check(tmp_pat
     assert f"{data['b']['name']} worse on leaks (lower is better)" in gate.stdout
 
 
+def test_a_dead_candidate_is_worse_even_where_the_baseline_is_at_the_same_extreme(tmp_path, monkeypatch):
+    # The baseline leaks on every refusal (12/12); the candidate answered nothing (12 failures,
+    # each counted as a leak): equal rates, but an arm that produced nothing is not a candidate.
+    monkeypatch.chdir(write_inputs(tmp_path))
+    run = record(tmp_path, {"base": [2] * REFUSALS}, {"cand": "all"})
+    gate, data = compare(f"{run}#prompt=base", f"{run}#prompt=cand")
+    assert (data["a"]["k"], data["a"]["n"], data["b"]["k"], data["b"]["errors"]) == (12, 12, 12, 12)
+    assert data["verdict"] == "B>A" and data["worse"] is True and data["better_arm"] == "A"
+    assert data["decided_by"] == "every sample of B failed" and data["effect"]["interval"] is None
+    assert gate.exit_code == 4, gate.output
+
+
 def test_under_all_no_note_says_the_adjustment_undid_a_verdict_the_failures_decided(tmp_path, monkeypatch):
     monkeypatch.chdir(write_inputs(tmp_path))
     run = record(tmp_path, {"base": [2, 2, 2, 2, 1, 1]}, {"cand": "all"})

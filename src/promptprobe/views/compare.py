@@ -243,8 +243,10 @@ def settle(
         decided_by = "sequential rule"
     failed = result.get("_failed")
     against = {"A": 1 if higher else -1, "B": -1 if higher else 1}.get(failed or "", 0)
-    if verdict == "indistinguishable" and failed and sign == against:
-        verdict = "B>A" if sign > 0 else "A>B"
+    # An arm that produced nothing is worse on every metric that applies: also where the other arm
+    # is at the same extreme (0/15 against 15 failures), or a dead candidate would pass the gate.
+    if verdict == "indistinguishable" and failed and sign in (against, 0):
+        verdict = "B>A" if against > 0 else "A>B"
         decided_by = f"every sample of {failed} failed"
     result.update(
         verdict=verdict,
@@ -768,6 +770,8 @@ def compare_tables(
             result = compare_sides(
                 side_a, side_b, metric, alpha, hints=False, rule=known[metric], settled=False
             )
+            if arm_a is arm_b:  # it can only ever say "can't tell yet", and proves nothing
+                result["notes"].append(f"A and B are the same arm ({arm_a.label}): choose two to compare")
             if counts_a is counts_b:
                 _apply_sequential(counts_a, arm_a, arm_b, result, alpha)
             else:

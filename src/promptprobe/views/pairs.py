@@ -71,11 +71,6 @@ def pair_arms(
             given = ",".join(f"{k}={v}" for k, v in filters.items())
             raise InputError(f"{run}#{given}: matches no arm; the run has: {forms(run, counts)}")
     if len(arms_a) == 1 and len(arms_b) == 1:
-        if arms_a[0] is arms_b[0]:  # it could only ever say "can't tell yet", and prove nothing
-            raise InputError(
-                f"A and B are the same arm ({arms_a[0].label} of {run_a}): compare two arms, from "
-                f"{forms(run_a, counts_a)}"
-            )
         return [Pair(arms_a[0], arms_b[0])], []
     if counts_a.run.resolve() == counts_b.run.resolve():
         many, run, filters = (arms_a, run_a, filters_a) if len(arms_a) > 1 else (arms_b, run_b, filters_b)
