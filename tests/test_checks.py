@@ -214,15 +214,19 @@ def test_a_present_header_passes_filter_parity(tmp_path):
     assert refuse["checks"]["filter"]["text"] == "I can't say." and refuse["outcomes"]["marker_leaked"] is False
 
 
-def test_a_filter_that_raises_is_that_samples_error(tmp_path):
+def run_with_filter(tmp_path, function: str, *extra: str):
+    """`probe run` of PROBESET through production's `[filter] function`, against local servers."""
     (tmp_path / "p.toml").write_text(PROBESET)
     with LocalServer(search_for(FIRST_SEARCH)) as retrieval, \
             LocalServer(lambda r: Reply(REPLIES[r.json["messages"][-1]["content"]])) as model:
-        result = CliRunner().invoke(main, ["run", str(tmp_path / "p.toml"), "--prompt",
-                                           str(ROOT / "prompts" / "always-header.md"), "--model",
-                                           f"openai:m@{model.url}/v1", "--runs-dir", str(tmp_path / "runs"),
-                                           "--config", str(write_target(tmp_path, retrieval.url,
-                                                                        "prodcode.widget:broken_filter"))])
+        return CliRunner().invoke(main, ["run", str(tmp_path / "p.toml"), "--prompt",
+                                         str(ROOT / "prompts" / "always-header.md"), "--model",
+                                         f"openai:m@{model.url}/v1", "--runs-dir", str(tmp_path / "runs"),
+                                         "--config", str(write_target(tmp_path, retrieval.url, function)), *extra])
+
+
+def test_a_filter_that_raises_is_that_samples_error(tmp_path):
+    result = run_with_filter(tmp_path, "prodcode.widget:broken_filter")
     assert result.exit_code == 1
     samples = read_jsonl(run_dir_of(result) / "samples.jsonl")
     assert all(s["error"]["kind"] == "filter" and "widget crashed" in s["error"]["message"] for s in samples)
@@ -232,15 +236,7 @@ def test_a_filter_that_raises_is_that_samples_error(tmp_path):
 def test_a_filter_that_prints_leaves_json_output_alone(tmp_path):
     """Production's filter prints a debug line per reply: `--format json` stays JSON only on stdout
     (the lines go to stderr), live and when the run is reclassified offline."""
-    (tmp_path / "p.toml").write_text(PROBESET)
-    with LocalServer(search_for(FIRST_SEARCH)) as retrieval, \
-            LocalServer(lambda r: Reply(REPLIES[r.json["messages"][-1]["content"]])) as model:
-        result = CliRunner().invoke(main, ["run", str(tmp_path / "p.toml"), "--prompt",
-                                           str(ROOT / "prompts" / "always-header.md"), "--model",
-                                           f"openai:m@{model.url}/v1", "--runs-dir", str(tmp_path / "runs"),
-                                           "--config", str(write_target(tmp_path, retrieval.url,
-                                                                        "prodcode.widget:noisy_filter")),
-                                           "--format", "json"])
+    result = run_with_filter(tmp_path, "prodcode.widget:noisy_filter", "--format", "json")
     assert result.exit_code == 0, result.output
     run = json.loads(result.stdout)
     assert run["status"] == "complete" and "filter_reply: " in result.stderr
