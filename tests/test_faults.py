@@ -207,21 +207,23 @@ def test_a_429_slows_the_whole_provider_down(tmp_path):
     assert len(times) == 12
 
 
-def test_jitter_spreads_workers_released_by_a_pause(tmp_path):
-    times: list[float] = []
-    limited = []
+def test_jitter_spreads_workers_released_by_a_pause():
+    # Four workers waiting at the same instant on a 1 s pause resume staggered over a fifth of it,
+    # not in the same millisecond. Decided on the limiter's own clock: no wall time under load.
+    import random
+    import threading
 
-    def responder(request):
-        if not limited:
-            limited.append(time.monotonic())
-            return Reply(status=429, body=b"{}", headers={"retry-after": "1"})
-        times.append(time.monotonic())
-        return Reply("[[ANSWER]]\nok", delay=0.3)
+    from promptprobe.engine.limiter import Limiter
 
-    with LocalServer(responder) as server:
-        probe(tmp_path, server, cases=8, concurrency=4, sleep=None)
-    released = sorted(t for t in times if t > limited[0] + 0.95)[:4]
-    assert released[-1] - released[0] > 0.005  # not all in the same instant
+    delays: list[float] = []
+    limiter = Limiter(clock=lambda: 0.0, sleep=delays.append)
+    limiter.rng = random.Random(7)
+    limiter.pause(1.0)
+    for _ in range(4):
+        limiter.wait(threading.Event())
+        limiter.slept = 0.0  # every worker waited from the same instant
+    assert all(1.0 <= d <= 1.2 for d in delays) and len(delays) == 4
+    assert max(delays) - min(delays) > 0.05  # spread, over up to 0.2 s
 
 
 def test_a_key_echoed_in_an_error_body_is_scrubbed(tmp_path):
