@@ -16,6 +16,7 @@ SMALL = {
     "export_scale.py": ["--samples", "200"],
     "gate_family.py": ["--trials", "20"],
     "pair_gate.py": ["--trials", "20"],
+    "judge.py": ["--runs", "5"],
     "interval_agreement.py": ["--designs", "2", "--coverage-trials", "2"],
     "plan_power.py": ["--trials", "20", "--deep", "20", "--quick"],
     "run_speed.py": ["--runs", "1", "--delay-ms", "10"],
