@@ -313,7 +313,8 @@ def secret_forms(key: str) -> dict[str, str]:
     \\u-escaped (either case), only the punctuation \\u-escaped, every byte percent-encoded (either
     case), and MIME-style base64 with the key at several alignments in the stream, so that the
     line break falls at different places inside it (and the key's bytes at each of the three
-    offsets a base64 group can give them)."""
+    offsets a base64 group can give them); since issue 37 also hex (either case, and broken by a
+    line break), upper-cased, reversed, and split by one line break (LF or CRLF)."""
     forms = {
         "every character \\u-escaped": "".join(f"\\u{ord(c):04x}" for c in key),
         "every character \\u-escaped (upper-case hex)": "".join(f"\\u{ord(c):04X}" for c in key),
@@ -321,6 +322,16 @@ def secret_forms(key: str) -> dict[str, str]:
         "every byte percent-encoded": "".join(f"%{b:02X}" for b in key.encode()),
         "every byte percent-encoded (lower case)": "".join(f"%{b:02x}" for b in key.encode()),
     }
+    hexed = key.encode().hex()
+    forms.update({  # issue 37: the forms an audit found kept
+        "hex (lower case)": hexed,
+        "hex (upper case)": hexed.upper(),
+        "hex broken by a line break": hexed[:21] + "\n" + hexed[21:],
+        "upper-cased": key.upper(),
+        "reversed": key[::-1],
+        "split by one newline": key[:9] + "\n" + key[9:],
+        "split by CRLF": key[:17] + "\r\n" + key[17:],
+    })
     for prefix in (24, 40, 41, 42, 54, 55, 56):  # the 76-column break falls inside the key
         forms[f"MIME base64, {prefix} bytes before the key"] = mime_base64(
             b"Authorization-echo: " + b"x" * (prefix - 20) + key.encode() + b" (end)"

@@ -320,6 +320,31 @@ def test_a_retrieval_token_echoed_json_escaped_is_not_stored(tmp_path, monkeypat
     assert no_trace_of(token, written) and no_trace_of(token, written.replace(b"\\/", b"/"))
 
 
+def test_a_retrieval_token_echoed_in_hex_or_reversed_in_passages_is_not_stored(tmp_path, monkeypatch):
+    """Issue 37: the retrieval token in hex, echoed back in passages, was kept."""
+    token = "tok/abc/def-0123456789"
+    monkeypatch.setenv("SEARCH_TOKEN", token)
+
+    def search(request):
+        sent = request.headers["authorization"].removeprefix("Bearer ")
+        texts = [f"auth was {sent.encode().hex()}", f"AUTH WAS {sent.upper()}", f"backwards {sent[::-1]}",
+                 f"split {sent[:7]}\r\n{sent[7:]}"]
+        hits = [{"id": f"p{i}", "text": text, "score": 1.0} for i, text in enumerate(texts)]
+        return Reply(body=json.dumps({"results": hits}).encode())
+
+    with LocalServer(search) as retrieval, LocalServer() as model:
+        (tmp_path / "probe.toml").write_text(
+            f'[retrieval]\nkind = "http"\nurl = "{retrieval.url}/search"\n'
+            'headers = { Authorization = "Bearer ${SEARCH_TOKEN}" }\n'
+        )
+        outcome, samples = probe(
+            tmp_path, spec("openai", model.url), cases=1, config=load_config(tmp_path / "probe.toml")
+        )
+    written = everything_written(outcome.path)
+    assert written.count(b"removed]") >= 4
+    assert leaks(token, written) == []
+
+
 def test_scrubbing_finds_every_written_form():
     SCRUBBER.add("SOME_TOKEN", "sk-proj-AbC/def+ghi=JKL mno")
     secret = "sk-proj-AbC/def+ghi=JKL mno"
@@ -621,7 +646,8 @@ PLACES = ("raw text", "response body", "request id header", "model field", "stop
 
 def leaks(key: str, data: bytes) -> list[str]:
     """How the key can still be read from `data` (an independent reader: JSON escapes undone
-    however deep, percent-decoding, base64 decoded at every alignment with line breaks removed)."""
+    however deep, percent-decoding, line breaks removed, any case, reversed, hex decoded, base64
+    decoded at every alignment)."""
     import re
     import urllib.parse
 
@@ -631,9 +657,18 @@ def leaks(key: str, data: bytes) -> list[str]:
         unescaped = re.sub(r"\\+u([0-9a-fA-F]{4})", lambda m: chr(int(m.group(1), 16)), unescaped)
         unescaped = re.sub(r"\\+/", "/", unescaped)
     decoded = urllib.parse.unquote(unescaped)
+    flat = re.sub(r"\r|\n|\\+r|\\+n", "", decoded)
     found = [name for name, view in (("as written", text), ("JSON-unescaped", unescaped),
                                      ("percent-decoded", decoded)) if not no_trace_of(key, view.encode())]
-    flat = re.sub(r"\r|\n|\\+r|\\+n", "", decoded)
+    if not no_trace_of(key.lower(), flat.lower().encode()):
+        found.append("line breaks removed, any case")
+    if not no_trace_of(key[::-1].lower(), flat.lower().encode()):
+        found.append("reversed")
+    for run in re.findall(r"[0-9a-fA-F]{24,}", flat):
+        for start in range(2):
+            chunk = run[start:][: (len(run) - start) // 2 * 2]
+            if not no_trace_of(key, bytes.fromhex(chunk)):
+                found.append("hex")
     for run in re.findall(r"[A-Za-z0-9+/_-]{16,}", flat):
         for start in range(4):
             chunk = run[start:][: (len(run) - start) // 4 * 4]
@@ -675,11 +710,11 @@ def echoing_server_reply(forms: dict[str, str], key_header: str, counts: dict[st
         content = payload["messages"][-1]["content"]
         name = forms[content if isinstance(content, str) else content[0]["text"]]
         form = secret_forms(key_of(request))[name]
-        one_line = form.replace("\r\n", "")
+        one_line = form.replace("\r\n", "").replace("\n", "")
         counts[name] = counts.get(name, 0) + 1
         if counts[name] == 1:
             # The form goes into the JSON text as it is: a \u-escaped key is read back by json.loads.
-            quoted = json.dumps(form)[1:-1] if "\r" in form else form
+            quoted = json.dumps(form)[1:-1] if "\n" in form else form
             body = ('{"error": {"message": "invalid api key ' + quoted + '", "type": "api_error"}}').encode()
             return Reply(status=500, body=body, headers={key_header: one_line})
         return Reply(f"[[ANSWER]]\nyour key is {form}.", headers={key_header: one_line}, model=form, stop=form)

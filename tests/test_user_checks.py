@@ -572,3 +572,45 @@ def test_classify_runs_the_checks_with_the_runs_keys_scrubbed(tmp_path, monkeypa
     written = classification.read_text()
     assert "my key is [LEAKY_KEY removed]" in written
     assert key not in written + done.stdout + done.stderr
+
+
+FORMS_CHECK = '''
+import os
+
+
+def raises_hex(sample):
+    raise ValueError("key in hex: " + os.environ["LEAKY_KEY"].encode().hex())
+
+
+def raises_forms(sample):
+    key = os.environ["LEAKY_KEY"]
+    raise ValueError(f"upper {key.upper()} reversed {key[::-1]} split {key[:9]}\\n{key[9:]}")
+'''
+
+
+def test_a_check_that_raises_the_key_in_hex_upper_cased_reversed_or_split_keeps_none_of_it(tmp_path, monkeypatch):
+    """Issue 37: the key in hex in a check's exception was kept in samples.jsonl."""
+    key = "sk-proj-Abc123XyZ789_secretvalue-42"
+    monkeypatch.setenv("LEAKY_KEY", key)
+    monkeypatch.chdir(tmp_path)
+    module = f"forms_{uuid.uuid4().hex[:8]}"
+    (tmp_path / f"{module}.py").write_text(FORMS_CHECK)
+    (tmp_path / "prices.toml").write_text(PROBESET)
+    (tmp_path / "v1.md").write_text("You are the help desk (v1).\n")
+    checks = "".join(f'[[check]]\nname = "{name}"\nfunction = "{module}:{name}"\n\n'
+                     for name in ("raises_hex", "raises_forms"))
+    with LocalServer(reply_for) as server:
+        (tmp_path / "probe.toml").write_text(
+            f'[retrieval]\nkind = "none"\n\n[run]\nmodels = [{{ spec = "openai:m@{server.url}/v1", '
+            f'api_key_env = "LEAKY_KEY" }}]\n\n{checks}')
+        result = CliRunner().invoke(main, ["run", "prices.toml", "--prompt", "v1.md", "-n", "1",
+                                           "--runs-dir", "runs"])
+    assert result.exit_code == 1, result.output
+    errors = read_jsonl(run_dir_of(result) / "samples.jsonl")[0]["checks"]["user_errors"]
+    assert "[LEAKY_KEY removed]" in errors["raises_hex"]
+    assert errors["raises_forms"].count("[LEAKY_KEY removed]") == 3, errors["raises_forms"]
+    written = b"".join(p.read_bytes() for p in (tmp_path / "runs").rglob("*") if p.is_file())
+    hexed = key.encode().hex()
+    for piece in (hexed[:24], hexed[-24:], key.upper()[:14], key[::-1][:14], key[9:23]):
+        assert piece.encode() not in written.lower() if piece.islower() else piece.encode() not in written
+        assert piece not in result.output

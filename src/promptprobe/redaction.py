@@ -7,8 +7,10 @@ JSON-escaped (`\\/` for `/`, `\\uXXXX` for any character, letters included, esca
 when a JSON text sits inside another), URL-encoded (`%XX` for any byte, in either case, `+` for
 a space), any mix of these character by character, and base64-encoded (standard and URL-safe,
 at each of the three alignments a secret can have inside a longer base64 text, as in an
-`Authorization: Basic` header, and broken into lines anywhere, as MIME and PEM do). Scrub first,
-then cut: a snippet is taken from text already scrubbed, so no cut can leave half a secret.
+`Authorization: Basic` header, and broken into lines anywhere, as MIME and PEM do), hex-encoded
+(its UTF-8 bytes, either case), upper-, lower- or mixed-cased, reversed, and broken by line breaks
+anywhere (as written, reversed or in hex). Scrub first, then cut: a snippet is taken from text
+already scrubbed, so no cut can leave half a secret.
 
 A JSON or server-sent-events body is also checked after scrubbing by decoding it: if a secret
 can still be read from it (a streamed answer that spelled the key across several events), the
@@ -68,15 +70,21 @@ def _base64_forms(secret: str) -> set[str]:
     return forms
 
 
+def _hex_form(secret: str) -> str:
+    return secret.encode("utf-8").hex()
+
+
 def pattern_of(secret: str) -> str:
     """A regular expression matching every written form of a secret: as is, JSON-escaped,
-    URL-encoded, character by character in any mix, and base64 at any alignment, broken into
-    lines anywhere (MIME-style) or not."""
-    written = "".join(_char_pattern(c) for c in secret)
+    URL-encoded, character by character in any mix, in any case, reversed, hex-encoded (either
+    case) and base64 at any alignment, each broken into lines anywhere or not."""
+    written = "(?i:" + WRAP.join(_char_pattern(c) for c in secret) + ")"
+    backwards = "(?i:" + WRAP.join(_char_pattern(c) for c in reversed(secret)) + ")"
+    hexed = "(?i:" + WRAP.join(_hex_form(secret)) + ")"
     encoded = [
         WRAP.join(re.escape(c) for c in form) for form in sorted(_base64_forms(secret), key=len, reverse=True)
     ]
-    return "|".join([written, *encoded])
+    return "|".join([written, backwards, hexed, *encoded])
 
 
 # The escapes of printable ASCII (the secrets the prefilter serves are ASCII): `\\u0073`, `%73`, `\\/`.
@@ -100,10 +108,11 @@ class Prefilter:
     """A fast test that a text cannot hold any form of the secrets, so that the full pattern (an
     alternation at every character, ten times slower) runs only on the rare text that might.
 
-    The escapes are decoded (cheap: ordinary text has few) and the line breaks a base64 text may
-    have are dropped, then the middle of each secret, and of each of its base64 forms, is looked
-    for as it is: an escape that begins before a secret's written form can swallow at most its
-    first few characters, and one that ends after it its last few, so the middle is always there.
+    The escapes are decoded (cheap: ordinary text has few) and line breaks dropped, then the
+    middle of each secret (in lower case, forwards, backwards and in hex, in the lower-cased
+    text), and of each of its base64 forms (as it is), is looked for: an escape that begins before
+    a secret's written form can swallow at most its first few characters, and one that ends after
+    it its last few, so the middle is always there.
     Secrets holding a character the decoding itself would change (`%`, `\\`, `+`, a space, or
     anything not ASCII), or too short to have a middle of 8, are not filtered: every text goes
     to the full pattern."""
@@ -112,7 +121,9 @@ class Prefilter:
         self.always = any(
             len(s) < 16 or not s.isascii() or any(c in s for c in "%\\+ ") for s in secrets
         )
-        middles = {secret[4:-4] for secret in secrets}
+        exact = {secret[4:-4] for secret in secrets}
+        middles = {m.lower() for m in exact} | {m.lower()[::-1] for m in exact}
+        middles |= {_hex_form(m) for m in exact}
         encoded = {form[2:-2] for secret in secrets for form in _base64_forms(secret)}
         self.written = re.compile("|".join(re.escape(m) for m in sorted(middles, key=len, reverse=True)))
         self.encoded = re.compile("|".join(re.escape(e) for e in sorted(encoded, key=len, reverse=True)))
@@ -120,10 +131,11 @@ class Prefilter:
     def possible(self, value: str) -> bool:
         if self.always:
             return True
+        unwrapped = _unwrapped(value)
         decoded = ESCAPED.sub(_unescaped, value) if "\\" in value or "%" in value else value
-        if self.written.search(decoded):
+        if self.written.search(_unwrapped(decoded).lower() if decoded is not value else unwrapped.lower()):
             return True
-        return self.encoded.search(_unwrapped(value)) is not None
+        return self.encoded.search(unwrapped) is not None
 
 
 class Scrubber:
