@@ -16,6 +16,7 @@ from servers import (
     LocalServer,
     RawServer,
     Reply,
+    anthropic_body,
     anthropic_stream,
     http_response,
     openai_body,
@@ -424,3 +425,99 @@ def test_a_retrieval_endpoint_asking_to_wait_is_waited_for(tmp_path, header, low
                             RunOptions(runs_dir=tmp_path / "runs", sleep=waits.append, concurrency=1))
     assert outcome.errors == 0 and len(calls) == 2
     assert len(waits) == 1 and low <= waits[0] <= high, waits
+
+
+# -- live replies an audit found handled otherwise than documented (issue 37, item 7) ------------
+
+CHUNK = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "model": "m"}
+
+
+@pytest.mark.parametrize("choice", [{"index": 0}, None], ids=["no delta, no finish_reason", "null"])
+def test_a_streamed_choice_without_a_message_is_bad_body_not_truncated(tmp_path, choice):
+    """docs/runs.md: a choice without a message is `bad_body` (it was recorded `truncated`)."""
+    body = sse([(None, CHUNK | {"choices": [{"index": 0, "delta": {"content": "[[ANSWER]]\nhi"}}]}),
+                (None, CHUNK | {"choices": [choice]}), (None, "[DONE]")])
+    with LocalServer(lambda r: Reply(body=body, content_type="text/event-stream")) as server:
+        _, (sample,) = probe(tmp_path, server, **stream_params(True))
+    assert sample["error"]["kind"] == "bad_body" and sample["attempts"] == 3
+    assert "choice" in sample["error"]["message"]
+
+
+def test_a_final_chunk_with_a_finish_reason_and_no_delta_is_an_answer(tmp_path):
+    body = sse([(None, CHUNK | {"choices": [{"index": 0, "delta": {"content": "[[ANSWER]]\nhi"}}]}),
+                (None, CHUNK | {"choices": [{"index": 0, "finish_reason": "stop"}]}), (None, "[DONE]")])
+    with LocalServer(lambda r: Reply(body=body, content_type="text/event-stream")) as server:
+        run, (sample,) = probe(tmp_path, server, **stream_params(True))
+    assert sample["error"] is None and (run / sample["raw"]["path"]).read_bytes() == b"[[ANSWER]]\nhi"
+
+
+def _streamed_usage(provider: str, bad: object) -> bytes:
+    if provider == "openai":
+        return sse([(None, CHUNK | {"choices": [{"index": 0, "delta": {"content": "[[ANSWER]]\nhi"}}]}),
+                    (None, CHUNK | {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}),
+                    (None, CHUNK | {"choices": [], "usage": {"prompt_tokens": bad, "completion_tokens": 4}}),
+                    (None, "[DONE]")])
+    return sse([
+        ("message_start", {"type": "message_start", "message": {
+            "id": "msg_1", "type": "message", "role": "assistant", "model": "m", "content": [],
+            "stop_reason": None, "stop_sequence": None, "usage": {"input_tokens": bad, "output_tokens": 1}}}),
+        ("content_block_start", {"type": "content_block_start", "index": 0,
+                                 "content_block": {"type": "text", "text": ""}}),
+        ("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                 "delta": {"type": "text_delta", "text": "[[ANSWER]]\nhi"}}),
+        ("content_block_stop", {"type": "content_block_stop", "index": 0}),
+        ("message_delta", {"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                           "usage": {"output_tokens": bad}}),
+        ("message_stop", {"type": "message_stop"}),
+    ])
+
+
+@pytest.mark.parametrize("bad", [-5, "lots"], ids=["negative", "text"])
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+def test_streamed_usage_with_a_count_that_is_not_one_drops_the_count_not_the_sample(tmp_path, provider, bad):
+    body = _streamed_usage(provider, bad)
+    with LocalServer(lambda r: Reply(body=body, content_type="text/event-stream")) as server:
+        _, (sample,) = probe(tmp_path, server, provider, **stream_params(True))
+    assert sample["error"] is None and sample["attempts"] == 1
+    usage = sample["response"]["usage"]
+    assert all(isinstance(v, int) and v >= 0 for v in usage.values()) and bad not in usage.values()
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+def test_invalid_utf8_in_a_reply_is_bad_body_on_both_paths_with_the_bytes_kept(tmp_path, provider, stream):
+    """A JSON text must be UTF-8 (RFC 8259): the same reply is treated alike streamed or not."""
+    text = "[[ANSWER]]\nok QQ"
+    if stream:
+        body = _streamed_usage(provider, 1).replace(b"hi", b"ok QQ") if provider == "anthropic" else sse(
+            [(None, CHUNK | {"choices": [{"index": 0, "delta": {"content": text}}]}),
+             (None, CHUNK | {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}), (None, "[DONE]")])
+    else:
+        body = (openai_body if provider == "openai" else anthropic_body)(text, "m", None)
+    body = body.replace(b"QQ", b"\xff\xfe")
+    kind = "text/event-stream" if stream else "application/json"
+    with LocalServer(lambda r: Reply(body=body, content_type=kind)) as server:
+        _, (sample,) = probe(tmp_path, server, provider, **stream_params(stream))
+    assert sample["error"]["kind"] == "bad_body" and sample["attempts"] == 3
+    assert all("\\xff" in entry["body"] or "\ufffd" in entry["body"] for entry in sample["attempts_log"])
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+def test_a_reply_shorter_than_its_content_length_is_lost_and_retried(tmp_path, provider, stream):
+    """The OpenAI SDK stops reading a stream at [DONE]: a body cut after it was taken as whole."""
+    make = {("openai", False): openai_body, ("anthropic", False): anthropic_body,
+            ("openai", True): openai_stream, ("anthropic", True): anthropic_stream}[(provider, stream)]
+    body = make("[[ANSWER]]\nok", "m", None)
+    whole = http_response(body, content_type="text/event-stream" if stream else "application/json")
+    declared = whole.replace(f"content-length: {len(body)}".encode(), f"content-length: {len(body) + 50}".encode())
+    calls = []
+
+    def handler(conn, request):
+        calls.append(request)
+        conn.sendall(declared if len(calls) == 1 else whole)
+
+    with RawServer(handler) as server:
+        _, (sample,) = probe(tmp_path, server, provider, **stream_params(stream))
+    assert sample["error"] is None and sample["attempts"] == 2 and len(calls) == 2
+    assert sample["attempts_log"][0]["kind"] == "connection"

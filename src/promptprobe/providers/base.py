@@ -348,6 +348,23 @@ def unfinished_stream(spec: ModelSpec, monitor: CallMonitor, events: int, what: 
     return truncated(spec, monitor, what)
 
 
+def short_of_its_length(spec: ModelSpec, monitor: CallMonitor) -> ProviderError | None:
+    """A reply whose body ended before the length its `content-length` declared (the connection
+    closed early): lost, and retried, even when an SDK stopped reading at its final event."""
+    declared = monitor.headers().get("content-length", "")
+    body = monitor.take()
+    if not declared.isdigit() or len(body) >= int(declared):
+        return None
+    return ProviderError(
+        "connection",
+        f"{spec.spec}: connection lost: the reply ended after {len(body)} of the {declared} bytes its "
+        "content-length declared",
+        retryable=True,
+        body=body,
+        headers=monitor.headers(),
+    )
+
+
 def truncated(spec: ModelSpec, monitor: CallMonitor, what: str) -> ProviderError:
     return ProviderError(
         "truncated",

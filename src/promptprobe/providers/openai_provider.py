@@ -21,6 +21,7 @@ from .base import (
     ProviderError,
     bad_body,
     field_of,
+    short_of_its_length,
     text_of,
     unfinished_stream,
     usage_dict,
@@ -126,6 +127,8 @@ class OpenAIProvider(Provider):
             raise bad_body(self.spec, self.monitor, exc) from None
         if reader.stop is None:
             raise unfinished_stream(self.spec, self.monitor, reader.events, "no finish_reason")
+        if (short := short_of_its_length(self.spec, self.monitor)) is not None:
+            raise short  # the SDK stops reading at [DONE]: a body cut after it would pass unseen
         return Completion(
             "".join(reader.texts) if reader.texts else None,
             self.monitor.take(),
@@ -182,7 +185,11 @@ class StreamReader:
         if usage:
             self.usage = usage_dict(usage)
         for choice in field_of(chunk, "choices") or []:
+            if choice is None or isinstance(choice, str | int | float | list):
+                raise ValueError(f"a streamed choice is {type(choice).__name__}, not an object")
             delta = field_of(choice, "delta")
+            if delta is None and field_of(choice, "finish_reason") is None:
+                raise ValueError("a streamed choice has neither a delta (its message) nor a finish_reason")
             content = text_of(field_of(delta, "content"), "delta.content") if delta is not None else None
             if content:
                 self.texts.append(content)
