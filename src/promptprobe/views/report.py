@@ -7,10 +7,10 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from ..comparison.rates import metric_object
 from ..counts import ArmCounts, CountsTable, build_counts, pricing
 from ..engine.cost import PriceMatch, price_sentence
 from ..jsonio import dumps_pretty
-from ..stats.intervals import clustered_rate
 from .tables import fit_table, table, wrap
 
 LEGEND = {
@@ -27,25 +27,6 @@ def legend(shown: list[str], fmt: str) -> str:
     """The legend of the columns the table kept, and only those."""
     lines = [text for column, text in LEGEND.items() if column in shown]
     return ("  \n" if fmt == "md" else "\n").join(lines)
-
-
-def metric_object(
-    per_case: dict[str, list[int]], higher_is_better: bool, confidence: float = 0.95
-) -> dict[str, Any]:
-    """The report's metric object from per-case [successes, trials, failures]."""
-    cells = list(per_case.values())
-    result = clustered_rate([c[0] for c in cells], [c[1] for c in cells], confidence)
-    return {
-        "k": result.k,
-        "n": result.n,
-        "errors": sum(c[2] for c in cells),
-        "rate": result.rate,
-        "wilson": list(result.wilson),
-        "deff": result.deff,
-        "n_eff": result.n_eff,
-        "wilson_eff": list(result.wilson_eff),
-        "higher_is_better": higher_is_better,
-    }
 
 
 def _percentile(values: list[float], q: float) -> float | None:
