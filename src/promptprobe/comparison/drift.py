@@ -31,4 +31,3 @@ def drift(a: CountsTable, b: CountsTable) -> list[dict[str, Any]]:
             }
         )
     return changes
-

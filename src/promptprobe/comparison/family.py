@@ -91,4 +91,3 @@ def _project(rows: list[Any], members: list[int], table: CountsTable, seen: Coun
             vector[i] = None if j is None else pattern[j]
         found[tuple(vector)] += count
     return found
-

@@ -127,11 +127,10 @@ def compare_sides(
 
 
 def _every_sample_failed(a: dict[str, Any], b: dict[str, Any]) -> str | None:
-    """"A" or "B" when every sample of that arm counted on this metric failed and some of the
+    """ "A" or "B" when every sample of that arm counted on this metric failed and some of the
     other arm's did not: that arm is worse on the metric whatever the test can tell."""
     a_failed = a["n"] > 0 and a["errors"] == a["n"]
     b_failed = b["n"] > 0 and b["errors"] == b["n"]
     if a_failed == b_failed:
         return None
     return "A" if a_failed else "B"
-

@@ -22,4 +22,3 @@ def metric_object(
         "wilson_eff": list(result.wilson_eff),
         "higher_is_better": higher_is_better,
     }
-

@@ -135,4 +135,3 @@ def _unfinished(counts: CountsTable) -> list[str]:
         f"run {Path(counts.run).name} is {how}: the verdicts are on the {counts.recorded}{of} "
         "samples it has recorded"
     ]
-

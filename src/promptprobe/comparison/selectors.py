@@ -39,4 +39,3 @@ def select_arm(text: str, counts: CountsTable) -> ArmCounts:
         listing = "; ".join(a.label for a in counts.arms)
         raise InputError(f"{text}: {problem}; the run has: {listing}")
     return arms[0]
-

@@ -164,4 +164,3 @@ def _sequential_evidence(rule: dict[str, Any], lines: list[dict[str, Any]]) -> t
         # Stopped by hand before the rule stopped it: no p-value is valid yet; 1 decides nothing.
         return 1.0, test, said + "; the run stopped before its rule did, so p is shown as 1"
     return last["p_value"], test, said + f"; stage-wise exact p = {last['p_value']:.3g}"
-

@@ -8,7 +8,7 @@ from .words import describe
 
 
 def better_arm(verdict: str, higher_is_better: bool) -> str | None:
-    """"A" or "B": the arm reliably better in the metric's direction (None when undecided)."""
+    """ "A" or "B": the arm reliably better in the metric's direction (None when undecided)."""
     if verdict == "indistinguishable":
         return None
     return "B" if (verdict == "B>A") == higher_is_better else "A"
@@ -99,4 +99,3 @@ def effect_sign(result: dict[str, Any]) -> int:
         return result["_sign"]
     estimate = result["effect"]["estimate"]
     return (estimate > 0) - (estimate < 0)
-

@@ -33,7 +33,6 @@ def side_of(text: str, counts: CountsTable, arm: ArmCounts, metric: str, name: s
     return Side(text, per_case, questions, str(counts.run), counts.probeset.sha256, name)
 
 
-
 def applies_across(
     a: Side, b: Side, counts_a: CountsTable, counts_b: CountsTable, metric: str
 ) -> tuple[Side, Side]:
@@ -69,4 +68,3 @@ def arm_names(
     if counts_a.run.resolve() != counts_b.run.resolve():
         return counts_a.run.name, counts_b.run.name
     return "A", "B"
-

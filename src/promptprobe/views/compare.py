@@ -38,22 +38,38 @@ def render_comparison(
     results = comparison["results"]
     if not results:
         return "no metric has samples on both sides"
+    out = _arms_lines(results)
+    out.append(_metrics_table(results, fmt, width, color and fmt == "table"))
+    out.append("")
+    out += _sentences(results)
+    if len(results) == 1 and results[0].get("paired"):
+        out += _moved_lines(results[0]["paired"], fmt, width)
+    out += _drift_lines(comparison.get("retrieval_drift") or [])
+    out += _notes(comparison, results)
+    return wrap("\n".join(out), fmt, width)
+
+
+def _arms_lines(results: list[dict[str, Any]]) -> list[str]:
+    """`A = NAME (where)` and `B = ...`; arm by arm, the runs and the pairs compared."""
     first = results[0]
-    by_pair = "pair" in first  # two runs compared arm by arm
-    if by_pair:
-        out = [
-            f"A = {first['a']['name']} ({parse_selector(first['a']['label'])[0]}){_classified(first['a'])}",
-            f"B = {first['b']['name']} ({parse_selector(first['b']['label'])[0]}){_classified(first['b'])}",
-            f"arm by arm: {', '.join(dict.fromkeys(r['pair'] for r in results))} (each arm of A against the "
-            "arm of the same name in B)",
-            "",
-        ]
-    else:
-        out = [
+    if "pair" not in first:
+        return [
             f"A = {first['a']['name']} ({first['a']['label']}){_classified(first['a'])}",
             f"B = {first['b']['name']} ({first['b']['label']}){_classified(first['b'])}",
             "",
         ]
+    return [
+        f"A = {first['a']['name']} ({parse_selector(first['a']['label'])[0]}){_classified(first['a'])}",
+        f"B = {first['b']['name']} ({parse_selector(first['b']['label'])[0]}){_classified(first['b'])}",
+        f"arm by arm: {', '.join(dict.fromkeys(r['pair'] for r in results))} (each arm of A against the "
+        "arm of the same name in B)",
+        "",
+    ]
+
+
+def _metrics_table(results: list[dict[str, Any]], fmt: str, width: int | None, color: bool) -> str:
+    """One row per compared metric (per pair, arm by arm); the least needed columns go first."""
+    by_pair = "pair" in results[0]
     family = len(results) > 1
     rows = []
     for r in results:
@@ -75,7 +91,7 @@ def render_comparison(
                 p_text(r["p_boschloo"]),
                 r["design"],
                 f"{a['errors']}/{b['errors']}",
-                _verdict_cell(r, color and fmt == "table"),
+                _verdict_cell(r, color),
             ]
         )
     levels = {r["effect"]["confidence"] for r in results}
@@ -108,8 +124,14 @@ def render_comparison(
         "B-A (pts)",
         "p adjusted" if family else "p",
     )
-    out.append(table(rows, headers, fmt, optional=optional, width=width))
-    out.append("")
+    return table(rows, headers, fmt, optional=optional, width=width)
+
+
+def _sentences(results: list[dict[str, Any]]) -> list[str]:
+    """Each verdict's sentence (and whether it would generalise), then what CI and p adjusted mean."""
+    by_pair = "pair" in results[0]
+    family = len(results) > 1
+    out = []
     for r in results:
         prefix = f"{r['pair']}: " if by_pair else ""
         out.append(prefix + r["words"]["sentence"])
@@ -121,7 +143,7 @@ def render_comparison(
         + (" (under several metrics: alpha x p / p adjusted)" if family else "")
     )
     if family:
-        method = first.get("adjustment") or "Holm"
+        method = results[0].get("adjustment") or "Holm"
         how = (
             "Westfall-Young min-P over relabellings of each case's samples, which counts metrics that "
             "read the same outputs once"
@@ -133,30 +155,29 @@ def render_comparison(
             f"at once ({how}); the verdicts and --fail-if-worse use them, so the chance of any false alarm "
             "stays at alpha"
         )
-    if not family and first.get("paired"):
-        moved = [c for c in first["paired"]["cases"] if c["diff"] != 0]
-        out.append("")
-        if moved:
-            out.append(f"cases that moved ({len(moved)} of {len(first['paired']['cases'])}):")
-            out.append(
-                table(
-                    [
-                        [
-                            c["case_id"],
-                            f"{c['a'][0]}/{c['a'][1]}",
-                            f"{c['b'][0]}/{c['b'][1]}",
-                            points(c["diff"]),
-                        ]
-                        for c in moved
-                    ],
-                    ["case", "A", "B", "B-A (pts)"],
-                    fmt,
-                    width=width,
-                )
-            )
-        else:
-            out.append("no case moved")
-    for change in comparison.get("retrieval_drift") or []:
+    return out
+
+
+def _moved_lines(paired: dict[str, Any], fmt: str, width: int | None) -> list[str]:
+    """One metric, paired: the cases whose rate moved between A and B."""
+    moved = [c for c in paired["cases"] if c["diff"] != 0]
+    if not moved:
+        return ["", "no case moved"]
+    rows = [
+        [c["case_id"], f"{c['a'][0]}/{c['a'][1]}", f"{c['b'][0]}/{c['b'][1]}", points(c["diff"])]
+        for c in moved
+    ]
+    return [
+        "",
+        f"cases that moved ({len(moved)} of {len(paired['cases'])}):",
+        table(rows, ["case", "A", "B", "B-A (pts)"], fmt, width=width),
+    ]
+
+
+def _drift_lines(drift: list[dict[str, Any]]) -> list[str]:
+    """Each case that got different passages in B's run than in A's."""
+    out = []
+    for change in drift:
         parts = []
         if change["added"]:
             parts.append("added " + ", ".join(change["added"]))
@@ -167,18 +188,24 @@ def render_comparison(
         out.append(
             f"retrieval drift: {change['case_id']} got different passages in B's run: {'; '.join(parts)}"
         )
+    return out
+
+
+def _notes(comparison: dict[str, Any], results: list[dict[str, Any]]) -> list[str]:
+    """Every note once, then the warnings."""
+    by_pair = "pair" in results[0]
     # Arm by arm, a pair's note names its pair; the arms left without a partner are the family's.
-    family = set(comparison.get("not_compared") or [])
-    for note in dict.fromkeys(
-        f"{r['pair']}: {n}" if by_pair and n not in family else n for r in results for n in r.get("notes", [])
-    ):
-        out.append(f"note: {note}")
-    for warning in comparison.get("warnings") or []:
-        out.append(f"warning: {warning}")
-    return wrap("\n".join(out), fmt, width)
+    unpaired = set(comparison.get("not_compared") or [])
+    notes = dict.fromkeys(
+        f"{r['pair']}: {n}" if by_pair and n not in unpaired else n
+        for r in results
+        for n in r.get("notes", [])
+    )
+    return [f"note: {note}" for note in notes] + [
+        f"warning: {warning}" for warning in comparison.get("warnings") or []
+    ]
 
 
 def failure_line(result: dict[str, Any]) -> str:
     """The `FAIL:` line of --fail-if-worse (built with the result's words)."""
     return result["words"]["failure"]
-
