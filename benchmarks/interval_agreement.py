@@ -25,12 +25,12 @@ import time
 
 import numpy as np
 
+from promptprobe.comparison import Side, adjust, compare_sides
 from promptprobe.stats.conditional import conditional_interval
 from promptprobe.stats.effect import mantel_haenszel, mean_of_cases
 from promptprobe.stats.intervals import newcombe
 from promptprobe.stats.simulation import paired_rates, question_rates
 from promptprobe.stats.verdict import paired_verdict
-from promptprobe.views.compare import Side, adjust, compare_sides
 
 SEED = 20261130
 REPEATS = (1, 2, 3, 5, 10, 20)

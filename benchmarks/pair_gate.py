@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "src"))
-from promptprobe.views.compare import Side, adjust, compare_sides  # noqa: E402
+from promptprobe.comparison import Side, adjust, compare_sides  # noqa: E402
 
 SEED = 20261201
 ALPHA = 0.05

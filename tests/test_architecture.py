@@ -133,6 +133,22 @@ def test_statistics_import_nothing_of_the_engine():
             assert all(t.startswith("promptprobe.stats") for t in targets), (name, targets)
 
 
+def test_the_comparison_is_a_room_below_the_views():
+    """The comparison (tests, intervals, adjustment, hints, words) imports nothing of the views, the
+    viewer, the CLI or the API; and the views that render it compute no statistic: none imports
+    promptprobe.stats (the planners' views still run their planning simulations themselves)."""
+    graph = imports()
+    above = ("promptprobe.views", "promptprobe.viewer", "promptprobe.cli", "promptprobe.api")
+    comparison = {name: targets for name, targets in graph.items() if name.startswith("promptprobe.comparison")}
+    assert len(comparison) > 5
+    for name, targets in comparison.items():
+        assert not {t for t in targets if t.startswith(above)}, (name, targets)
+    planners = {"promptprobe.views.plan", "promptprobe.views.sequential_plan"}
+    for name, targets in graph.items():
+        if name.startswith(("promptprobe.views", "promptprobe.viewer")) and name not in planners:
+            assert not {t for t in targets if t.startswith("promptprobe.stats")}, (name, targets)
+
+
 def test_registries_live_in_the_package_init_and_take_third_parties():
     assert set(providers.REGISTRY) >= {"anthropic", "openai"}
     assert set(retrievers.REGISTRY) >= {"http", "python", "local", "none"}

@@ -11,13 +11,13 @@ from conftest import write_probeset
 from servers import LocalServer, Reply
 
 from promptprobe.cli import main
+from promptprobe.comparison import Side, compare_sides, parse_selector
 from promptprobe.config import load_config
 from promptprobe.engine.run import RunOptions, run_probe
 from promptprobe.models import parse_model_spec
 from promptprobe.probeset import load_probeset
 from promptprobe.prompts import load_prompt
 from promptprobe.stats.intervals import newcombe
-from promptprobe.views.compare import Side, compare_sides, parse_selector
 
 # Newcombe (1998) Table II, method 10.
 NEWCOMBE_TABLE_II = [
@@ -184,7 +184,7 @@ def test_reversed_case_order_across_runs_is_paired(tmp_path):
 
 
 def test_the_size_hint_says_an_eleven_point_difference(tmp_path):
-    from promptprobe.views.compare_words import sentence
+    from promptprobe.comparison.words import sentence
 
     first = record_run(tmp_path / "one", {"v1": [3, 3, 2, 3, 3]})
     second = record_run(tmp_path / "two", {"v2": [3, 3, 3, 3, 3]})
@@ -403,7 +403,7 @@ def test_a_plan_is_confirmed_by_the_lower_bound_of_its_power():
 
 
 def test_one_point_is_singular_and_a_tiny_change_never_reads_as_zero():
-    from promptprobe.views.compare_words import in_points
+    from promptprobe.comparison.words import in_points
 
     assert [in_points(x) for x in (0.01, -0.01, 0.12, 0.0, 0.001, 0.0049, 4e-9, -4e-9)] == [
         "+1 point", "-1 point", "+12 points", "+0 points", "+0.1 points", "+0.49 points", ">0 points", "<0 points"

@@ -14,7 +14,8 @@ from servers import LocalServer, Reply
 from promptprobe import config, probeset
 from promptprobe.checks import METRICS
 from promptprobe.cli import main
-from promptprobe.views.compare import Side, compare_sides, finish, render_comparison
+from promptprobe.comparison import Side, compare_sides, finish
+from promptprobe.views.compare import render_comparison
 from promptprobe.views.tables import color_enabled, table
 
 DOCS = "\n".join(path.read_text(encoding="utf-8") for path in sorted((ROOT / "docs").glob("*.md")))

@@ -12,9 +12,9 @@ from conftest import run_dir_of
 from servers import LocalServer, Reply
 
 from promptprobe.cli import main
+from promptprobe.comparison import Side, adjust, compare_sides
 from promptprobe.counts import build_counts
 from promptprobe.stats.verdict import paired_verdict
-from promptprobe.views.compare import Side, adjust, compare_sides
 
 REFUSALS = 6  # cases 0-5 expect no_answer (the check applies), 6-11 are answerable (it does not)
 CASES = 12

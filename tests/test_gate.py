@@ -17,10 +17,10 @@ from hypothesis import strategies as st
 from servers import LocalServer, Reply
 
 from promptprobe.cli import main
+from promptprobe.comparison import Side, adjust, compare_sides
 from promptprobe.jsonio import read_jsonl
 from promptprobe.stats import effect, power, tests
 from promptprobe.stats.verdict import paired_verdict, unpaired_verdict
-from promptprobe.views.compare import Side, adjust, compare_sides
 
 # -- the verdict matrix, end to end -------------------------------------------------------------
 

@@ -22,13 +22,14 @@ from scipy.stats.contingency import odds_ratio
 from servers import LocalServer, Reply
 
 from promptprobe.cli import main
+from promptprobe.comparison import Side, adjust, compare_sides, effective_alpha, finish
 from promptprobe.stats.conditional import conditional_interval, model_of
 from promptprobe.stats.effect import mantel_haenszel
 from promptprobe.stats.sequential import look
 from promptprobe.stats.sequential_interval import Rounds, sequential_interval, stagewise_p
 from promptprobe.stats.tests import RELATIVE_TOLERANCE, decides, decision_limit, stratified_exact
 from promptprobe.stats.verdict import paired_verdict
-from promptprobe.views.compare import Side, adjust, compare_sides, effective_alpha, finish, render_comparison
+from promptprobe.views.compare import render_comparison
 from promptprobe.views.html import report_html
 
 # -- against enumeration -------------------------------------------------------------------------

@@ -267,8 +267,8 @@ def compare(
     """`probe compare A B`: A the baseline, B the candidate, each `RUN` or `RUN#prompt=NAME` /
     `RUN#model=NAME` (or its spec). Several metrics (or `all_metrics`) are one adjusted
     family; two runs of several arms compare arm by arm (each result names its `pair`)."""
+    from .comparison import compare_runs
     from .runref import resolve_selector
-    from .views.compare import compare_runs
 
     arguments.number("alpha", alpha, 0, 0.5, low_open=True)
     _counts(top_k=top_k, classification=classification)

@@ -779,8 +779,7 @@ def run(
     if cancel_batches and resume_path is None:
         raise InputError("--cancel cancels the outstanding batches of a run: give it with --resume RUN")
     if resume_path is not None:
-        _resume(ctx, resume_run_path := resolve_run(resume_path, runs_dir), fmt, output)
-        del resume_run_path
+        _resume(ctx, resolve_run(resume_path, runs_dir), fmt, output)
         return
     if probeset_path is None:
         raise InputError("give a probe set (probe run PROBESET --prompt FILE), or --resume RUN")
@@ -789,65 +788,78 @@ def run(
             "-n/--repeats is for a fixed run: --until-decided asks round by round up to its cap "
             "(--detect sizes it, --max-rounds sets it)"
         )
-    from .config import Precedence, load_config, models_setting, with_retrieval
-    from .engine.run import options_from
-    from .prompts import load_prompt
-
-    config = with_retrieval(load_config(config_path), retrieval_kind, dry_run)
-    probeset = _probeset(probeset_path)
-    prompts = [load_prompt(p) for p in prompt_paths]
-    precedence = Precedence.of(config, probeset)
-    options = options_from(
-        config.run,
-        runs_dir_of(runs_dir),
-        precedence=precedence,
-        repeats=repeats,
-        max_tokens=max_tokens,
-        temperature=temperature,
-        seed=seed,
-        stream=stream,
-        timeout=timeout,
-        cache=cache,
-        concurrency=concurrency,
-        max_attempts=max_attempts,
-        max_retry_wait=max_retry_wait,
-        rpm=rpm,
-        batch=batch,
-        poll_interval=poll_interval,
-        max_cost=max_cost,
-        top_k=top_k,
-        share=share,
-        yes=yes,
-    )
-    models = config.models_for(model_specs)
-    options.settings["models"] = models_setting(model_specs, models, precedence)
-    rule = None
-    if until_decided:
-        from .engine.sequential import SequentialRule
-
-        rule = SequentialRule(
-            metric=metric, alpha=alpha, min_rounds=min_rounds, max_rounds=max_rounds, detect=detect / 100
-        )
+    planned = _planned(ctx.params)
+    rule = _sequential_rule(ctx.params) if until_decided else None
+    fetch = not no_retrieval_fetch
     if dry_run:
-        from .engine.dryrun import dry_run as price_plan
-        from .engine.dryrun import render_dry_run
-        from .engine.sequential import dry_run_sequential
-
-        result = (
-            dry_run_sequential(probeset, prompts, models, config, options, rule, fetch=not no_retrieval_fetch)
-            if rule is not None
-            else price_plan(probeset, prompts, models, config, options, fetch=not no_retrieval_fetch)
-        )
-        emit(dumps_pretty(result) if fmt == "json" else render_dry_run(result), output)
+        _print_dry_run(planned, rule, fetch, fmt, output)
         return
     if no_retrieval_fetch and max_cost is None:
         raise InputError(
             "--no-retrieval-fetch is for the estimate of --dry-run or --max-cost: give one of them"
         )
+    _start(planned, rule, max_cost, fetch, fmt, output)
+
+
+# The flags of `probe run` that are run options (engine.run.options_from), by their parameter names.
+OPTION_FLAGS = (
+    "repeats", "max_tokens", "temperature", "seed", "stream", "timeout", "cache", "concurrency",
+    "max_attempts", "max_retry_wait", "rpm", "batch", "poll_interval", "max_cost", "top_k", "share", "yes",
+)  # fmt: skip
+
+
+def _planned(params: dict[str, Any]) -> tuple[Any, list[Any], list[Any], Any, Any]:
+    """(probe set, prompts, models, config, run options) of a new run from `probe run`'s flags."""
+    from .config import Precedence, load_config, models_setting, with_retrieval
+    from .engine.run import options_from
+    from .prompts import load_prompt
+
+    config = with_retrieval(load_config(params["config_path"]), params["retrieval_kind"], params["dry_run"])
+    probeset = _probeset(params["probeset_path"])
+    prompts = [load_prompt(p) for p in params["prompt_paths"]]
+    precedence = Precedence.of(config, probeset)
+    flags = {name: params[name] for name in OPTION_FLAGS}
+    options = options_from(config.run, runs_dir_of(params["runs_dir"]), precedence=precedence, **flags)
+    models = config.models_for(params["model_specs"])
+    options.settings["models"] = models_setting(params["model_specs"], models, precedence)
+    return probeset, prompts, models, config, options
+
+
+def _sequential_rule(params: dict[str, Any]) -> Any:
+    """The rule of --until-decided from its flags."""
+    from .engine.sequential import SequentialRule
+
+    return SequentialRule(
+        metric=params["metric"],
+        alpha=params["alpha"],
+        min_rounds=params["min_rounds"],
+        max_rounds=params["max_rounds"],
+        detect=params["detect"] / 100,
+    )
+
+
+def _print_dry_run(planned: tuple[Any, ...], rule: Any, fetch: bool, fmt: str, output: Path | None) -> None:
+    """--dry-run: the plan, tokens and cost (of a fixed run, or of a sequential run to its cap)."""
+    from .engine.dryrun import dry_run as price_plan
+    from .engine.dryrun import render_dry_run
+    from .engine.sequential import dry_run_sequential
+
+    result = (
+        dry_run_sequential(*planned, rule, fetch=fetch)
+        if rule is not None
+        else price_plan(*planned, fetch=fetch)
+    )
+    emit(dumps_pretty(result) if fmt == "json" else render_dry_run(result), output)
+
+
+def _start(
+    planned: tuple[Any, ...], rule: Any, max_cost: float | None, fetch: bool, fmt: str, output: Path | None
+) -> None:
+    """Run a new run to its end (or its sequential rule's stop) and print it."""
     if rule is not None:
         from .engine.sequential import SequentialRun
 
-        runner = SequentialRun.new(probeset, prompts, models, config, options, rule)
+        runner = SequentialRun.new(*planned, rule)
         say(runner.describe(), err=True)
         _execute(runner, fmt, runner.plan.samples, output)
         return
@@ -856,8 +868,8 @@ def run(
     if max_cost is not None:
         from .engine.dryrun import check_max_cost
 
-        check_max_cost(probeset, prompts, models, config, options, fetch=not no_retrieval_fetch)
-    runner = ProbeRun(probeset, prompts, models, config, options)
+        check_max_cost(*planned, fetch=fetch)
+    runner = ProbeRun(*planned)
     _execute(runner, fmt, runner.plan.samples, output)
 
 

@@ -17,7 +17,7 @@ sample there would be, so both arms keep the same cases and the design stays pai
 sample of the case has an output at all (every one failed, in every arm), nothing says whether
 the check applies: the failures count (errors never flatter an arm), the same in every arm.
 `check_applies` keeps what each run saw, so that a comparison of two runs decides such a case
-with the other run's outputs (promptprobe.views.compare).
+with the other run's outputs (promptprobe.comparison).
 """
 
 import io

@@ -354,11 +354,12 @@ def run_demo(
     """Start the demo server; probe both example prompts through the local retriever; report and
     compare them; decide the same comparison sequentially; stop the server (also on failure).
     With `batch`, both runs go through the server's Batch API (one batch per sequential round)."""
+    from ..comparison import compare_runs
     from ..engine.run import ProbeRun, RunOptions
     from ..engine.sequential import SequentialRule, SequentialRun
     from ..models import parse_model_spec
     from ..providers.base import GenerationParams
-    from ..views.compare import compare_runs, render_comparison
+    from ..views.compare import render_comparison
     from ..views.report import build_report, render_report
     from ..views.tables import wrap
     from ..views.why import explain, render_why

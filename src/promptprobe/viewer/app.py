@@ -10,6 +10,7 @@ import contextlib
 import hashlib
 import threading
 from collections.abc import AsyncIterator, Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -172,143 +173,152 @@ def _split(name: str) -> tuple[str, bool]:
     return (name[: -len(".json")], True) if name.endswith(".json") else (name, False)
 
 
+def _viewer(request: Request) -> Viewer:
+    return request.app.state.viewer
+
+
+def runs_handler(request: Request) -> Response:
+    viewer = _viewer(request)
+    build = partial(pages.runs_page, viewer.runs)
+    return viewer.page(request, "viewer_runs.html.j2", build, request.url.path.endswith(".json"))
+
+
+def _run_extra(view: dict[str, Any]) -> dict[str, Any]:
+    """What the run page shows beside its view object: the forest plots and the sequential sentence."""
+    if "report" not in view:
+        return {"plots": [], "sequential": None}
+    sequential = view["report"].get("sequential")
+    return {"plots": plots_of(view), "sequential": sequential_sentence(sequential) if sequential else None}
+
+
+def run_handler(request: Request) -> Response:
+    viewer = _viewer(request)
+    run_id, as_json = _split(request.path_params["run_id"])
+    if viewer.runs.path_of(request.path_params["run_id"]) is not None:
+        run_id, as_json = request.path_params["run_id"], False
+    build = partial(pages.run_page, viewer.runs, run_id)
+    return viewer.page(request, "viewer_run.html.j2", build, as_json, _run_extra)
+
+
+def case_handler(request: Request) -> Response:
+    viewer = _viewer(request)
+    case_id, as_json = _split(request.path_params["case_id"])
+    run_id = request.path_params["run_id"]
+
+    def build() -> dict[str, Any]:
+        return pages.case_page(viewer.runs, run_id, case_id, _int(request, "arm"), _int(request, "page") or 1)
+
+    return viewer.page(request, "viewer_case.html.j2", build, as_json)
+
+
+def incident_handler(request: Request) -> Response:
+    viewer = _viewer(request)
+    run_id, case_id = request.path_params["run_id"], request.path_params["case_id"]
+    fmt = "json" if request.url.path.endswith(".json") else "md"
+    try:
+        text = pages.incident(viewer.runs, run_id, case_id, fmt)
+    except NotFound as exc:
+        return viewer.problem(request, 404, str(exc), False)
+    name = f"{run_id}-{case_id}.{fmt}"
+    media = "application/json" if fmt == "json" else "text/markdown; charset=utf-8"
+    return _send(
+        request, text.encode("utf-8"), media, **{"Content-Disposition": f'attachment; filename="{name}"'}
+    )
+
+
+def raw_handler(request: Request) -> Response:
+    viewer = _viewer(request)
+    run_id, sample_id = request.path_params["run_id"], request.path_params["sample_id"]
+    try:
+        data, _ = pages.raw_bytes(
+            viewer.runs, run_id, sample_id, _int(request, "arm"), request.query_params.get("case")
+        )
+    except NotFound as exc:
+        return viewer.problem(request, 404, str(exc), False)
+    except InputError as exc:
+        return viewer.problem(request, 422, str(exc), False)
+    headers = {
+        "Content-Disposition": f'attachment; filename="{sample_id}.txt"',
+        "X-Raw-SHA256": hashlib.sha256(data).hexdigest(),
+    }
+    return _send(request, data, "application/octet-stream", **headers)
+
+
+def compare_handler(request: Request) -> Response:
+    viewer = _viewer(request)
+    params = request.query_params
+
+    def build() -> dict[str, Any]:
+        return pages.compare_page(
+            viewer.runs, params.get("a"), params.get("b"), params.get("metric"), _int(request, "page") or 1
+        )
+
+    return viewer.page(
+        request, "viewer_compare.html.j2", build, request.url.path.endswith(".json"), _compare_plots
+    )
+
+
+def why_handler(request: Request) -> Response:
+    viewer = _viewer(request)
+    params = request.query_params
+    run_id = request.path_params["run_id"]
+
+    def build() -> dict[str, Any]:
+        return pages.why_page(
+            viewer.runs,
+            run_id,
+            _int(request, "arm"),
+            params.get("metric"),
+            params.get("phrase"),
+            _int(request, "page") or 1,
+        )
+
+    return viewer.page(request, "viewer_why.html.j2", build, request.url.path.endswith(".json"))
+
+
+def script_handler(request: Request) -> Response:
+    return _send(request, (STATIC / "viewer.js").read_bytes(), "text/javascript; charset=utf-8")
+
+
+@contextlib.asynccontextmanager
+async def _lifespan(app: Starlette) -> AsyncIterator[None]:
+    """Count runs in the background while the app serves (when the viewer is warm)."""
+    viewer: Viewer = app.state.viewer
+    worker = threading.Thread(target=viewer.warm_forever, name="probe-view-counting", daemon=True)
+    if viewer.warm:
+        worker.start()
+    yield
+    viewer.stop.set()
+
+
+ROUTES = [
+    Route("/", runs_handler),
+    Route("/.json", runs_handler),
+    Route("/compare", compare_handler),
+    Route("/compare.json", compare_handler),
+    Route("/static/viewer.js", script_handler),
+    Route("/runs/{run_id}/why", why_handler),
+    Route("/runs/{run_id}/why.json", why_handler),
+    Route("/runs/{run_id}/cases/{case_id}/incident.md", incident_handler),
+    Route("/runs/{run_id}/cases/{case_id}/incident.json", incident_handler),
+    Route("/runs/{run_id}/cases/{case_id}", case_handler),
+    Route("/runs/{run_id}/raw/{sample_id}", raw_handler),
+    Route("/runs/{run_id}", run_handler),
+]
+
+
 def create_app(
     runs_dir: str | Path, *, warm: bool = True, poll_ms: int = POLL_MS, hosts: list[str] | None = None
 ) -> Starlette:
     """The viewer over `runs_dir` (`warm`: count runs in the background; `hosts`: the Host
     headers accepted, default those of a loopback address)."""
-    viewer = Viewer(Path(runs_dir), warm, poll_ms)
-
-    def runs(request: Request) -> Response:
-        return viewer.page(
-            request,
-            "viewer_runs.html.j2",
-            lambda: pages.runs_page(viewer.runs),
-            request.url.path.endswith(".json"),
-        )
-
-    def run(request: Request) -> Response:
-        run_id, as_json = _split(request.path_params["run_id"])
-        if viewer.runs.path_of(request.path_params["run_id"]) is not None:
-            run_id, as_json = request.path_params["run_id"], False
-
-        def extra(view: dict[str, Any]) -> dict[str, Any]:
-            if "report" not in view:
-                return {"plots": [], "sequential": None}
-            sequential = view["report"].get("sequential")
-            return {
-                "plots": plots_of(view),
-                "sequential": sequential_sentence(sequential) if sequential else None,
-            }
-
-        return viewer.page(
-            request, "viewer_run.html.j2", lambda: pages.run_page(viewer.runs, run_id), as_json, extra
-        )
-
-    def case(request: Request) -> Response:
-        case_id, as_json = _split(request.path_params["case_id"])
-        run_id = request.path_params["run_id"]
-
-        def build() -> dict[str, Any]:
-            return pages.case_page(
-                viewer.runs, run_id, case_id, _int(request, "arm"), _int(request, "page") or 1
-            )
-
-        return viewer.page(request, "viewer_case.html.j2", build, as_json)
-
-    def incident(request: Request) -> Response:
-        run_id, case_id = request.path_params["run_id"], request.path_params["case_id"]
-        fmt = "json" if request.url.path.endswith(".json") else "md"
-        try:
-            text = pages.incident(viewer.runs, run_id, case_id, fmt)
-        except NotFound as exc:
-            return viewer.problem(request, 404, str(exc), False)
-        name = f"{run_id}-{case_id}.{fmt}"
-        media = "application/json" if fmt == "json" else "text/markdown; charset=utf-8"
-        return _send(
-            request, text.encode("utf-8"), media, **{"Content-Disposition": f'attachment; filename="{name}"'}
-        )
-
-    def raw(request: Request) -> Response:
-        run_id, sample_id = request.path_params["run_id"], request.path_params["sample_id"]
-        try:
-            data, _ = pages.raw_bytes(
-                viewer.runs, run_id, sample_id, _int(request, "arm"), request.query_params.get("case")
-            )
-        except NotFound as exc:
-            return viewer.problem(request, 404, str(exc), False)
-        except InputError as exc:
-            return viewer.problem(request, 422, str(exc), False)
-        headers = {
-            "Content-Disposition": f'attachment; filename="{sample_id}.txt"',
-            "X-Raw-SHA256": hashlib.sha256(data).hexdigest(),
-        }
-        return _send(request, data, "application/octet-stream", **headers)
-
-    def compare(request: Request) -> Response:
-        params = request.query_params
-
-        def build() -> dict[str, Any]:
-            return pages.compare_page(
-                viewer.runs,
-                params.get("a"),
-                params.get("b"),
-                params.get("metric"),
-                _int(request, "page") or 1,
-            )
-
-        return viewer.page(
-            request, "viewer_compare.html.j2", build, request.url.path.endswith(".json"), _compare_plots
-        )
-
-    def why(request: Request) -> Response:
-        params = request.query_params
-        run_id = request.path_params["run_id"]
-
-        def build() -> dict[str, Any]:
-            return pages.why_page(
-                viewer.runs,
-                run_id,
-                _int(request, "arm"),
-                params.get("metric"),
-                params.get("phrase"),
-                _int(request, "page") or 1,
-            )
-
-        return viewer.page(request, "viewer_why.html.j2", build, request.url.path.endswith(".json"))
-
-    def script(request: Request) -> Response:
-        return _send(request, (STATIC / "viewer.js").read_bytes(), "text/javascript; charset=utf-8")
-
-    @contextlib.asynccontextmanager
-    async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        worker = threading.Thread(target=viewer.warm_forever, name="probe-view-counting", daemon=True)
-        if viewer.warm:
-            worker.start()
-        yield
-        viewer.stop.set()
-
-    routes = [
-        Route("/", runs),
-        Route("/.json", runs),
-        Route("/compare", compare),
-        Route("/compare.json", compare),
-        Route("/static/viewer.js", script),
-        Route("/runs/{run_id}/why", why),
-        Route("/runs/{run_id}/why.json", why),
-        Route("/runs/{run_id}/cases/{case_id}/incident.md", incident),
-        Route("/runs/{run_id}/cases/{case_id}/incident.json", incident),
-        Route("/runs/{run_id}/cases/{case_id}", case),
-        Route("/runs/{run_id}/raw/{sample_id}", raw),
-        Route("/runs/{run_id}", run),
-    ]
     allowed = hosts or ["127.0.0.1", "localhost", "::1"]
     app = Starlette(
-        routes=routes,
+        routes=ROUTES,
         middleware=[Middleware(HostCheck, allowed=allowed)],
-        lifespan=lifespan,
+        lifespan=_lifespan,
     )
-    app.state.viewer = viewer
+    app.state.viewer = Viewer(Path(runs_dir), warm, poll_ms)
     return app
 
 

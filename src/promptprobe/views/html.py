@@ -161,7 +161,7 @@ def report_html(counts: CountsTable | str | Path) -> str:
 def compare_html(a: str, b: str, comparison: dict[str, Any]) -> str:
     """The HTML view of `probe compare`: verdicts in words, forest plots of A and B, and both
     arms' outputs side by side per case, discordant cases first."""
-    from .compare import parse_selector, select_arm
+    from ..comparison.selectors import parse_selector, select_arm
 
     run_a, _ = parse_selector(a)
     counts_a = build_counts(run_a)

@@ -9,8 +9,8 @@ Renderers only lay these out: every number and word a reader sees is in the obje
 
 from typing import Any, Protocol
 
+from ..comparison import compare_tables
 from ..counts import ArmCounts, CountsTable
-from .compare import compare_tables
 from .outputs import inline_segments, page_of
 from .report import build_report
 

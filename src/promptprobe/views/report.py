@@ -7,10 +7,10 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from ..comparison.rates import metric_object
 from ..counts import ArmCounts, CountsTable, build_counts, pricing
 from ..engine.cost import PriceMatch, price_sentence
 from ..jsonio import dumps_pretty
-from ..stats.intervals import clustered_rate
 from .tables import fit_table, table, wrap
 
 LEGEND = {
@@ -27,25 +27,6 @@ def legend(shown: list[str], fmt: str) -> str:
     """The legend of the columns the table kept, and only those."""
     lines = [text for column, text in LEGEND.items() if column in shown]
     return ("  \n" if fmt == "md" else "\n").join(lines)
-
-
-def metric_object(
-    per_case: dict[str, list[int]], higher_is_better: bool, confidence: float = 0.95
-) -> dict[str, Any]:
-    """The report's metric object from per-case [successes, trials, failures]."""
-    cells = list(per_case.values())
-    result = clustered_rate([c[0] for c in cells], [c[1] for c in cells], confidence)
-    return {
-        "k": result.k,
-        "n": result.n,
-        "errors": sum(c[2] for c in cells),
-        "rate": result.rate,
-        "wilson": list(result.wilson),
-        "deff": result.deff,
-        "n_eff": result.n_eff,
-        "wilson_eff": list(result.wilson_eff),
-        "higher_is_better": higher_is_better,
-    }
 
 
 def _percentile(values: list[float], q: float) -> float | None:
@@ -294,8 +275,22 @@ def render_report(report: dict[str, Any], fmt: str = "table", width: int | None 
     """The report as text: `table` (plain, fits the terminal), `md` (GitHub markdown) or `json`."""
     if fmt == "json":
         return dumps_pretty(report)
-    sequential = report.get("sequential")
-    if sequential:
+    out = _run_lines(report)
+    # A column that is the same for every arm is said once above the table instead.
+    arm_columns = [(key, {arm[key] for arm in report["arms"]}) for key in ("prompt", "model")]
+    out += [f"{key}: {next(iter(values))}" for key, values in arm_columns if len(values) == 1]
+    varying = [key for key, values in arm_columns if len(values) > 1]
+    out += _rates_lines(report, varying, fmt, width)
+    out += _usage_lines(report, varying, fmt, width)
+    for arm in report["arms"]:
+        out += _arm_lines(arm, varying, fmt, width)
+    out += _retrieval_lines(report["retrieval"])
+    return wrap("\n".join(out), fmt, width)
+
+
+def _run_lines(report: dict[str, Any]) -> list[str]:
+    """Which run, how far it got, and what to know before reading its numbers."""
+    if report.get("sequential"):
         samples = f"{report['recorded']} samples (at most {report['planned']} if it ran to its cap)"
     else:
         samples = f"{report['recorded']} of {report['planned']} samples"
@@ -304,41 +299,40 @@ def render_report(report: dict[str, Any], fmt: str = "table", width: int | None 
         out.append(f"classification {report['classification']} (an offline reclassification)")
     if report.get("simulated"):
         out.append("NOTE: the model in this run is SIMULATED (the built-in demo server), not a real model.")
-    for warning in report.get("warnings") or []:
-        out.append(f"warning: {warning}")
+    out += [f"warning: {warning}" for warning in report.get("warnings") or []]
     if report.get("sequential"):
         out.append(sequential_sentence(report["sequential"]))
-    # A column that is the same for every arm is said once above the table instead.
-    prompts = {arm["prompt"] for arm in report["arms"]}
-    models = {arm["model"] for arm in report["arms"]}
-    arm_columns = [("prompt", prompts), ("model", models)]
-    for key, values in arm_columns:
-        if len(values) == 1:
-            out.append(f"{key}: {next(iter(values))}")
-    varying = [key for key, values in arm_columns if len(values) > 1]
-    rows = []
-    for arm in report["arms"]:
-        for name, m in arm["metrics"].items():
-            rows.append(
-                [
-                    *(arm[key] for key in varying),
-                    name,
-                    f"{m['k']}/{m['n']}",
-                    _pct(m["rate"]),
-                    _interval(m["wilson"]),
-                    f"{m['deff']:.2f}",
-                    f"{m['n_eff']:.1f}",
-                    _interval(m["wilson_eff"]),
-                    m["errors"],
-                ]
-            )
+    return out
+
+
+def _rates_lines(report: dict[str, Any], varying: list[str], fmt: str, width: int | None) -> list[str]:
+    """Each arm's metrics with their intervals, and the legend of the columns shown."""
+    rows = [
+        [
+            *(arm[key] for key in varying),
+            name,
+            f"{m['k']}/{m['n']}",
+            _pct(m["rate"]),
+            _interval(m["wilson"]),
+            f"{m['deff']:.2f}",
+            f"{m['n_eff']:.1f}",
+            _interval(m["wilson_eff"]),
+            m["errors"],
+        ]
+        for arm in report["arms"]
+        for name, m in arm["metrics"].items()
+    ]
     headers = [*varying, "metric", "k/n", "rate", "95% Wilson", "DEFF", "n_eff", "95% adjusted", "errors"]
     text, shown = fit_table(
         rows, headers, fmt, optional=("n_eff", "DEFF", "95% Wilson", "rate", "errors"), width=width
     )
-    out += ["", text, "", legend(shown, fmt)]
+    return ["", text, "", legend(shown, fmt)]
+
+
+def _usage_lines(report: dict[str, Any], varying: list[str], fmt: str, width: int | None) -> list[str]:
+    """Samples, tokens, cost and latency per arm, then each model's price and the batch note."""
     cached = any((arm["usage"].get("cache_saved_usd") or 0) > 0 for arm in report["arms"])
-    usage_rows = [
+    rows = [
         [
             *(arm[key] for key in varying),
             arm["samples"],
@@ -352,26 +346,19 @@ def render_report(report: dict[str, Any], fmt: str = "table", width: int | None 
         ]
         for arm in report["arms"]
     ]
-    out += [
-        "",
-        table(
-            usage_rows,
-            [
-                *varying,
-                "samples",
-                "errors",
-                "tokens in",
-                "tokens out",
-                "cost",
-                *(["caching saved"] if cached else []),
-                "latency median",
-                "latency p90",
-            ],
-            fmt,
-            optional=("latency p90", "latency median", ("tokens in", "tokens out")),
-            width=width,
-        ),
+    headers = [
+        *varying,
+        "samples",
+        "errors",
+        "tokens in",
+        "tokens out",
+        "cost",
+        *(["caching saved"] if cached else []),
+        "latency median",
+        "latency p90",
     ]
+    optional = ("latency p90", "latency median", ("tokens in", "tokens out"))
+    out = ["", table(rows, headers, fmt, optional=optional, width=width)]
     out += [
         price_sentence(m["model"], m["endpoint"], m["price"], m["cost_unknown"])
         for m in report.get("models", [])
@@ -382,64 +369,37 @@ def render_report(report: dict[str, Any], fmt: str = "table", width: int | None 
             f"{batched} samples went through a batch API: priced at the batch rate; their latency is "
             "from submission to the batch's end"
         )
-    for arm in report["arms"]:
-        out.append("")
-        label = ", ".join(f"{key} {arm[key]}" for key in varying) or f"prompt {arm['prompt']}"
-        out.append(f"per case ({label}):")
-        show_empty = any(c["empty"] for c in arm["cases"])
-        case_headers = [
-            "case",
-            "n",
-            "present",
-            "misplaced",
-            "absent",
-            *(["empty"] if show_empty else []),
-            "errors",
-        ]
+    return out
+
+
+def _arm_lines(arm: dict[str, Any], varying: list[str], fmt: str, width: int | None) -> list[str]:
+    """One arm's header counts per case, its failures, and its metrics by tag."""
+    label = ", ".join(f"{key} {arm[key]}" for key in varying) or f"prompt {arm['prompt']}"
+    show_empty = any(c["empty"] for c in arm["cases"])
+    columns = ["present", "misplaced", "absent", *(["empty"] if show_empty else []), "errors"]
+    rows = [[c["case_id"], c["n"], *(c[column] for column in columns)] for c in arm["cases"]]
+    out = ["", f"per case ({label}):", table(rows, ["case", "n", *columns], fmt, width=width)]
+    if arm["errors"]:
+        kinds = ", ".join(f"{n} {kind}" for kind, n in sorted(arm["error_kinds"].items()))
         out.append(
-            table(
-                [
-                    [
-                        c["case_id"],
-                        c["n"],
-                        c["present"],
-                        c["misplaced"],
-                        c["absent"],
-                        *([c["empty"]] if show_empty else []),
-                        c["errors"],
-                    ]
-                    for c in arm["cases"]
-                ],
-                case_headers,
-                fmt,
-                width=width,
-            )
+            f"{arm['errors']} of {arm['samples']} samples failed after retries ({kinds}); "
+            "they stay in every denominator as that metric's unfavourable outcome. "
+            "See samples.jsonl for each message."
         )
-        if arm["errors"]:
-            kinds = ", ".join(f"{n} {kind}" for kind, n in sorted(arm["error_kinds"].items()))
-            out.append(
-                f"{arm['errors']} of {arm['samples']} samples failed after retries ({kinds}); "
-                "they stay in every denominator as that metric's unfavourable outcome. "
-                "See samples.jsonl for each message."
-            )
-        for name, n in sorted((arm.get("check_errors") or {}).items()):
-            out.append(
-                f"your check {name} failed on {n} of {arm['samples']} samples; each counts as its "
-                "unfavourable outcome (checks.user_errors in samples.jsonl holds each message)."
-            )
-        if arm.get("by_tag"):
-            out.append("")
-            out.append(f"by tag ({label}):")
-            tag_rows = [
-                [tag, name, f"{m['k']}/{m['n']}", _pct(m["rate"]), _interval(m["wilson_eff"]), m["errors"]]
-                for tag, metrics in arm["by_tag"].items()
-                for name, m in metrics.items()
-            ]
-            out.append(
-                table(tag_rows, ["tag", "metric", "k/n", "rate", "95% adjusted", "errors"], fmt, width=width)
-            )
-    out += _retrieval_lines(report["retrieval"])
-    return wrap("\n".join(out), fmt, width)
+    for name, n in sorted((arm.get("check_errors") or {}).items()):
+        out.append(
+            f"your check {name} failed on {n} of {arm['samples']} samples; each counts as its "
+            "unfavourable outcome (checks.user_errors in samples.jsonl holds each message)."
+        )
+    if arm.get("by_tag"):
+        tag_rows = [
+            [tag, name, f"{m['k']}/{m['n']}", _pct(m["rate"]), _interval(m["wilson_eff"]), m["errors"]]
+            for tag, metrics in arm["by_tag"].items()
+            for name, m in metrics.items()
+        ]
+        headers = ["tag", "metric", "k/n", "rate", "95% adjusted", "errors"]
+        out += ["", f"by tag ({label}):", table(tag_rows, headers, fmt, width=width)]
+    return out
 
 
 def _retrieval_lines(view: dict[str, Any]) -> list[str]:

@@ -227,35 +227,8 @@ def export(
 ) -> str:
     """An incident attachment: each sample's question, retrieval, classification and exact output."""
     manifest, chosen = select_samples(run_dir, sample, case, header)
-    probeset = parse_probeset(
-        manifest["probeset"]["source"].encode("utf-8"), Path(manifest["probeset"]["path"])
-    )
-    questions = {c.id: c.question for c in probeset.cases}
-    # The snapshot each sample used: the last successful retrieval of its (case, repeat).
-    wanted = {(r["case_id"], r["repeat"]) for r in chosen}
-    retrievals: dict[tuple[str, int], dict[str, Any]] = {}
-    for r in iter_jsonl(run_dir / "retrievals.jsonl"):
-        key = (r["case_id"], r["repeat"])
-        if key in wanted and (r.get("error") is None or key not in retrievals):
-            retrievals[key] = r
-    prompts = {p["name"]: p["sha256"] for p in manifest["prompts"]}
     specs = {m.get("name") or m["spec"]: m["spec"] for m in manifest.get("models", [])}
-    went = endpoints.of_run(manifest)  # where each model's calls went, as recorded (by spec)
-    items, shown = [], []
-    for record in chosen:
-        raw = _raw(run_dir, record)
-        items.append(
-            {
-                "sample": record,
-                "question": questions.get(record["case_id"]),
-                "prompt_sha256": prompts.get(record["prompt"]),
-                "endpoint": _went(record["model"], specs, went),
-                "retrieval": retrievals.get((record["case_id"], record["repeat"])),
-                "raw_text": readable(raw) if raw is not None else None,
-                "raw_base64": base64.b64encode(raw).decode("ascii") if raw is not None else None,
-            }
-        )
-        shown.append(visible(decoded(raw)) if raw is not None else None)
+    items = _export_items(run_dir, manifest, chosen, specs)
     if fmt == "json":
         return dumps_pretty(
             {
@@ -263,7 +236,7 @@ def export(
                 "probeset": manifest["probeset"]["name"],
                 "tool_version": manifest.get("tool_version"),
                 "classification": latest_classification(run_dir),
-                "samples": items,
+                "samples": [item for item, _ in items],
             }
         )
     out = [
@@ -275,63 +248,104 @@ def export(
     number = latest_classification(run_dir)
     if number is not None:
         out.append(f"Headers and checks as classification {number} (an offline reclassification) has them.")
-    for item, raw_visible in zip(items, shown, strict=True):
-        record = item["sample"]
-        out += ["", f"## {record['sample_id']}", ""]
-        response = record.get("response") or {}
-        rows = [
-            ("case", record["case_id"]),
-            ("question", item["question"]),
-            ("prompt", f"{record['prompt']} (sha256 {item['prompt_sha256']})"),
-            ("model", _model(record["model"], specs)),
-            ("endpoint", _described(item["endpoint"])),
-            ("provider-reported model", response.get("model")),
-            ("request id", response.get("request_id")),
-            ("stop reason", response.get("stop_reason")),
-            ("started", record.get("started_at")),
-            ("latency", f"{record['latency_ms']} ms" if record.get("latency_ms") is not None else None),
-            ("attempts", record.get("attempts")),
-        ]
-        if record.get("raw"):
-            rows.append(("raw output", f"{record['raw']['bytes']} bytes, sha256 {record['raw']['sha256']}"))
-        if record.get("error"):
-            rows.append(("error", f"{record['error']['kind']}: {record['error']['message']}"))
-        out += ["| field | value |", "|---|---|"]
-        out += [f"| {k} | {_cell(v)} |" for k, v in rows]
-        if record.get("header"):
-            out += [
-                "",
-                "Header classification:",
-                "",
-                "```json",
-                dumps_pretty(record["header"]),
-                "```",
-            ]
-        retrieval = item["retrieval"]
-        if retrieval:
-            out += ["", "Retrieved passages:", ""]
-            out += [
-                f"{i}. `{p['id']}`" + (f" (score {p['score']})" if p.get("score") is not None else "")
-                for i, p in enumerate(retrieval["passages"], 1)
-            ]
-            if not retrieval["passages"] and not retrieval.get("error"):
-                out.append("(nothing was retrieved)")
-            if retrieval.get("error"):
-                out.append(f"Retrieval failed: {retrieval['error']}")
-        if raw_visible is not None:
-            fence = _fence(raw_visible)
-            out += [
-                "",
-                "Raw output with invisible characters shown:",
-                "",
-                fence + "text",
-                raw_visible,
-                fence,
-                "",
-                f"Exact bytes: `raw/{record['sample_id']}.txt` in the run directory, or base64:",
-                "",
-                "```",
-                item["raw_base64"],
-                "```",
-            ]
+    for item, raw_visible in items:
+        out += _sample_section(item, raw_visible, specs)
     return "\n".join(out) + "\n"
+
+
+def _export_items(
+    run_dir: Path, manifest: dict[str, Any], chosen: list[dict[str, Any]], specs: dict[str, str]
+) -> list[tuple[dict[str, Any], str | None]]:
+    """Each chosen sample's attachment object, with its output made visible (None: it failed)."""
+    probeset = parse_probeset(
+        manifest["probeset"]["source"].encode("utf-8"), Path(manifest["probeset"]["path"])
+    )
+    questions = {c.id: c.question for c in probeset.cases}
+    retrievals = _snapshots(run_dir, {(r["case_id"], r["repeat"]) for r in chosen})
+    prompts = {p["name"]: p["sha256"] for p in manifest["prompts"]}
+    went = endpoints.of_run(manifest)  # where each model's calls went, as recorded (by spec)
+    items = []
+    for record in chosen:
+        raw = _raw(run_dir, record)
+        item = {
+            "sample": record,
+            "question": questions.get(record["case_id"]),
+            "prompt_sha256": prompts.get(record["prompt"]),
+            "endpoint": _went(record["model"], specs, went),
+            "retrieval": retrievals.get((record["case_id"], record["repeat"])),
+            "raw_text": readable(raw) if raw is not None else None,
+            "raw_base64": base64.b64encode(raw).decode("ascii") if raw is not None else None,
+        }
+        items.append((item, visible(decoded(raw)) if raw is not None else None))
+    return items
+
+
+def _snapshots(run_dir: Path, wanted: set[tuple[str, int]]) -> dict[tuple[str, int], dict[str, Any]]:
+    """The snapshot each sample used: the last successful retrieval of its (case, repeat)."""
+    retrievals: dict[tuple[str, int], dict[str, Any]] = {}
+    for r in iter_jsonl(run_dir / "retrievals.jsonl"):
+        key = (r["case_id"], r["repeat"])
+        if key in wanted and (r.get("error") is None or key not in retrievals):
+            retrievals[key] = r
+    return retrievals
+
+
+def _sample_section(item: dict[str, Any], raw_visible: str | None, specs: dict[str, str]) -> list[str]:
+    """One sample of the markdown attachment: its fields, header, passages and exact output."""
+    record = item["sample"]
+    response = record.get("response") or {}
+    rows = [
+        ("case", record["case_id"]),
+        ("question", item["question"]),
+        ("prompt", f"{record['prompt']} (sha256 {item['prompt_sha256']})"),
+        ("model", _model(record["model"], specs)),
+        ("endpoint", _described(item["endpoint"])),
+        ("provider-reported model", response.get("model")),
+        ("request id", response.get("request_id")),
+        ("stop reason", response.get("stop_reason")),
+        ("started", record.get("started_at")),
+        ("latency", f"{record['latency_ms']} ms" if record.get("latency_ms") is not None else None),
+        ("attempts", record.get("attempts")),
+    ]
+    if record.get("raw"):
+        rows.append(("raw output", f"{record['raw']['bytes']} bytes, sha256 {record['raw']['sha256']}"))
+    if record.get("error"):
+        rows.append(("error", f"{record['error']['kind']}: {record['error']['message']}"))
+    out = ["", f"## {record['sample_id']}", "", "| field | value |", "|---|---|"]
+    out += [f"| {k} | {_cell(v)} |" for k, v in rows]
+    if record.get("header"):
+        out += ["", "Header classification:", "", "```json", dumps_pretty(record["header"]), "```"]
+    out += _passages(item["retrieval"])
+    if raw_visible is not None:
+        fence = _fence(raw_visible)
+        out += [
+            "",
+            "Raw output with invisible characters shown:",
+            "",
+            fence + "text",
+            raw_visible,
+            fence,
+            "",
+            f"Exact bytes: `raw/{record['sample_id']}.txt` in the run directory, or base64:",
+            "",
+            "```",
+            item["raw_base64"],
+            "```",
+        ]
+    return out
+
+
+def _passages(retrieval: dict[str, Any] | None) -> list[str]:
+    """The passages a sample was given, or that none were, or why the retrieval failed."""
+    if not retrieval:
+        return []
+    out = ["", "Retrieved passages:", ""]
+    out += [
+        f"{i}. `{p['id']}`" + (f" (score {p['score']})" if p.get("score") is not None else "")
+        for i, p in enumerate(retrieval["passages"], 1)
+    ]
+    if not retrieval["passages"] and not retrieval.get("error"):
+        out.append("(nothing was retrieved)")
+    if retrieval.get("error"):
+        out.append(f"Retrieval failed: {retrieval['error']}")
+    return out

@@ -16,11 +16,11 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from ..comparison.selectors import parse_selector, select_arm
 from ..counts import CountsTable, build_counts, merged_samples
 from ..errors import InputError
 from ..jsonio import dumps_pretty
 from ..tokens import STOPWORDS
-from .compare import parse_selector, select_arm
 
 # A word, with the inner dots, apostrophes, @ and hyphens of e-mail addresses and contractions.
 WORD = re.compile(r"\w+(?:[.'’@+-]\w+)*")

@@ -1,5 +1,7 @@
-"""Which arms `probe compare A B` compares: one arm against one, or, when A and B are two runs,
-each arm of A against the arm of the same name in B (one row per pair, one family).
+"""Which arms `probe compare A B` compares: one against one, or two runs' arms paired by name.
+
+When A and B are two runs, each arm of A is compared with the arm of the same name in B (one row
+per pair, one family).
 
 An arm's name is what tells it apart in its run: its prompt, its model, or both. Arms pair on
 the full name (prompt and model) when that pairs the most; otherwise on the prompt alone or the
