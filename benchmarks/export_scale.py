@@ -6,7 +6,6 @@ on synthetic runs (benchmarks/synthetic.py) whose raw outputs exist.
 """
 
 import argparse
-import os
 import subprocess
 import sys
 import tempfile
@@ -19,19 +18,9 @@ from synthetic import make_run  # noqa: E402
 OUTPUT = "[[ANSWER]]\nThe Team plan is $20 per user per month [1]. =SUM(A1) stays text in a spreadsheet.\n"
 
 
-LINKS_PER_FILE = 50_000  # below a file system's limit of hard links to one file (ext4: 65,000)
-
-
 def make_run_with_outputs(path: Path, samples: int) -> Path:
-    """A synthetic run whose every raw output exists (a few files, hard-linked per sample)."""
-    run = make_run(path, samples)
-    for index, line in enumerate((run / "samples.jsonl").read_bytes().splitlines()):
-        source = path / "raw" / f"_output-{index // LINKS_PER_FILE}.txt"
-        if index % LINKS_PER_FILE == 0:
-            source.write_text(OUTPUT, encoding="utf-8")
-        sample_id = line.split(b'"sample_id":"', 1)[1].split(b'"', 1)[0].decode()
-        os.link(source, run / "raw" / f"{sample_id}.txt")
-    return run
+    """A synthetic run whose every raw output exists (in its pack, as a run writes them)."""
+    return make_run(path, samples, output=OUTPUT)
 
 
 # The command in a fresh interpreter that reports its own peak memory (VmHWM) as it exits: the

@@ -66,8 +66,12 @@ def run_manifest(
     }
 
 
-def make_run(path: Path, samples: int, cases: int = 20, arms: int = 2, seed: int = 1) -> Path:
-    """A complete run of `samples` samples over `cases` cases and `arms` prompts."""
+def make_run(
+    path: Path, samples: int, cases: int = 20, arms: int = 2, seed: int = 1, output: str | None = None
+) -> Path:
+    """A complete run of `samples` samples over `cases` cases and `arms` prompts; with `output`,
+    each sample's raw text is that text, in a pack (raw/pack-000001.bin, raw/index.jsonl) as a
+    run writes it; without, the records point at raw files that do not exist."""
     path.mkdir(parents=True, exist_ok=True)
     (path / "raw").mkdir(exist_ok=True)
     case_ids = [f"case-{i:03d}" for i in range(cases)]
@@ -90,6 +94,10 @@ def make_run(path: Path, samples: int, cases: int = 20, arms: int = 2, seed: int
     probeset = parse_probeset(source.encode(), Path("synthetic.toml"))
     settings = CheckSettings.from_dict(manifest["checks"])
     recorded_outcomes = {}  # what the executor records with each sample, per (case, header)
+    data = output.encode("utf-8") if output is not None else b""
+    digest = hashlib.sha256(data).hexdigest()
+    pack = open(path / PACK, "wb") if output is not None else None
+    index = open(path / "raw" / "index.jsonl", "wb") if output is not None else None
     with open(path / "samples.jsonl", "wb") as out:
         for repeat in range(1, repeats + 1):
             for i, case_id in enumerate(case_ids):
@@ -121,6 +129,7 @@ def make_run(path: Path, samples: int, cases: int = 20, arms: int = 2, seed: int
                             "body": f"raw/{sid}.body",
                         },
                         "raw": {"path": f"raw/{sid}.txt", "sha256": "cd" * 32, "bytes": 412},
+                        **(packed(pack, index, sid, data, digest) if pack is not None else {}),
                         "header": header,
                         "checks": {"retrieval": {"ranks": {f"doc-{i % 7}": 1}}},
                         "error": None,
@@ -130,7 +139,21 @@ def make_run(path: Path, samples: int, cases: int = 20, arms: int = 2, seed: int
                         recorded_outcomes[key] = outcomes(record, probeset.cases[i], settings)
                     record["outcomes"] = recorded_outcomes[key]
                     out.write(dumps_line(record))
+    for handle in (pack, index):
+        if handle is not None:
+            handle.close()
     return path
+
+
+PACK = "raw/pack-000001.bin"
+
+
+def packed(pack, index, sid: str, data: bytes, digest: str) -> dict:
+    """Append one sample's text to the pack and the index; its record's `raw` and `response.body`."""
+    location = {"pack": PACK, "offset": pack.tell(), "bytes": len(data), "sha256": digest}
+    pack.write(data)
+    index.write(dumps_line({"sample_id": sid, "kind": "txt", **location}))
+    return {"raw": location}
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ from servers import LocalServer, Reply
 
 from promptprobe.cli import main
 from promptprobe.jsonio import read_jsonl
+from promptprobe.pack import read_raw
 
 PROMPT = str(ROOT / "prompts" / "always-header.md")
 PROBE = str(Path(sys.executable).parent / "probe")
@@ -64,9 +65,9 @@ def test_a_batch_sample_is_recorded_exactly_like_a_live_one(tmp_path):
         assert set(sample) - set(lived[sid]) == {"via", "batch"} and sample["via"] == "batch"
         assert sample["header"] == lived[sid]["header"] and sample["outcomes"] == lived[sid]["outcomes"]
         assert sample["attempts"] == 1 and sample["error"] is None
-        line = (batch_run_dir / sample["response"]["body"]).read_bytes()
+        line = read_raw(batch_run_dir, sample, "body")
         result = json.loads(line)  # the result line's own bytes are the sample's body
-        assert result["response"]["body"]["choices"][0]["message"]["content"] == (batch_run_dir / sample["raw"]["path"]).read_text()
+        assert result["response"]["body"]["choices"][0]["message"]["content"] == read_raw(batch_run_dir, sample).decode("utf-8")
     ledger = read_jsonl(batch_run_dir / "batches.jsonl")
     assert len(ledger) == 1 and ledger[0]["collected"] is True and sorted(ledger[0]["samples"]) == sorted(batched)
     assert ledger[0].keys() >= {"batch", "provider", "model", "samples", "submitted", "ended", "status"}

@@ -13,6 +13,7 @@ from promptprobe.demo import DemoServer, generate, load_behaviour
 from promptprobe.errors import InputError
 from promptprobe.jsonio import read_jsonl
 from promptprobe.models import parse_model_spec
+from promptprobe.pack import read_raw
 from promptprobe.providers import make_provider
 from promptprobe.providers.base import GenerationParams
 from promptprobe.retrievers.local import LocalRetriever
@@ -122,9 +123,9 @@ def test_probe_demo_end_to_end_from_any_directory(demo_run):
     samples = read_jsonl(run_dir / "samples.jsonl")
     assert len(samples) == 72 and all(s["error"] is None for s in samples)
     for sample in samples[:5]:
-        raw = (run_dir / sample["raw"]["path"]).read_bytes()
+        raw = read_raw(run_dir, sample)
         assert sample["raw"]["bytes"] == len(raw)
-        body = json.loads((run_dir / sample["response"]["body"]).read_bytes())
+        body = json.loads(read_raw(run_dir, sample, "body"))
         assert body["choices"][0]["message"]["content"].encode() == raw
         assert sample["checks"]["filter"]["status"] in ("answered", "no_answer")  # production's filter ran
     retrievals = read_jsonl(run_dir / "retrievals.jsonl")
@@ -159,7 +160,7 @@ def test_probe_demo_batch_takes_the_batch_path_offline_with_the_same_results(dem
     assert len(ledger) == 1 and ledger[0]["collected"] and len(ledger[0]["samples"]) == 72
     samples = read_jsonl(run_dir / "samples.jsonl")
     assert len(samples) == 72 and all(s["error"] is None and s["via"] == "batch" for s in samples)
-    line = json.loads((run_dir / samples[0]["response"]["body"]).read_bytes())  # the result line's bytes
+    line = json.loads(read_raw(run_dir, samples[0], "body"))  # the result line's bytes
     place = ledger[0]["samples"].index(samples[0]["sample_id"])  # its place in the batch, after the batch's prefix
     assert line["custom_id"] == f"{ledger[0]['ids']}p{place}"
     assert line["response"]["status_code"] == 200

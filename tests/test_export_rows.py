@@ -18,6 +18,7 @@ from click.testing import CliRunner
 from conftest import ROOT
 from servers import LocalServer, Reply
 
+import promptprobe
 from promptprobe.cli import SUFFIX_FORMATS, main
 from promptprobe.views.rows import FORMULA_START, iter_rows, neutralise
 
@@ -86,7 +87,7 @@ def test_the_csv_export_has_readable_columns_and_neutralised_formulas(run_dir, t
     assert first["model_spec"].startswith("openai:m@http://127.0.0.1:") and first["endpoint"].endswith("/v1")
     assert first["endpoint_from"] == "spec"
     assert first["output"] == OUTPUTS["plain"] and first["header"] == "present"
-    raw = (run_dir / "raw" / f"{first['sample_id']}.txt").read_bytes()
+    raw = promptprobe.load(run_dir).raw(first["sample_id"])
     assert first["raw_sha256"] == hashlib.sha256(raw).hexdigest()
     assert first["header_present"] == "1" and first["declared_correct"] == "1"
     assert rows["eq"]["declared_correct"] == ""  # no `expect`: the metric does not apply

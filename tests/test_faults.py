@@ -30,6 +30,7 @@ from promptprobe.engine.run import RunOptions, run_probe
 from promptprobe.engine.store import load_manifest
 from promptprobe.jsonio import read_jsonl
 from promptprobe.models import parse_model_spec
+from promptprobe.pack import read_raw
 from promptprobe.probeset import load_probeset
 from promptprobe.prompts import load_prompt
 from promptprobe.providers.base import GenerationParams
@@ -84,7 +85,7 @@ def test_a_stream_cut_before_its_final_event_is_truncated_and_retried(tmp_path, 
     assert sample["error"] is None and sample["attempts"] == 2
     assert sample["attempts_log"][0]["kind"] == "truncated"
     assert "ended before its final event" in sample["attempts_log"][0]["message"]
-    assert (run / sample["raw"]["path"]).read_bytes() == b"[[ANSWER]]\nThe whole answer."
+    assert read_raw(run, sample) == b"[[ANSWER]]\nThe whole answer."
 
 
 def test_a_stream_that_is_always_cut_fails_as_truncated(tmp_path):
@@ -286,7 +287,7 @@ def test_a_null_completion_is_empty_not_absent(tmp_path):
         run, (sample,) = probe(tmp_path, server)
     assert sample["header"]["header"] == "empty"
     assert sample["response"]["refusal"] == "I can't help with that." and sample["response"]["content"] is None
-    assert (run / sample["raw"]["path"]).read_bytes() == b""
+    assert read_raw(run, sample) == b""
     from promptprobe.views.report import build_report
 
     (arm,) = build_report(run)["arms"]
@@ -381,13 +382,13 @@ def test_a_lone_surrogate_in_a_reply_is_kept_and_every_json_view_reads_it(tmp_pa
     with LocalServer(lambda r: Reply(body=body)) as server:
         run, (sample,) = probe(tmp_path, server)
     assert sample["error"] is None
-    assert (run / sample["raw"]["path"]).read_bytes() == "[[ANSWER]]\nx\ud800y".encode("utf-8", "surrogatepass")
+    assert read_raw(run, sample) == "[[ANSWER]]\nx\ud800y".encode("utf-8", "surrogatepass")
     shown = CliRunner().invoke(main, ["show", str(run), "--format", "json"])
     exported = CliRunner().invoke(main, ["export", str(run), "--format", "json"])
     assert shown.exit_code == 0 and exported.exit_code == 0, shown.output + exported.output
     assert json.loads(shown.stdout)["samples"][0]["text"] == "[[ANSWER]]\nx\ufffd\ufffd\ufffdy"
     (item,) = json.loads(exported.stdout)["samples"]
-    assert base64.b64decode(item["raw_base64"]) == (run / sample["raw"]["path"]).read_bytes()
+    assert base64.b64decode(item["raw_base64"]) == read_raw(run, sample)
 
 
 def test_a_lone_surrogate_in_a_retrieved_passage_is_sent_and_recorded_alike(tmp_path):

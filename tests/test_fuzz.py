@@ -20,6 +20,7 @@ from promptprobe.config import load_config
 from promptprobe.engine.run import RunOptions, run_probe
 from promptprobe.jsonio import read_jsonl
 from promptprobe.models import parse_model_spec
+from promptprobe.pack import read_raw
 from promptprobe.probeset import load_probeset
 from promptprobe.prompts import load_prompt
 from promptprobe.providers import make_provider
@@ -170,7 +171,7 @@ def test_a_run_through_random_replies_records_every_sample(tmp_path_factory, pro
         assert sorted(s["sample_id"] for s in samples) == [f"c{i}.r1.a1" for i in range(3)]
         for sample in samples:
             if sample["error"] is None:  # a success is an answer that was read, with its bytes
-                raw = (outcome.path / sample["raw"]["path"]).read_bytes()
+                raw = read_raw(outcome.path, sample)
                 assert sample["raw"]["bytes"] == len(raw)
         runs.append(outcome.path)
 
@@ -381,7 +382,7 @@ def test_random_fault_scenarios_end_in_a_documented_state(tmp_path_factory, scri
             assert sorted(ids) == sorted(f"c{i}.r1.a1" for i in range(4))
         for sample in samples:
             if sample["error"] is None:
-                assert (run / sample["raw"]["path"]).read_bytes().startswith(b"[[ANSWER]]")
+                assert read_raw(run, sample).startswith(b"[[ANSWER]]")
         written = b"".join(p.read_bytes() for p in run.rglob("*") if p.is_file())
         assert KEY.encode() not in written and KEY[:20].encode() not in written
 

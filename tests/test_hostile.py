@@ -21,6 +21,7 @@ from promptprobe.config import load_config
 from promptprobe.engine.run import RunOptions, run_probe
 from promptprobe.jsonio import read_jsonl
 from promptprobe.models import parse_model_spec
+from promptprobe.pack import read_raw
 from promptprobe.probeset import load_probeset
 from promptprobe.prompts import load_prompt
 from promptprobe.providers.base import GenerationParams
@@ -288,7 +289,7 @@ def test_a_key_spelled_across_stream_events_withholds_the_body(tmp_path):
     assert sample["error"] is None
     assert sample["response"]["body"] is None
     assert sample["response"]["body_withheld"] == "a secret was spelled across several stream events"
-    raw = (outcome.path / sample["raw"]["path"]).read_text()
+    raw = read_raw(outcome.path, sample).decode("utf-8")
     assert raw == "[[ANSWER]]\nthe key is [ANTHROPIC_API_KEY removed]"
     assert no_trace_of(KEY, everything_written(outcome.path))
 

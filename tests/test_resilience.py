@@ -17,6 +17,7 @@ from servers import LocalServer, Reply
 from promptprobe.cli import main
 from promptprobe.engine.store import run_state
 from promptprobe.jsonio import read_jsonl
+from promptprobe.pack import read_raw
 
 PROMPT = str(ROOT / "prompts" / "always-header.md")
 PROBE = str(Path(sys.executable).parent / "probe")
@@ -225,7 +226,7 @@ def test_a_file_size_limit_mid_run_stops_cleanly_with_nothing_torn(tmp_path):
     samples = read_jsonl(run / "samples.jsonl")  # every line whole
     assert (run / "samples.jsonl").read_bytes().endswith(b"\n")
     for sample in samples:
-        assert len((run / sample["raw"]["path"]).read_bytes()) == sample["raw"]["bytes"]
+        assert len(read_raw(run, sample)) == sample["raw"]["bytes"]
 
 
 def test_a_full_disk_stops_cleanly(tmp_path):

@@ -15,6 +15,7 @@ from promptprobe.config import load_config
 from promptprobe.engine.run import ProbeRun, RunOptions, run_probe
 from promptprobe.jsonio import read_jsonl
 from promptprobe.models import parse_model_spec
+from promptprobe.pack import read_raw
 from promptprobe.probeset import load_probeset
 from promptprobe.prompts import load_prompt
 from promptprobe.providers import make_provider
@@ -67,12 +68,12 @@ def test_raw_outputs_are_byte_identical(tmp_path, monkeypatch, retrieval_server,
     samples = {s["case_id"]: s for s in read_jsonl(outcome.path / "samples.jsonl")}
     for name, text in TRICKY.items():
         sample = samples[name]
-        raw = (outcome.path / sample["raw"]["path"]).read_bytes()
+        raw = read_raw(outcome.path, sample)
         assert raw == text.encode("utf-8")
         assert sample["raw"]["bytes"] == len(text.encode("utf-8"))
         assert sample["header"]["header"] == EXPECTED_HEADER[name]
         assert sample["attempts"] == 1 and sample["error"] is None
-        body = (outcome.path / sample["response"]["body"]).read_bytes()
+        body = read_raw(outcome.path, sample, "body")
         if stream:
             assert body.startswith(b"event: message_start" if provider == "anthropic" else b"data: {")
         else:
@@ -338,7 +339,7 @@ def test_provider_down_mid_run_keeps_recorded_samples(tmp_path):
     samples = read_jsonl(outcome.path / "samples.jsonl")
     assert [s["error"] is None for s in samples] == [True, True, False, False]
     assert all(s["error"]["kind"] == "connection" for s in samples[2:])
-    assert (outcome.path / samples[0]["raw"]["path"]).read_bytes() == b"[[ANSWER]]\nok"
+    assert read_raw(outcome.path, samples[0]) == b"[[ANSWER]]\nok"
 
 
 def test_cancel_marks_the_run_interrupted_and_keeps_samples(tmp_path):
@@ -362,7 +363,7 @@ def test_cancel_marks_the_run_interrupted_and_keeps_samples(tmp_path):
     assert manifest["counts"]["recorded"] == 2
     samples = read_jsonl(outcome.path / "samples.jsonl")
     assert len(samples) == 2
-    assert all((outcome.path / s["raw"]["path"]).read_bytes() == b"[[ANSWER]]\nok" for s in samples)
+    assert all(read_raw(outcome.path, s) == b"[[ANSWER]]\nok" for s in samples)
 
 
 def test_keyboard_interrupt_in_the_main_thread_finishes_the_manifest(tmp_path, request):

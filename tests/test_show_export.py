@@ -11,6 +11,7 @@ from click.testing import CliRunner
 from conftest import ROOT, write_probeset
 from servers import LocalServer, Reply, openai_body
 
+import promptprobe
 from promptprobe.cli import main
 from promptprobe.config import load_config
 from promptprobe.engine.run import RunOptions, run_probe
@@ -156,7 +157,7 @@ def test_show_and_export_name_the_bytes_that_are_not_utf8(tmp_path):
         run = run_probe(probeset, [load_prompt(ROOT / "prompts" / "always-header.md")],
                         [parse_model_spec(f"openai:m@{server.url}/v1")], load_config(None),
                         RunOptions(runs_dir=tmp_path / "runs")).path
-    data = (run / "raw" / "cut.r1.a1.txt").read_bytes()
+    data = promptprobe.load(run).raw("cut.r1.a1")
     assert data == b"[[ANSWER]]\nemoji cut \xed\xa0\xbd"
     named = "emoji cut ⟨byte 0xED not UTF-8⟩⟨byte 0xA0 not UTF-8⟩⟨byte 0xBD not UTF-8⟩␄"
     shown = CliRunner().invoke(main, ["show", str(run)])

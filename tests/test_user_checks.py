@@ -24,6 +24,7 @@ from promptprobe.cli import main
 from promptprobe.config import load_config
 from promptprobe.errors import InputError
 from promptprobe.jsonio import read_jsonl
+from promptprobe.pack import read_raw
 
 PROBE = str(Path(sys.executable).parent / "probe")
 
@@ -199,7 +200,7 @@ def test_a_check_that_raises_is_that_metrics_error_and_classify_runs_the_fix(tmp
         assert "raised KeyError: 'missing'" in message and f"{module}.py, line" in message
         assert sample["outcomes"]["apologised"] is False  # its unfavourable outcome
         assert "header_present" in sample["outcomes"]  # the other metrics are recorded
-        assert (run_dir / sample["raw"]["path"]).read_bytes()  # the raw output stays
+        assert read_raw(run_dir, sample)  # the raw output stays
     report = json.loads(CliRunner().invoke(main, ["report", str(run_dir), "--json"]).stdout)
     for arm in report["arms"]:
         assert arm["metrics"]["apologised"]["errors"] == 3 and arm["metrics"]["apologised"]["k"] == 0
@@ -354,7 +355,7 @@ def test_whatever_your_check_does_is_that_metrics_error_never_the_runs(tmp_path)
             assert ok, (name, errors.get(name), sample["checks"]["user"].get(name))
         handled += 1
     for sample in samples:
-        assert sample["error"] is None and (run_dir / sample["raw"]["path"]).read_bytes()
+        assert sample["error"] is None and read_raw(run_dir, sample)
         assert sample["header"]["header"] == "present" and sample["outcomes"]["header_present"] is True
     arm = result["report"]["arms"][0]
     failing = [name for name, (_, said) in FAULTS.items() if said]

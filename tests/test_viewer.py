@@ -20,6 +20,7 @@ from promptprobe.cli import main
 from promptprobe.config import load_config
 from promptprobe.engine.run import RunOptions, run_probe
 from promptprobe.models import parse_model_spec
+from promptprobe.pack import read_raw
 from promptprobe.probeset import load_probeset
 from promptprobe.prompts import load_prompt
 
@@ -179,14 +180,14 @@ def test_a_tampered_raw_path_is_not_followed(runs, tmp_path):
     (tmp_path / "secret.txt").write_text("top secret")
     samples = copy / ab / "samples.jsonl"
     lines = [json.loads(line) for line in samples.read_text().splitlines()]
-    lines[0]["raw"]["path"] = "../../secret.txt"
+    lines[0]["raw"] = {"path": "../../secret.txt"}  # a record of a run written before packs
     samples.write_text("".join(json.dumps(line) + "\n" for line in lines))
     with TestClient(create_app(copy, warm=False), base_url="http://127.0.0.1") as client:
         sample, case = lines[0]["sample_id"], lines[0]["case_id"]
         arm = 1 if lines[0]["prompt"] == "old" else 2
         assert client.get(f"/runs/{ab}/raw/{sample}?arm={arm}&case={case}").status_code == 404
         page = client.get(f"/runs/{ab}/cases/{case}?arm={arm}").text
-        assert "top secret" not in page and "outside the run directory" in page
+        assert "top secret" not in page and "missing, damaged or not the sample" in page
 
 
 def test_only_get_is_answered_and_nothing_is_written(client, runs):
@@ -235,7 +236,7 @@ def test_downloads_are_the_exact_bytes_and_the_export_file(client, runs, tmp_pat
     for sample in samples:
         answer = client.get(f"/runs/{hostile}/raw/{sample['sample_id']}?arm=1&case={sample['case_id']}")
         assert answer.status_code == 200
-        assert answer.content == (folder / hostile / sample["raw"]["path"]).read_bytes()
+        assert answer.content == read_raw(folder / hostile, sample)
         assert answer.headers["x-raw-sha256"] == sample["raw"]["sha256"]
         assert answer.headers["content-disposition"] == f'attachment; filename="{sample["sample_id"]}.txt"'
         assert client.get(f"/runs/{hostile}/raw/{sample['sample_id']}").content == answer.content  # no hint

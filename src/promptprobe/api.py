@@ -177,6 +177,24 @@ class Run:
         load_manifest(self.path)  # a run deleted since load() is an error, not a run of no samples
         return iter_samples(self.path)
 
+    def raw(self, sample: str | dict[str, Any], kind: str = "txt") -> bytes:
+        """A sample's exact bytes: its output text (`txt`), the provider's response `body`, or the
+        `request` as sent; `sample` is a sample id or a record from samples(). Read from the run's
+        pack (or the raw/ files of a run written before packs); RawUnreadable when they cannot be
+        given as recorded."""
+        from .pack import RawReader
+
+        record = sample if isinstance(sample, dict) else self._record(sample)
+        return RawReader(self.path).read(record, kind)
+
+    def _record(self, sample_id: str) -> dict[str, Any]:
+        from .errors import InputError
+
+        for record in self.samples():
+            if record["sample_id"] == sample_id:
+                return record
+        raise InputError(f"{self.path}: no sample {sample_id!r} in this run")
+
     def report(self, **options: Any) -> Report:
         return report(self.path, **options)
 

@@ -1,7 +1,7 @@
 """Classifying files, and reclassifying recorded runs offline from their raw bytes.
 
 A reclassification re-runs every check on every sample (no network call: the passages come
-from retrievals.jsonl, the text from raw/) with the run's settings or new ones, and is written
+from retrievals.jsonl, the text from the raw pack) with the run's settings or new ones, and is written
 as `classifications/N.jsonl` beside the earlier ones (each with the settings that made it).
 Report and compare use the latest unless told otherwise. Asking again with identical settings
 and unchanged production code (the files of the functions the checks import) reuses the
@@ -30,6 +30,7 @@ from .engine.store import RunStore, load_manifest, utc_now
 from .errors import InputError
 from .jsonio import iter_jsonl
 from .models import model_of
+from .pack import RawReader
 from .paths import is_file
 from .probeset import parse_probeset
 from .providers import protect_keys
@@ -133,6 +134,7 @@ def reclassify_run(run_dir: Path, settings: CheckSettings | None = None) -> dict
         moved: Counter = Counter()
         changed: Counter = Counter()
         total = 0
+        reader = RawReader(run_dir)
         for sample in merged_samples(run_dir, previous, lambda message: None):
             if sample.get("raw") is None:
                 continue  # no output: nothing to classify (the failure stays what it was)
@@ -140,7 +142,7 @@ def reclassify_run(run_dir: Path, settings: CheckSettings | None = None) -> dict
             if case is None:
                 continue
             total += 1
-            raw = (run_dir / sample["raw"]["path"]).read_bytes().decode("utf-8", "surrogateescape")
+            raw = reader.read(sample).decode("utf-8", "surrogateescape")  # RawUnreadable: one sentence
             response = sample.get("response") or {}
             text = None if response.get("content", "") is None else raw
             got = passages.get((case.id, sample["repeat"]), [])

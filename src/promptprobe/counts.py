@@ -36,7 +36,7 @@ from .endpoints import Endpoint
 from .engine.cost import PriceMatch, PriceTable, load_prices, split_usage
 from .engine.store import iter_samples, load_manifest, run_state, sample_problem
 from .errors import InputError
-from .jsonio import iter_jsonl, loads
+from .jsonio import content_end, iter_jsonl, loads, nul_tail_warning
 from .models import model_of
 from .probeset import Case, ProbeSet, parse_probeset
 
@@ -202,11 +202,15 @@ def build_counts(
     table, counter = _start(run_dir, classification, top_k)
     number = table.classification
     samples_path = run_dir / "samples.jsonl"
-    size = samples_path.stat().st_size if samples_path.is_file() else 0
+    size = _data_size(samples_path)
     processes = min(MAX_PROCESSES, os.cpu_count() or 1)
     # Forking is safe only without other threads (a finished run's abandoned workers may hold locks).
     if number is None and size > PARALLEL_BYTES and processes > 1 and threading.active_count() == 1:
-        _count_in_parallel(counter, samples_path, size, processes, warn)
+        if not _count_in_parallel(counter, samples_path, size, processes, warn):
+            table, counter = _start(run_dir, classification, top_k)  # a sample twice: counted in order
+            warnings.clear()
+            for sample in merged_samples(run_dir, number, warn):
+                counter.feed(sample, warn)
     else:
         for sample in merged_samples(run_dir, number, warn):
             counter.feed(sample, warn)
@@ -214,6 +218,15 @@ def build_counts(
     table.sequential = list(iter_jsonl(run_dir / "sequential.jsonl", warn))
     table.warnings = warnings
     return table
+
+
+def _data_size(path: Path) -> int:
+    """The bytes of a JSON-lines file before any tail of NULs (0 when there is no file)."""
+    try:
+        with open(path, "rb") as handle:
+            return content_end(handle)
+    except OSError:
+        return 0
 
 
 def finished_copy(table: CountsTable) -> CountsTable:
@@ -375,7 +388,8 @@ class LiveCounts:
         table, counter = self._table, self._counter
         assert table is not None and counter is not None
         path = self.run_dir / "samples.jsonl"
-        size = path.stat().st_size if path.is_file() else 0
+        whole_size = path.stat().st_size if path.is_file() else 0
+        size = _data_size(path) if whole_size else 0  # a NUL tail is never read
         offset = self._lines.offset
         # Cut back (a resume repaired a torn tail), or a reclassified run that grew (its overlay is
         # read in step with the samples, from the start): count it over.
@@ -408,6 +422,8 @@ class LiveCounts:
                 else:
                     self._feed(io.BytesIO(rest + b"\n"), len(rest) + 1, table.classification)
                     lines.offset -= 1  # the newline added here is not in the file
+        if size < whole_size and state != "running":
+            warnings.append(nul_tail_warning(path, size, whole_size))
         self._left = max(0, size - lines.offset - len(rest))
         table.sequential = list(iter_jsonl(self.run_dir / "sequential.jsonl", warnings.append))
         warnings = self._fed_warnings + warnings
@@ -517,6 +533,7 @@ class _Counter:
             arm.headers = {case_id: Counter() for case_id in cases}
             arm.patterns = {case_id: Counter() for case_id in cases}
         price_of = _pricer(load_prices(manifest.get("prices") or {}), manifest)
+        self.duplicates = 0  # samples seen again (a hand-edited or damaged file): not counted twice
         self.slots = {
             (arm.prompt, arm.model, case_id): _Slot(
                 arm, case, applicable[case_id], price_of(arm.model), overridden, table.pattern_metrics
@@ -534,6 +551,16 @@ class _Counter:
                 "ignored"
             )
             return
+        repeat = sample["repeat"]
+        if repeat in slot.repeats:
+            self.duplicates += 1
+            if self.duplicates == 1:
+                warn(
+                    f"{table.run}: sample {sample['sample_id']} is in samples.jsonl more than once: each "
+                    "sample is counted once (probe verify lists every duplicate)"
+                )
+            return
+        slot.repeats.add(repeat)
         table.recorded += 1
         slot.count(sample, table.settings, table.check_applies)
         retrieval = sample.get("retrieval")
@@ -667,14 +694,14 @@ def _line_ranges(path: Path, size: int, parts: int) -> list[tuple[int, int]]:
 
 def _count_range(
     counter: _Counter, path: Path, start: int, end: int, last: bool
-) -> tuple[dict[str, Any], list[str]]:
+) -> tuple[dict[str, Any], list[str], list[tuple[Any, list[int]]]]:
     """Count the lines that start within [start, end), streaming them."""
     warnings: list[str] = []
     with open(path, "rb") as handle:
         handle.seek(start)
         position = start
         while position < end:
-            line = handle.readline()
+            line = handle.readline(end - position)  # ranges start at line starts: a line ends by `end`
             if not line:
                 break
             position += len(line)
@@ -693,17 +720,20 @@ def _count_range(
             if problem is not None:
                 raise InputError(f"{path}: the line at byte {position - len(line)} {problem}")
             counter.feed(sample, warnings.append)
-    return _partial(counter.table), warnings
+    seen = [(key, list(slot.repeats)) for key, slot in counter.slots.items() if slot.repeats]
+    return _partial(counter.table), warnings, seen
 
 
 def _count_in_parallel(
     counter: _Counter, path: Path, size: int, processes: int, warn: Callable[[str], None]
-) -> None:
+) -> bool:
+    """Count in parts; False when one sample is in two parts (the caller then counts in order)."""
     import multiprocessing
 
     ranges = _line_ranges(path, size, processes)
     context = multiprocessing.get_context("fork")  # each child starts from this counter, unpickled
     children = []
+    twice = False
     for index, (start, end) in enumerate(ranges):
         receive, send = context.Pipe(duplex=False)
         child = context.Process(
@@ -720,10 +750,17 @@ def _count_in_parallel(
         child.join()
         if outcome == "error":
             raise InputError(payload)
-        part, warnings = payload
+        part, warnings, seen = payload
         _add_partial(counter.table, part)
         for message in warnings:
             warn(message)
+        for key, repeats in seen:
+            counted = counter.slots[key].repeats
+            before = len(counted) + len(repeats)
+            counted.update(repeats)
+            if len(counted) < before:
+                twice = True
+    return not twice
 
 
 def _child(send: Any, counter: _Counter, path: Path, start: int, end: int, last: bool) -> None:
@@ -777,6 +814,7 @@ class _Slot:
         self.width = len(order)
         self.price = price
         self.cells = []
+        self.repeats: set[int] = set()  # counted already: a sample is counted once
         for name, metric in metrics:
             cell = arm.metrics[name].setdefault(case.id, [0, 0, 0])
             # The recorded outcome stands unless a setting it depends on is changed for this report.

@@ -5,6 +5,8 @@ Readers of JSON-lines files stream them, and ignore a torn last line (a crash mi
 with a warning instead of refusing the whole run.
 """
 
+import errno
+import os
 import re
 import sys
 from collections.abc import Callable, Iterator
@@ -60,6 +62,60 @@ def warn(message: str) -> None:
     print(neutralised(SCRUBBER.text(f"warning: {message}")), file=sys.stderr)
 
 
+CHUNK = 1 << 20
+
+
+def content_end(handle: Any) -> int:
+    """Where a file's content ends before a tail of NUL bytes (a power loss after the size grew,
+    or `truncate -s +N`): a hole at the end is skipped without reading it, NULs written out are
+    read back a chunk at a time, so this is quick and takes little memory whatever the tail."""
+    fd = handle.fileno()
+    end = os.fstat(fd).st_size
+    was = os.lseek(fd, 0, os.SEEK_CUR)  # SEEK_DATA moves the offset the handle relies on
+    try:
+        # The last data segment's end: a sparse tail reads as NULs and need not be read.
+        data_end, position = 0, 0
+        while position < end:
+            try:
+                start = os.lseek(fd, position, os.SEEK_DATA)
+            except OSError as exc:
+                if exc.errno != errno.ENXIO:
+                    raise
+                break  # nothing but a hole from `position` on
+            position = data_end = os.lseek(fd, start, os.SEEK_HOLE)
+        end = min(end, data_end)
+    except OSError:
+        pass  # a file system without SEEK_DATA: the NULs are read instead
+    finally:
+        os.lseek(fd, was, os.SEEK_SET)
+    size = 4096  # the common case: the last byte is a newline
+    while end > 0:
+        size = min(end, size)
+        kept = os.pread(fd, size, end - size).rstrip(b"\0")
+        if kept:
+            return end - size + len(kept)
+        end, size = end - size, CHUNK
+    return 0
+
+
+def nul_tail_warning(path: Path, end: int, size: int) -> str:
+    return (
+        f"{path}: its last {size - end} bytes are NUL (written over by a crash or a power loss) "
+        "and are ignored; probe run --resume cuts them"
+    )
+
+
+def _lines(handle: Any, end: int) -> Iterator[bytes]:
+    """The lines of `handle` up to byte `end` (the last may lack its newline)."""
+    position = 0
+    while position < end:
+        line = handle.readline(end - position)
+        if not line:
+            return
+        position += len(line)
+        yield line
+
+
 def iter_jsonl(
     path: Path,
     on_warning: Callable[[str], None] = warn,
@@ -81,7 +137,10 @@ def iter_jsonl(
     with open(path, "rb") as handle:
         previous: bytes | None = None
         number = 0
-        for line in handle:
+        end, size = content_end(handle), os.fstat(handle.fileno()).st_size
+        if end < size:
+            on_warning(nul_tail_warning(path, end, size))
+        for line in handle if end == size else _lines(handle, end):
             if previous is not None:
                 try:
                     yield loads(previous)

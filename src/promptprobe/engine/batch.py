@@ -17,6 +17,7 @@ from typing import Any
 
 from ..errors import ProbeError
 from ..jsonio import dumps_line, loads, warn
+from ..pack import REQUEST
 from ..providers.base import ProviderError
 from ..providers.batching import BatchState
 from .backend import Backend, Pass
@@ -123,7 +124,7 @@ class BatchScheduler(Backend):
             api = self.settings.apis[spec]
             items = []
             for pending in pendings:
-                messages = loads((self.store.path / "raw" / f"{pending.sample_id}.request.json").read_bytes())
+                messages = loads(self.store.read_bytes(pending.sample_id, REQUEST))
                 items.append((pending, dumps_line(api.body(messages))[:-1]))
             try:
                 self._send(spec, items)

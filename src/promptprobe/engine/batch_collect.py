@@ -79,7 +79,7 @@ class BatchCollector:
                 f"{failure.attempts} attempt(s): {failure.error}"
             ) from None
         if unmatched:
-            self.store.write_bytes(unmatched_file(entry["batch"]), b"\n".join(unmatched) + b"\n")
+            self.store.write_file(unmatched_file(entry["batch"]), b"\n".join(unmatched) + b"\n")
         return seen, len(unmatched)
 
 

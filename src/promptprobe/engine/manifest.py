@@ -114,9 +114,9 @@ def create_run_directory(
     store = RunStore.create(runs_dir, probeset.name, umask)
     try:
         store.reserve(2 * len(str(manifest)))
-        store.write_bytes("probeset.toml", probeset.source)
+        store.write_file("probeset.toml", probeset.source)
         for prompt in prompts:
-            store.write_bytes(prompt_copy(prompt), prompt.source)
+            store.write_file(prompt_copy(prompt), prompt.source)
         store.write_manifest(manifest)
     except BaseException:
         # Nothing was recorded yet: leave no half-made run directory behind.

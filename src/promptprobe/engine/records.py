@@ -1,5 +1,5 @@
 """Sample records, the same whichever back-end answered: the record's frame, the messages that
-were sent (kept as `raw/<sample_id>.request.json`), and a reply turned into its exact bytes, its
+were sent (kept in the run's pack as the sample's `request`), and a reply turned into its exact bytes, its
 header classification, its checks and its outcomes."""
 
 from typing import Any
@@ -7,6 +7,7 @@ from typing import Any
 from ..assemble import AssembleError, Assembler
 from ..checks import Check, CheckError, CheckSettings, SampleView, outcomes, run_checks
 from ..jsonio import dumps_pretty
+from ..pack import BODY, REQUEST, TEXT
 from ..prompts import fill
 from ..providers.base import Completion
 from ..redaction import SCRUBBER
@@ -92,7 +93,7 @@ class SampleRecords:
         except AssembleError as exc:
             record["error"] = {"kind": "assemble", "message": str(exc), "attempts": 0}
             return record, None
-        self.store.write_bytes(f"raw/{sid}.request.json", dumps_pretty(messages).encode("utf-8"))
+        self.store.write_bytes(sid, REQUEST, dumps_pretty(messages).encode("utf-8"))
         return record, messages
 
     def completed(
@@ -106,7 +107,7 @@ class SampleRecords:
             "usage": completion.usage,
             "request_id": completion.request_id,
             "model": completion.model,
-            "body": self.store.write_bytes(f"raw/{sid}.body", body)["path"] if body is not None else None,
+            "body": self.store.write_bytes(sid, BODY, body) if body is not None else None,
         }
         if withheld:
             response["body_withheld"] = withheld  # the text is kept (scrubbed); the wire bytes are not
@@ -117,7 +118,7 @@ class SampleRecords:
         record["response"] = response
         # The exact bytes the API returned, never stripped or re-encoded.
         text = completion.text or ""
-        record["raw"] = self.store.write_bytes(f"raw/{sid}.txt", text.encode("utf-8", "surrogatepass"))
+        record["raw"] = self.store.write_bytes(sid, TEXT, text.encode("utf-8", "surrogatepass"))
         view = SampleView(
             unit.case, completion.text, [p.to_dict() for p in passages], response, self.settings, {}
         )

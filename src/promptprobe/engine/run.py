@@ -19,6 +19,7 @@ from ..config import Precedence, RunSettings, TargetConfig, load_config, settle_
 from ..errors import InputError, ProbeError
 from ..jsonio import iter_jsonl, loads
 from ..models import ModelSpec, model_of
+from ..pack import INDEX
 from ..paths import typed
 from ..probeset import ProbeSet, parse_probeset
 from ..prompts import PromptVersion, check_prompts, prompt_from_bytes
@@ -358,7 +359,7 @@ class ResumedRun(ProbeRun):
         """Open the run, cut torn lines, set errored samples aside; what is done, what to reuse."""
         store = RunStore.open(self.path)
         self.store = store
-        for name in ("samples.jsonl", "retrievals.jsonl"):
+        for name in ("samples.jsonl", "retrievals.jsonl", INDEX):
             store.repair_tail(name)
         done: set[str] = set()
         kept_lines: list[bytes] = []

@@ -21,6 +21,7 @@ from typing import Any
 
 from ..errors import InputError, StartError
 from ..jsonio import dumps_line, dumps_pretty, iter_jsonl, loads, warn
+from ..pack import TEXT, PackWriter, RawReader
 from ..paths import is_file, shown
 from ..redaction import SCRUBBER
 
@@ -98,15 +99,77 @@ class RunLock:
             self.handle = None
 
 
+class GroupCommit:
+    """Appends JSON lines for many writer threads: one thread at a time syncs the packs, then
+    writes and fsyncs every line queued meanwhile, file by file; the others wait for it. A
+    caller returns once its lines are on disk, after the pack bytes they point to."""
+
+    def __init__(self, path: Path, packs: PackWriter, file_mode: int) -> None:
+        self.path = path
+        self.packs = packs
+        self.file_mode = file_mode
+        self.lock = threading.Condition()
+        self.closed = False
+        self.pending: list[tuple[str, bytes]] = []
+        self.queued = 0  # tickets handed out
+        self.done = 0  # tickets whose lines are written
+        self.committing = False
+        self.failures: dict[int, StorageError] = {}
+
+    def append(self, name: str, data: bytes) -> None:
+        with self.lock:
+            if self.closed:
+                raise StoreClosed(name)
+            self.pending.append((name, data))
+            ticket = self.queued = self.queued + 1
+            while self.committing and self.done < ticket:
+                self.lock.wait()
+            if self.done >= ticket:
+                failure = self.failures.pop(ticket, None)
+                if failure is not None:
+                    raise failure
+                return
+            self.committing = True
+            batch, self.pending = self.pending, []
+            last = self.queued
+        failure = None
+        try:
+            self._commit(batch)
+        except StorageError as exc:
+            failure = exc
+        finally:
+            with self.lock:
+                self.committing = False
+                self.done = last
+                if failure is not None:
+                    first = last - len(batch) + 1
+                    self.failures.update((t, failure) for t in range(first, last + 1) if t != ticket)
+                self.lock.notify_all()
+        if failure is not None:
+            raise failure
+
+    def _commit(self, batch: list[tuple[str, bytes]]) -> None:
+        try:
+            self.packs.sync()
+        except OSError as exc:
+            raise _storage_error(exc, self.path / "raw") from None
+        by_name: dict[str, list[bytes]] = {}
+        for name, data in batch:
+            by_name.setdefault(name, []).append(data)
+        for name, pieces in by_name.items():
+            _append_synced(self.path / name, b"".join(pieces), self.file_mode)
+
+
 class RunStore:
     """Writes one run directory."""
 
     def __init__(self, path: Path, umask: int = PRIVATE_UMASK) -> None:
         self.path = path
         self.umask = umask
-        self.lock = threading.Lock()  # between this process's writer threads
         self.run_lock = RunLock(path)  # between processes
         self.closed = False
+        self.packs = PackWriter(path, self.file_mode)
+        self.commits = GroupCommit(path, self.packs, self.file_mode)
 
     @property
     def file_mode(self) -> int:
@@ -136,6 +199,7 @@ class RunStore:
         self.run_lock.acquire(self.file_mode)
 
     def release(self) -> None:
+        self.packs.close()
         self.run_lock.release()
 
     # -- writes ----------------------------------------------------------------------------
@@ -181,47 +245,48 @@ class RunStore:
 
     def close_writes(self) -> None:
         """From now on sample writes are refused (StoreClosed): the run is being finished."""
-        with self.lock:
-            self.closed = True
+        with self.commits.lock:
+            self.closed = self.commits.closed = True
 
-    def write_bytes(self, relative: str, data: bytes) -> dict[str, Any]:
-        """A whole file, scrubbed of secrets; returns its path, sha256 and size."""
+    def write_file(self, relative: str, data: bytes) -> dict[str, Any]:
+        """A whole file of the run (a probe set or prompt copy), scrubbed of secrets; its path,
+        sha256 and size."""
         if self.closed:
             raise StoreClosed(relative)
         data = SCRUBBER.bytes(data)
         self._write_whole(self.path / relative, data, sync=False)
         return {"path": relative, "sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
 
+    def write_bytes(self, sample_id: str, kind: str, data: bytes) -> dict[str, Any]:
+        """A sample's blob of `kind` (txt, body, request, or a writer's own), scrubbed of secrets and
+        appended to the run's pack; its location {pack, offset, bytes, sha256}. It is durable once
+        a record written after it is (append_many syncs the packs first)."""
+        if self.closed:
+            raise StoreClosed(sample_id)
+        data = SCRUBBER.bytes(data)
+        try:
+            return self.packs.append(sample_id, kind, data)
+        except OSError as exc:
+            raise _storage_error(exc, self.path / (self.packs.name or "raw")) from None
+
+    def read_bytes(self, sample_id: str, kind: str) -> bytes:
+        """A blob this run wrote for a sample (a batch's request, to send it again)."""
+        location = self.packs.written.get((sample_id, kind))
+        record = {"sample_id": sample_id}
+        if location is not None:
+            self.packs.sync()  # the bytes may still sit in this process's queue of index lines
+            return RawReader(self.path).read({**record, "raw": location}, TEXT)
+        return RawReader(self.path).read(record, kind)
+
     def append(self, name: str, record: dict[str, Any]) -> None:
         """One JSON line, written whole and fsynced; on failure the file is cut back to before it."""
         self.append_many(name, [record])
 
     def append_many(self, name: str, records: list[dict[str, Any]]) -> None:
-        """Several JSON lines in one write and one fsync (a batch's results), cut back whole on failure."""
+        """Lines written whole and fsynced, after the pack bytes they point to; concurrent callers
+        share one commit (one fsync a file for all their lines). On failure each file is cut back."""
         data = b"".join(SCRUBBER.bytes(dumps_line(record)) for record in records)
-        path = self.path / name
-        with self.lock:
-            if self.closed:
-                raise StoreClosed(name)
-            try:
-                fd = self._open_file(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
-            except OSError as exc:
-                raise _storage_error(exc, path) from None
-            try:
-                size = os.fstat(fd).st_size
-                try:
-                    view = memoryview(data)
-                    while view:
-                        written = os.write(fd, view)
-                        if written <= 0:
-                            raise OSError(errno.ENOSPC, "short write")
-                        view = view[written:]
-                    os.fsync(fd)
-                except OSError as exc:
-                    os.ftruncate(fd, size)
-                    raise _storage_error(exc, path) from None
-            finally:
-                os.close(fd)
+        self.commits.append(name, data)
 
     def append_sample(self, record: dict[str, Any]) -> None:
         self.append("samples.jsonl", record)
@@ -234,6 +299,29 @@ class RunStore:
     def repair_tail(self, name: str) -> bool:
         """Cut a torn last line off a JSON-lines file before appending to it; True if cut."""
         return repair_tail(self.path / name)
+
+
+def _append_synced(path: Path, data: bytes, file_mode: int) -> None:
+    """Append `data` in whole writes and fsync; on failure the file is cut back to before it."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, file_mode)
+    except OSError as exc:
+        raise _storage_error(exc, path) from None
+    try:
+        size = os.fstat(fd).st_size
+        try:
+            view = memoryview(data)
+            while view:
+                written = os.write(fd, view)
+                if written <= 0:
+                    raise OSError(errno.ENOSPC, "short write")
+                view = view[written:]
+            os.fsync(fd)
+        except OSError as exc:
+            os.ftruncate(fd, size)
+            raise _storage_error(exc, path) from None
+    finally:
+        os.close(fd)
 
 
 def new_run_directory(

@@ -14,7 +14,8 @@ from typing import Any
 
 from ..counts import ArmCounts, CountsTable
 from ..errors import InputError
-from ..views.outputs import GROUPS_PER_PAGE, SAMPLE_ID, Indexed, groups_of, inline_segments, page_of, raw_path
+from ..pack import RawUnreadable, read_raw
+from ..views.outputs import GROUPS_PER_PAGE, LOG, SAMPLE_ID, Indexed, groups_of, inline_segments, page_of
 from ..views.overview import arms_of, compare_arms, run_overview, side_by_side
 from ..views.why import explain_scored, phrases, scored_samples
 from .runs import RunsDir, manifest_line
@@ -315,8 +316,9 @@ def raw_bytes(
         records = iter_jsonl(counts.run / "samples.jsonl", lambda message: None)
     for record in records:
         if record.get("sample_id") == sample_id and record.get("raw"):
-            path = raw_path(Path(counts.run), record["raw"])
-            if path is None:
-                raise NotFound(f"sample {sample_id}: its raw file is missing or outside the run directory")
-            return path.read_bytes(), record["raw"]
+            try:
+                return read_raw(Path(counts.run), record), record["raw"]
+            except RawUnreadable as exc:
+                LOG.warning("refused: %s", exc)  # one line: what was asked, and why it is not served
+                raise NotFound(f"sample {sample_id}: its output cannot be served as recorded") from None
     raise NotFound(f"no output of sample {sample_id!r} in run {run_id}")

@@ -7,6 +7,7 @@ format characters and a missing final newline spelled out) cut into pieces for a
 escape, with the header markers marked. Model outputs are untrusted text: nothing here is markup.
 """
 
+import logging
 import os
 import re
 from collections.abc import Callable, Iterable, Iterator
@@ -15,7 +16,10 @@ from typing import Any
 
 from ..counts import CountsTable, LiveCounts, merged_samples
 from ..jsonio import iter_jsonl, loads
+from ..pack import RawUnreadable, read_raw
 from .show import decoded, readable, visible_pieces
+
+LOG = logging.getLogger("promptprobe.viewer")
 
 GROUPS_PER_PAGE = 20
 SAMPLE_IDS_PER_GROUP = 50
@@ -71,18 +75,16 @@ def slim(sample: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def raw_path(run_dir: Path, raw: dict[str, Any] | None) -> Path | None:
-    """A sample's raw file, only when it lies inside the run directory (symlinks resolved)."""
-    if not raw or not isinstance(raw.get("path"), str):
+def read_bytes(run_dir: Path, record: dict[str, Any] | None) -> bytes | None:
+    """A sample's output bytes by its id (pack or raw/<sample_id>.txt), None when they cannot be
+    read as recorded (missing, damaged, or a path that names another file: logged in one line)."""
+    if not record or not record.get("raw"):
         return None
-    root = run_dir.resolve()
-    path = (root / raw["path"]).resolve()
-    return path if path.is_relative_to(root) and path.is_file() else None
-
-
-def read_bytes(run_dir: Path, raw: dict[str, Any] | None) -> bytes | None:
-    path = raw_path(run_dir, raw)
-    return path.read_bytes() if path is not None else None
+    try:
+        return read_raw(run_dir, record)
+    except RawUnreadable as exc:
+        LOG.warning("%s", exc)
+        return None
 
 
 class Scanned:
@@ -174,7 +176,7 @@ class Grouper:
                 "bytes": None if error else raw.get("bytes"),
                 "error": f"{error.get('kind')}: {error.get('message')}" if error else None,
                 "sample_ids": [],
-                "_raw": None if error else sample.get("raw"),
+                "_raw": None if error else {"sample_id": sample["sample_id"], "raw": sample.get("raw")},
             }
         group["count"] += 1
         if len(group["sample_ids"]) < SAMPLE_IDS_PER_GROUP:
@@ -203,7 +205,7 @@ def with_text(run_dir: Path, group: dict[str, Any], markers: Iterable[str]) -> d
         out["text"] = readable(data) if data is not None else None
         out["segments"] = segments(decoded(data), markers) if data is not None else []
         if data is None:
-            out["missing"] = "the raw file is missing or lies outside the run directory"
+            out["missing"] = "the raw output is missing, damaged or not the sample's own (see probe verify)"
     else:
         out["text"], out["segments"] = None, []
     return out

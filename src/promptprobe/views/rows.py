@@ -17,7 +17,6 @@ run as a formula (starting with `=`, `+`, `-`, `@`, a tab or a carriage return) 
 
 import csv
 import io
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -29,6 +28,7 @@ from ..engine.cost import usage_tokens
 from ..engine.store import load_manifest
 from ..errors import InputError
 from ..jsonio import dumps_line, warn
+from ..pack import RawReader
 from ..probeset import parse_probeset
 from .show import HEADER_CLASSES
 from .tables import table
@@ -90,6 +90,7 @@ class SampleRows:
         probeset = parse_probeset(
             manifest["probeset"]["source"].encode("utf-8"), Path(manifest["probeset"]["path"])
         )
+        self.reader = RawReader(run_dir)
         self.run_dir = run_dir
         self.cases = {c.id: c for c in probeset.cases}
         if header is not None and header not in HEADER_CLASSES:
@@ -125,13 +126,7 @@ class SampleRows:
         raw = record.get("raw")
         if not raw:
             return None, None
-        # A plain string path: pathlib interns every part, and a million unique names would stay.
-        path = os.path.join(self.run_dir, raw["path"])
-        try:
-            with open(path, "rb") as handle:
-                data = handle.read()
-        except OSError as exc:
-            raise InputError(f"{path}: cannot read the raw output ({exc.strerror})") from None
+        data = self.reader.read(record)  # RawUnreadable: one sentence naming the sample
         return data.decode("utf-8", "replace"), raw.get("sha256")
 
     def __iter__(self) -> Iterator[dict[str, Any]]:

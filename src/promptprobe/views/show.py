@@ -10,6 +10,7 @@ from ..counts import classifications, merged_samples
 from ..engine.store import load_manifest
 from ..errors import InputError
 from ..jsonio import dumps_pretty, iter_jsonl, warn
+from ..pack import RawUnreadable, read_raw
 from ..probeset import parse_probeset
 
 HEADER_CLASSES = ("present", "absent", "misplaced", "empty", "error")
@@ -123,7 +124,15 @@ def select_samples(
 
 
 def _raw(run_dir: Path, record: dict[str, Any]) -> bytes | None:
-    return (run_dir / record["raw"]["path"]).read_bytes() if record.get("raw") else None
+    """The sample's output bytes; None (and a warning, saved in the record) when unreadable."""
+    if not record.get("raw"):
+        return None
+    try:
+        return read_raw(run_dir, record)
+    except RawUnreadable as exc:
+        warn(str(exc))
+        record["_unreadable"] = str(exc)
+        return None
 
 
 def _title(record: dict[str, Any]) -> str:
@@ -172,7 +181,9 @@ def show(
         )
     blocks = []
     for record, raw in items:
-        if raw is None:
+        if raw is None and not record.get("error"):
+            body = f"(output not shown: {record.get('_unreadable') or 'no output recorded'})"
+        elif raw is None:
             body = f"error: {record['error']['message']} (after {record['error']['attempts']} attempts)"
         else:
             body = visible(decoded(raw))
@@ -326,7 +337,7 @@ def _sample_section(item: dict[str, Any], raw_visible: str | None, specs: dict[s
             raw_visible,
             fence,
             "",
-            f"Exact bytes: `raw/{record['sample_id']}.txt` in the run directory, or base64:",
+            f"Exact bytes (sample `{record['sample_id']}` in the run's raw pack), in base64:",
             "",
             "```",
             item["raw_base64"],

@@ -20,6 +20,7 @@ from ..comparison.selectors import parse_selector, select_arm
 from ..counts import CountsTable, build_counts, merged_samples
 from ..errors import InputError
 from ..jsonio import dumps_pretty
+from ..pack import RawReader
 from ..tokens import STOPWORDS
 
 # A word, with the inner dots, apostrophes, @ and hyphens of e-mail addresses and contractions.
@@ -69,6 +70,7 @@ def scored_samples(counts: CountsTable, arm: Any, metric: str) -> Iterator[tuple
     run_dir = Path(counts.run)
     rule = counts.metrics[metric]
     cases = counts.cases
+    reader = RawReader(run_dir)
     for sample in merged_samples(run_dir, counts.classification, lambda message: None):
         if arm is not None and (sample["prompt"], sample["model"]) != (arm.prompt, arm.model):
             continue
@@ -81,12 +83,7 @@ def scored_samples(counts: CountsTable, arm: Any, metric: str) -> Iterator[tuple
         event = recorded[metric] if metric in recorded else rule.outcome(sample, case, counts.settings)
         if event is None:
             continue  # a user's check that does not apply to this sample
-        try:
-            text = (run_dir / sample["raw"]["path"]).read_bytes().decode("utf-8", "replace")
-        except OSError as exc:
-            raise InputError(
-                f"{run_dir}: cannot read the output of sample {sample['sample_id']} ({exc.strerror})"
-            ) from None
+        text = reader.read(sample).decode("utf-8", "replace")  # RawUnreadable: one sentence
         yield sample, event == rule.higher_is_better, text
 
 
