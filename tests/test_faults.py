@@ -449,7 +449,7 @@ def test_a_final_chunk_with_a_finish_reason_and_no_delta_is_an_answer(tmp_path):
                 (None, CHUNK | {"choices": [{"index": 0, "finish_reason": "stop"}]}), (None, "[DONE]")])
     with LocalServer(lambda r: Reply(body=body, content_type="text/event-stream")) as server:
         run, (sample,) = probe(tmp_path, server, **stream_params(True))
-    assert sample["error"] is None and (run / sample["raw"]["path"]).read_bytes() == b"[[ANSWER]]\nhi"
+    assert sample["error"] is None and read_raw(run, sample) == b"[[ANSWER]]\nhi"
 
 
 def _streamed_usage(provider: str, bad: object) -> bytes:
