@@ -110,24 +110,31 @@ def sentence(result: dict[str, Any]) -> str:
         if result["a"]["rate"] == result["b"]["rate"]:
             return text + "; the observed rates are equal, so there is no difference to size a probe for"
         return text
-    size = abs(100 * (result["b"]["rate"] - result["a"]["rate"]))
-    these = "this case" if hint["cases"] == 1 else f"these {hint['cases']} cases"
-    paired = (
-        f"about {hint['paired']} repeats of {these} (paired, "
-        f"{100 * hint['paired_power']:.0f}% power simulated)"
-        if hint["paired"]
-        else f"more than {hint['paired_limit']} repeats of {these} (paired)"
-    )
-    if hint["unpaired"]:
-        unpaired = f"about {hint['unpaired']} repeats"
-    elif hint["unpaired_cases_needed"]:
-        unpaired = f"no number of repeats: at least {hint['unpaired_cases_needed']} cases a side"
-    else:
-        cases = "1 case" if hint["cases"] == 1 else f"{hint['cases']} cases"
-        unpaired = f"no number of repeats of {cases} (probe plan --cases says how many)"
-    whole = round(size)
+    return text + hint_words(effect["estimate"], hint)
+
+
+def hint_words(estimate: float, hint: dict[str, Any]) -> str:
+    """`; to detect an 8-point difference you need about 133 repeats of these 8 cases (...)`: the
+    difference printed beside the verdict, and `probe plan`'s figure for the design the data have."""
+    whole = int(f"{abs(100 * estimate):.0f}")  # as the estimate beside it is printed
     article = "an" if whole in (8, 11, 18) or 80 <= whole <= 89 else "a"  # said "an eight", "an eleven"
-    return text + f"; to detect {article} {whole}-point difference you need {paired}; unpaired: {unpaired}"
+    cases, cases_b = hint["cases"], hint["cases_b"]
+    if hint["design"] == "paired":
+        these = "this case" if cases == 1 else f"these {cases} cases"
+    elif cases == cases_b:
+        these = f"these {cases} cases a side"
+    else:
+        these = f"these {cases} cases on A's side and {cases_b} on B's"
+    if hint["repeats"]:
+        power = f"{100 * hint['power']:.0f}% power simulated"
+        need = f"about {hint['repeats']} repeats of {these} ({hint['design']}, {power})"
+    elif hint["design"] == "paired":
+        need = f"more than {hint['limit']} repeats of {these} (paired)"
+    elif not hint["reachable"]:
+        need = f"more cases: with {these} the case permutation test cannot reach alpha (unpaired)"
+    else:
+        need = f"more cases: no number of repeats of {these} gets there (unpaired)"
+    return f"; to detect {article} {whole}-point difference you need {need}; {hint['plan']} says more"
 
 
 def generalise_sentence(result: dict[str, Any]) -> str | None:

@@ -14,11 +14,10 @@ from ..stats.planning import (
     EXACT_TEST,
     MAX_SAMPLES,
     NORMAL_TEST,
+    design_plan,
     detectable_difference,
     gate_block_probability,
-    paired_repeats,
     size_plan,
-    unpaired_repeats,
     validate,
 )
 from .tables import counted
@@ -56,9 +55,11 @@ def plan_sample_size(
     power: float = 0.8,
     cases: int | None = None,
     icc: float | None = None,
+    cases_b: int | None = None,
 ) -> dict[str, Any]:
     """Every figure is the power of the test the verdict uses: exact for one question asked n
-    times per arm, simulated for a probe set of `cases` cases (paired and unpaired)."""
+    times per arm, simulated for a probe set of `cases` cases (paired and unpaired; `cases_b`:
+    B's cases of an unpaired design whose sides differ, which has no paired figure)."""
     check_flags(p1, p2, alpha, power, icc)
     if p1 == p2:
         raise InputError("--p1 and --p2 are equal: there is no difference to detect")
@@ -73,13 +74,15 @@ def plan_sample_size(
         "power": power,
     }
     if cases is not None and icc is not None:
-        paired = paired_repeats(p1, p2, cases, icc, alpha, power)
-        unpaired = unpaired_repeats(p1, p2, cases, icc, alpha, power)
+        sides_differ = cases_b is not None and cases_b != cases
+        paired = None if sides_differ else design_plan(p1, p2, cases, icc, alpha, power, paired=True)
+        unpaired = design_plan(p1, p2, cases, icc, alpha, power, paired=False, cases_b=cases_b)
         result.update(
             cases=cases,
+            **({"cases_b": cases_b} if sides_differ else {}),
             icc=icc,
-            repeats=paired.repeats,
-            paired_power=paired.power,
+            repeats=paired.repeats if paired else None,
+            paired_power=paired.power if paired else None,
             repeats_unpaired=unpaired.repeats,
             unpaired_power=unpaired.power,
             unpaired_cases_needed=unpaired.cases_needed,
@@ -161,7 +164,9 @@ def render_plan(result: dict[str, Any], fmt: str = "table") -> str:
     if "cases" in result:
         cases, icc = result["cases"], result["icc"]
         where = f"the same {counted(cases, 'case')} under both versions, as one probe run asks them"
-        if result["repeats"] is None:
+        if "cases_b" in result:
+            text += "\npaired: none (the two sides ask different numbers of cases)"
+        elif result["repeats"] is None:
             text += (
                 f"\npaired ({where}) at ICC {icc:g}: more than 200 repeats per case "
                 f"(simulated power at 200: {100 * result['paired_power']:.0f}%)"
@@ -172,7 +177,8 @@ def render_plan(result: dict[str, Any], fmt: str = "table") -> str:
                 f"({result['repeats'] * cases} samples per arm; "
                 f"simulated power {100 * result['paired_power']:.0f}%)"
             )
-        unpaired = f"\nunpaired (different questions per version, {cases} a side)"
+        sides = f"{cases} and {result['cases_b']} cases" if "cases_b" in result else f"{cases} a side"
+        unpaired = f"\nunpaired (different questions per version, {sides})"
         needed = result["unpaired_cases_needed"]
         needed_text = (
             f"it needs at least {needed} cases a side" if needed else "it needs more than 2,000 cases a side"
@@ -180,7 +186,8 @@ def render_plan(result: dict[str, Any], fmt: str = "table") -> str:
         if not result["unpaired_reachable"]:
             text += (
                 f"{unpaired}: cannot reach alpha {result['alpha']:g} at all: the smallest p the case "
-                f"permutation test can give with {counted(cases, 'case')} a side is "
+                f"permutation test can give with "
+                f"{sides if 'cases_b' in result else counted(cases, 'case') + ' a side'} is "
                 f"{result['unpaired_smallest_p']:.3g}; {needed_text}"
             )
         elif result["repeats_unpaired"] is None:
