@@ -178,7 +178,7 @@ def test_reversed_case_order_across_runs_is_paired(tmp_path):
     # 14/15 against 24/25: a 3-point difference needs over a thousand samples per arm.
     assert 1000 < data["n_needed_per_arm"] < 1400 and data["repeats_needed"]["design"] == "paired"
     everything = json.loads(compare_cli(str(first), str(second), "--all", "--format", "json").stdout)
-    assert list(everything) == ["results", "family", "retrieval_drift", "not_compared", "warnings"]
+    assert list(everything) == ["results", "family", "interval_heading", "retrieval_drift", "not_compared", "warnings"]
     assert [r["metric"] for r in everything["results"]][:3] == ["header_present", "header_absent", "header_misplaced"]
     assert all(set(r) >= {"metric", "verdict", "worse", "higher_is_better"} for r in everything["results"])
 
@@ -452,12 +452,17 @@ def test_a_plan_is_confirmed_by_the_lower_bound_of_its_power():
     assert confirmed(lambda m: powers.get(m, 0.0), 10, 0.8, 100, 8000) == (11, 0.81)
 
 
-def test_one_point_is_singular_and_a_tiny_change_never_reads_as_zero():
-    from promptprobe.comparison.words import in_points
+def test_one_point_is_singular_and_a_tiny_change_is_a_number_whose_sign_shows_its_side():
+    from promptprobe.comparison.words import in_points, points
 
-    assert [in_points(x) for x in (0.01, -0.01, 0.12, 0.0, 0.001, 0.0049, 4e-9, -4e-9)] == [
-        "+1 point", "-1 point", "+12 points", "+0 points", "+0.1 points", "+0.49 points", ">0 points", "<0 points"
+    assert [in_points(x) for x in (0.01, -0.01, 0.12, 0.0, -0.0, 0.001, 0.0049, 0.0051, 4e-9, -4e-9)] == [
+        "+1 point", "-1 point", "+12 points", "+0 points", "+0 points", "+0.1 points", "+0.5 points", "+1 point",
+        "+0.0 points", "-0.0 points",
     ]
+    # A bound just off 0 keeps its side: "95% CI -0.0 to +60", never "<0 to +60".
+    for value in (1e-12, -1e-12, 0.004, -0.004, 0.3, -0.3):
+        shown = points(value)
+        assert shown[0] == ("+" if value > 0 else "-") and float(shown) == pytest.approx(100 * value, abs=0.05)
 
 
 @pytest.mark.parametrize("status,said", [("interrupted", "interrupted, not complete"), ("failed", "failed, not complete")])
