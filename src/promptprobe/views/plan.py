@@ -111,6 +111,7 @@ def plan_gate(p: float, k: int) -> dict[str, Any]:
 
 
 def render_plan(result: dict[str, Any], fmt: str = "table") -> str:
+    """A plan as text (or JSON): whichever of the four plans `result` is."""
     if fmt == "json":
         return dumps_pretty(result)
     if "rounds" in result:
@@ -118,33 +119,56 @@ def render_plan(result: dict[str, Any], fmt: str = "table") -> str:
 
         return render_sequential_plan(result)
     if "block_probability" in result:
-        lines = [
-            f"a gate that fails a case when any of k runs fails, at {100 * result['p']:.0f}% "
-            "per-run success, blocks it:"
-        ]
-        lines += [f"  k={k}: {100 * v:.1f}%" for k, v in result["block_probability"].items()]
-        lines.append(
-            "More repeats make such a gate redder, not more reliable: each extra run is one more "
-            "chance to fail. Gate on a rate with an interval instead (probe compare "
-            "--fail-if-worse), which more repeats make sharper."
-        )
-        return "\n".join(lines)
+        return _gate_text(result)
     if "detectable_difference" in result:
-        d = result["detectable_difference"]
-        parts = []
-        for name, word in (("down", "drop"), ("up", "rise")):
-            if d[name] is None:
-                parts.append(f"no {word} is detectable")
-            else:
-                parts.append(
-                    f"a {word} of {abs(100 * d[name]):.1f} points (to {100 * (result['p1'] + d[name]):.1f}%)"
-                )
-        how = "" if result["test"] == EXACT_TEST else f"; {result['test']}"
-        return (
-            f"with {counted(result['n'], 'sample')} per arm at {100 * result['p1']:.1f}%, the smallest "
-            f"detectable change (alpha {result['alpha']:g}, power {result['power']:g}{how}) is "
-            + " or ".join(parts)
-        )
+        return _detectable_text(result)
+    text = _samples_text(result)
+    if "cases" in result:
+        text += _paired_text(result) + _unpaired_text(result)
+        icc = result["icc"]
+        if math.isfinite(icc) and 0 < icc < 1:
+            text += (
+                "\nthe ICC is how alike repeats of one question are; `probe report` shows the DEFF a run had"
+            )
+    return text
+
+
+def _gate_text(result: dict[str, Any]) -> str:
+    """An any-of-k gate's chance of blocking a case, k = 1..K."""
+    lines = [
+        f"a gate that fails a case when any of k runs fails, at {100 * result['p']:.0f}% "
+        "per-run success, blocks it:"
+    ]
+    lines += [f"  k={k}: {100 * v:.1f}%" for k, v in result["block_probability"].items()]
+    lines.append(
+        "More repeats make such a gate redder, not more reliable: each extra run is one more "
+        "chance to fail. Gate on a rate with an interval instead (probe compare "
+        "--fail-if-worse), which more repeats make sharper."
+    )
+    return "\n".join(lines)
+
+
+def _detectable_text(result: dict[str, Any]) -> str:
+    """The smallest drop and rise n samples per arm detect."""
+    d = result["detectable_difference"]
+    parts = []
+    for name, word in (("down", "drop"), ("up", "rise")):
+        if d[name] is None:
+            parts.append(f"no {word} is detectable")
+        else:
+            parts.append(
+                f"a {word} of {abs(100 * d[name]):.1f} points (to {100 * (result['p1'] + d[name]):.1f}%)"
+            )
+    how = "" if result["test"] == EXACT_TEST else f"; {result['test']}"
+    return (
+        f"with {counted(result['n'], 'sample')} per arm at {100 * result['p1']:.1f}%, the smallest "
+        f"detectable change (alpha {result['alpha']:g}, power {result['power']:g}{how}) is "
+        + " or ".join(parts)
+    )
+
+
+def _samples_text(result: dict[str, Any]) -> str:
+    """Samples per arm for one question asked n times per arm."""
     if result["n_per_arm"] is None:
         text = (
             f"to tell {100 * result['p1']:.1f}% from {100 * result['p2']:.1f}% one question needs more than "
@@ -161,51 +185,53 @@ def render_plan(result: dict[str, Any], fmt: str = "table") -> str:
             f"times per arm you need {result['n_per_arm']:,} samples per arm ({how}; two-sided alpha "
             f"{result['alpha']:g}, power {result['power']:g})"
         )
-    if "cases" in result:
-        cases, icc = result["cases"], result["icc"]
-        where = f"the same {counted(cases, 'case')} under both versions, as one probe run asks them"
-        if "cases_b" in result:
-            text += "\npaired: none (the two sides ask different numbers of cases)"
-        elif result["repeats"] is None:
-            text += (
-                f"\npaired ({where}) at ICC {icc:g}: more than 200 repeats per case "
-                f"(simulated power at 200: {100 * result['paired_power']:.0f}%)"
-            )
-        else:
-            text += (
-                f"\npaired ({where}) at ICC {icc:g}: {counted(result['repeats'], 'repeat')} per case "
-                f"({result['repeats'] * cases} samples per arm; "
-                f"simulated power {100 * result['paired_power']:.0f}%)"
-            )
-        sides = f"{cases} and {result['cases_b']} cases" if "cases_b" in result else f"{cases} a side"
-        unpaired = f"\nunpaired (different questions per version, {sides})"
-        needed = result["unpaired_cases_needed"]
-        needed_text = (
-            f"it needs at least {needed} cases a side" if needed else "it needs more than 2,000 cases a side"
-        )
-        if not result["unpaired_reachable"]:
-            text += (
-                f"{unpaired}: cannot reach alpha {result['alpha']:g} at all: the smallest p the case "
-                f"permutation test can give with "
-                f"{sides if 'cases_b' in result else counted(cases, 'case') + ' a side'} is "
-                f"{result['unpaired_smallest_p']:.3g}; {needed_text}"
-            )
-        elif result["repeats_unpaired"] is None:
-            if icc >= 1:
-                reason = "at ICC 1 every repeat of a question gives the same outcome, so repeats do not help"
-            else:
-                reason = (
-                    f"even unlimited repeats reach only {100 * result['unpaired_power']:.0f}% power "
-                    f"at ICC {icc:g}"
-                )
-            text += f"{unpaired}: no number of repeats gets there: {reason}; {needed_text}"
-        else:
-            text += (
-                f"{unpaired}: {counted(result['repeats_unpaired'], 'repeat')} per case "
-                f"(simulated power {100 * result['unpaired_power']:.0f}%)"
-            )
-        if math.isfinite(icc) and 0 < icc < 1:
-            text += (
-                "\nthe ICC is how alike repeats of one question are; `probe report` shows the DEFF a run had"
-            )
     return text
+
+
+def _paired_text(result: dict[str, Any]) -> str:
+    """Repeats of the same cases under both versions (none when the sides differ)."""
+    cases, icc = result["cases"], result["icc"]
+    where = f"the same {counted(cases, 'case')} under both versions, as one probe run asks them"
+    if "cases_b" in result:
+        return "\npaired: none (the two sides ask different numbers of cases)"
+    if result["repeats"] is None:
+        return (
+            f"\npaired ({where}) at ICC {icc:g}: more than 200 repeats per case "
+            f"(simulated power at 200: {100 * result['paired_power']:.0f}%)"
+        )
+    return (
+        f"\npaired ({where}) at ICC {icc:g}: {counted(result['repeats'], 'repeat')} per case "
+        f"({result['repeats'] * cases} samples per arm; "
+        f"simulated power {100 * result['paired_power']:.0f}%)"
+    )
+
+
+def _unpaired_text(result: dict[str, Any]) -> str:
+    """Repeats of different questions per version, or the cases a side it needs instead."""
+    cases, icc = result["cases"], result["icc"]
+    unequal = "cases_b" in result
+    sides = f"{cases} and {result['cases_b']} cases" if unequal else f"{cases} a side"
+    unpaired = f"\nunpaired (different questions per version, {sides})"
+    needed = result["unpaired_cases_needed"]
+    needed_text = (
+        f"it needs at least {needed} cases a side" if needed else "it needs more than 2,000 cases a side"
+    )
+    if not result["unpaired_reachable"]:
+        each = sides if unequal else f"{counted(cases, 'case')} a side"
+        return (
+            f"{unpaired}: cannot reach alpha {result['alpha']:g} at all: the smallest p the case "
+            f"permutation test can give with {each} is {result['unpaired_smallest_p']:.3g}; {needed_text}"
+        )
+    if result["repeats_unpaired"] is None:
+        if icc >= 1:
+            reason = "at ICC 1 every repeat of a question gives the same outcome, so repeats do not help"
+        else:
+            reason = (
+                f"even unlimited repeats reach only {100 * result['unpaired_power']:.0f}% power "
+                f"at ICC {icc:g}"
+            )
+        return f"{unpaired}: no number of repeats gets there: {reason}; {needed_text}"
+    return (
+        f"{unpaired}: {counted(result['repeats_unpaired'], 'repeat')} per case "
+        f"(simulated power {100 * result['unpaired_power']:.0f}%)"
+    )
