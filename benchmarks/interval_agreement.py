@@ -78,7 +78,14 @@ def sides(a: Counts, b: Counts, paired: bool) -> tuple[Side, Side]:
     )
 
 
-PRINTED = re.compile(r"CI (\S+) to (\S+)$")
+PRINTED = re.compile(r"CI ([+-][\d.]+) to ([+-][\d.]+)(, adjusted for \d+ comparisons)?$")
+
+
+def side_of_zero(text: str) -> int:
+    """+1, -1 or 0: which side of 0 a printed bound lies on ("-0.0" is just below 0, "+0" is 0)."""
+    if text in ("+0", "-0"):
+        return 0
+    return 1 if text.startswith("+") else -1
 
 
 def disagrees(result: dict) -> tuple[bool, bool, bool]:
@@ -89,7 +96,7 @@ def disagrees(result: dict) -> tuple[bool, bool, bool]:
         return False, False, True
     number = (interval[0] > 0 or interval[1] < 0) != decided
     shown = PRINTED.search(result["words"]["interval"])
-    low, high = float(shown.group(1)), float(shown.group(2))
+    low, high = side_of_zero(shown.group(1)), side_of_zero(shown.group(2))
     printed = (low > 0 or high < 0) != decided
     return number, printed, False
 

@@ -12,8 +12,8 @@ paired plan of the same power and against the classic sequential designs, and it
    the mixture e-value it replaced.
 3. Under the null: mean samples against the fixed plan of --detect, false alarms (simulated, and
    exactly given each run's discordant counts), for clustered questions, beside the ceiling: the
-   most any rule that decides from the recorded pairs, treating the arms alike, could spend given
-   the same counts (`false_alarm_ceiling`).
+   most a rule that treats the arms alike and keeps false alarms within alpha given the counts
+   could spend given the same counts (`false_alarm_ceiling`).
 4. `probe plan --sequential` against fresh seeded simulations and an independent run-by-run one.
 
     .venv/bin/python benchmarks/sequential.py [--trials 2000] [--quick]
@@ -318,8 +318,8 @@ def nulls(trials, quick=False):
                 weakest = min(weakest or cell, cell)
     exact, where, ceiling = weakest
     print(
-        f"lowest exact false alarms: {exact:.2%} ({where}); the most any rule that decides from the "
-        f"recorded pairs, treating the arms alike, could spend there: {ceiling:.2%}"
+        f"lowest exact false alarms: {exact:.2%} ({where}); the ceiling there for rules that treat the "
+        f"arms alike and keep false alarms within alpha given the counts: {ceiling:.2%}"
     )
 
 

@@ -413,7 +413,7 @@ def test_no_between_case_spread_is_an_icc_of_exactly_zero_in_the_hint():
     assert result["verdict"] == "indistinguishable"
     hint = result["repeats_needed"]
     assert hint["icc"] == 0.0 and hint["cases"] == 4
-    assert hint["paired"] is None or hint["paired"] > 3
+    assert hint["repeats"] is None or hint["repeats"] > 3
 
 
 # -- resume takes the flags that may change, and refuses the rest ------------------------------

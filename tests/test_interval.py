@@ -23,6 +23,7 @@ from servers import LocalServer, Reply
 
 from promptprobe.cli import main
 from promptprobe.comparison import Side, adjust, compare_sides, effective_alpha, finish
+from promptprobe.comparison.words import points
 from promptprobe.stats.conditional import conditional_interval, model_of
 from promptprobe.stats.effect import mantel_haenszel
 from promptprobe.stats.sequential import look
@@ -251,9 +252,11 @@ def test_a_family_shows_each_interval_at_the_level_its_verdict_was_decided_at():
         assert level == pytest.approx(0.025) and result["effect"]["confidence"] == pytest.approx(0.975)
         low, high = result["effect"]["interval"]
         assert low < 0 < high and result["words"]["verdict"] == "can't tell yet"
-        assert "97.5% CI" in result["words"]["interval"] and "97.5% CI" in result["words"]["badge"]
+        # One stated level, and a short phrase saying the row's own is adjusted (exact in the JSON).
+        said = "95% CI {} to {}, adjusted for 2 comparisons".format(*map(points, result["effect"]["interval"]))
+        assert result["words"]["interval"] == said and result["words"]["badge"].endswith(said)
     text = render_comparison({"results": [finish(r) for r in family]}, width=200)
-    assert "CI (pts)" in text and "97.5% CI" in text and "95% CI" not in text.split("Newcombe")[0]
+    assert "95% CI (pts), adjusted" in text and "97.5%" not in text
 
 
 def test_the_level_reproduces_the_adjusted_decision_exactly():
@@ -275,8 +278,9 @@ def test_every_html_verdict_box_of_the_demo_agrees_with_its_verdict(demo_run, tm
     assert len(boxes) == len(words) > 5
     for kind, metric, text in boxes:
         assert (kind, text) == (words[metric]["kind"], words[metric]["badge"])  # the compare object's words
-        shown = re.search(r"([\d.]+)% CI (\S+) to (\S+)$", text)
+        shown = re.search(r"(\d+)% CI (\S+) to (\S+?)(, adjusted for \d+ comparisons)?$", text)
         low, high = float(shown.group(2)), float(shown.group(3))
+        assert shown.group(1) == "95" and bool(shown.group(4)) == (words[metric]["interval"].endswith("comparisons"))
         assert (low > 0 or high < 0) == (kind != "same"), text
     # The Holm case of the issue: an undecided metric whose 95% interval would not have covered 0.
     undecided = [r for r in comparison["results"] if r["verdict"] == "indistinguishable"]

@@ -76,7 +76,7 @@ def test_the_boundary_spends_exactly_what_enumeration_of_every_walk_gives(discor
 @pytest.mark.parametrize("discordant,alpha,cap,min_rounds", WALKS)
 def test_the_boundary_is_the_nearest_the_budget_allows(discordant, alpha, cap, min_rounds):
     # A boundary one pair nearer (or any boundary where there is none) would spend more than the
-    # budget of its look: no alpha is left unused that the walk's discreteness could spend.
+    # budget of its look: no alpha its own spending schedule allows is left unused.
     counts, b_higher = every_walk(discordant)
     stops, _ = first_decisions(counts, b_higher, alpha, cap, min_rounds)
     lead = np.abs(np.cumsum(2 * b_higher - counts, axis=1))

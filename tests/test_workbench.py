@@ -516,10 +516,10 @@ def test_the_html_fits_390_and_1280_px_and_reads_at_a_glance(demo_run, tmp_path)
     assert "runs/" not in re.sub(
         r"<code>.*?</code>|<title>.*?</title>", "", compare.read_text().split("<svg")[1]
     )
-    # In a family of 13 the interval is at the level Holm decided the verdict at, not 95%.
+    # In a family of 13 the interval is at the level Holm decided the verdict at, said in one phrase.
     assert re.search(
         r'class="badge better" data-metric="header_present">always-header better on '
-        r"header_present: \+72 points, 99\.\d+% CI \+\d+ to \+\d+<",
+        r"header_present: \+72 points, 95% CI \+\d+ to \+\d+, adjusted for 13 comparisons<",
         compare.read_text(),
     )
     # The two-arm report opens with the comparison.

@@ -323,12 +323,14 @@ def plan(
     p: float | None = None,
     sequential: bool = False,
     detect: float = 15.0,
+    cases_b: int | None = None,
 ) -> Plan:
-    """`probe plan`: samples (or repeats of `cases` questions at `icc`) to tell p1 from p2; the
-    smallest difference `n` detects; an any-of-k gate's block rate; a sequential run's rounds."""
+    """`probe plan`: samples (or repeats of `cases` questions at `icc`; `cases_b`: B's side of an
+    unpaired design with other questions) to tell p1 from p2; the smallest difference `n`
+    detects; an any-of-k gate's block rate; a sequential run's rounds."""
     from .views.plan import check_flags, plan_gate, plan_mdd, plan_sample_size
 
-    _counts(n=n, cases=cases, gate_any_of=gate_any_of)
+    _counts(n=n, cases=cases, cases_b=cases_b, gate_any_of=gate_any_of)
     # Numbers first (their ranges are check_flags' own, in the words `probe plan` uses).
     for name, value in (("p1", p1), ("p2", p2), ("p", p), ("icc", icc)):
         arguments.number(name, value, -math.inf, optional=True)
@@ -359,7 +361,9 @@ def plan(
     if p1 is not None and p2 is not None:
         if (cases is None) != (icc is None):
             raise InputError("--cases and --icc go together")
-        return Plan(plan_sample_size(p1, p2, alpha, power, cases, icc))
+        if cases_b is not None and cases is None:
+            raise InputError("--cases-b goes with --cases and --icc (A's cases and their ICC)")
+        return Plan(plan_sample_size(p1, p2, alpha, power, cases, icc, cases_b))
     raise InputError("give --p1 and --p2, or --n and --p1, or --gate-any-of K and --p")
 
 

@@ -1173,6 +1173,11 @@ def compare(
     "--icc", type=float, callback=finite, help="Expected intra-case correlation, in [0, 1] (with --cases)."
 )
 @click.option(
+    "--cases-b",
+    type=click.IntRange(min=1),
+    help="Unpaired, with other questions on B's side: B's cases (default: as many as --cases).",
+)
+@click.option(
     "--gate-any-of",
     "gate_k",
     type=click.IntRange(min=1, max=1000),
@@ -1198,6 +1203,7 @@ def plan(
     power: float,
     cases: int | None,
     icc: float | None,
+    cases_b: int | None,
     gate_k: int | None,
     p: float | None,
     sequential: bool,
@@ -1222,6 +1228,7 @@ def plan(
         p=p,
         sequential=sequential,
         detect=detect,
+        cases_b=cases_b,
     )
     emit(render_plan(result.to_dict(), fmt), output)
 

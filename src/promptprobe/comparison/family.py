@@ -22,6 +22,7 @@ def adjust(results: list[dict[str, Any]], alpha: float, patterns: Patterns | Non
     for result, p in zip(results, family.p_adjusted, strict=True):
         before = result["verdict"]
         result["adjustment"] = family.method
+        result["effect"]["adjusted_for"] = len(results)
         settle(result, p, alpha)
         if result["verdict"] == "indistinguishable" != before:  # the adjustment undid a decision
             result["notes"].append(

@@ -105,7 +105,12 @@ def compare_sides(
         "test": decision.test,
         "p_value": decision.p_value,
         "p_adjusted": decision.p_value,
-        "effect": {"estimate": effect.estimate, "interval": None, "method": effect.method},
+        "effect": {
+            "estimate": effect.estimate,
+            "interval": None,
+            "method": effect.method,
+            "adjusted_for": None,
+        },
         "paired": paired_view,
         "verdict": decision.verdict,
         "higher_is_better": higher,

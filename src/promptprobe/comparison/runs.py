@@ -14,6 +14,7 @@ from .selectors import parse_selector
 from .sequential import apply_sequential, stopped_elsewhere
 from .settle import finish, settle
 from .side import applies_across, arm_names, side_of
+from .words import interval_heading
 
 
 def compare_runs(
@@ -115,6 +116,7 @@ def compare_tables(
     return {
         "results": results,
         "family": len(results),
+        "interval_heading": interval_heading(results),  # the interval column's level, said once
         "retrieval_drift": drift(counts_a, counts_b) if counts_a is not counts_b else [],
         "not_compared": unpaired,  # arm by arm: the arms of either run without a partner in the other
         "warnings": [

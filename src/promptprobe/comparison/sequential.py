@@ -62,7 +62,7 @@ def apply_sequential(
             "re-run on resume); the verdict is the rule's"
         )
     interval_at, estimate, method = _sequential_interval(rule, lines, legacy, swapped, decision, p_value)
-    result["effect"] = {"estimate": estimate, "interval": None, "method": method}
+    result["effect"] = {"estimate": estimate, "interval": None, "method": method, "adjusted_for": None}
     result.update(
         design="sequential",
         _sign=sign,

@@ -76,7 +76,10 @@ def settle(
             interval = None
             why = "the interval at this level would contradict the verdict"
     result["effect"].update(
-        interval=None if interval is None else list(interval), confidence=1 - level, interval_note=why
+        interval=None if interval is None else list(interval),
+        confidence=1 - level,
+        stated_confidence=1 - alpha,
+        interval_note=why,
     )
     describe(result)
 

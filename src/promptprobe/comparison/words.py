@@ -13,17 +13,14 @@ from typing import Any
 CANT_TELL = "can't tell yet"
 
 
-TINY_POINTS = 0.01  # below this many points a value that is not 0 reads as ">0" or "<0"
-
-
 def points(value: float) -> str:
-    """B - A in points with a sign; a value that is not 0 never prints as 0 (nor in e-notation)."""
+    """B - A in whole points with a sign, always a number: a value that is not 0 but would read
+    +0 or -0 gets one decimal, and its sign says which side of 0 it lies on (+0.4; -0.0 is just
+    below 0); exactly 0 is +0."""
+    if value == 0:
+        return "+0"
     shown = f"{100 * value:+.0f}"
-    if value != 0 and shown in ("+0", "-0"):
-        if abs(100 * value) < TINY_POINTS:  # an interval's end just off 0: which side is what counts
-            return ">0" if value > 0 else "<0"
-        shown = f"{100 * value:+.2g}"
-    return shown
+    return f"{100 * value:+.1f}" if shown in ("+0", "-0") else shown
 
 
 def in_points(value: float) -> str:
@@ -60,13 +57,29 @@ def verdict_words(result: dict[str, Any]) -> str:
     return f"{result['b']['name']} {'worse' if result['worse'] else 'better'}"
 
 
+def is_adjusted(result: dict[str, Any]) -> bool:
+    """Whether the interval beside the verdict is at a level of its own (a family's adjusted row)."""
+    effect = result["effect"]
+    return abs(effect["confidence"] - effect["stated_confidence"]) > 1e-12
+
+
 def interval_words(result: dict[str, Any]) -> str:
-    """`95% CI +55 to +90`, or why no interval stands beside the verdict."""
+    """`95% CI +55 to +90` (`, adjusted for 13 comparisons` in a family whose adjustment moved its
+    level: the exact level is the JSON's `effect.confidence`), or why no interval stands there."""
     effect = result["effect"]
     if effect["interval"] is None:
         return f"no interval beside this verdict: {effect['interval_note']}"
     lo, hi = effect["interval"]
-    return f"{level(effect['confidence'])} CI {points(lo)} to {points(hi)}"
+    text = f"{level(effect['stated_confidence'])} CI {points(lo)} to {points(hi)}"
+    if is_adjusted(result):
+        text += f", adjusted for {effect['adjusted_for']} comparisons"
+    return text
+
+
+def interval_heading(results: list[dict[str, Any]]) -> str:
+    """The heading of a table's interval column: one level, `adjusted` when a row's is."""
+    stated = level(results[0]["effect"]["stated_confidence"]) if results else "95%"
+    return f"{stated} CI (pts)" + (", adjusted" if any(is_adjusted(r) for r in results) else "")
 
 
 def descriptive_words(result: dict[str, Any]) -> str:
@@ -110,24 +123,31 @@ def sentence(result: dict[str, Any]) -> str:
         if result["a"]["rate"] == result["b"]["rate"]:
             return text + "; the observed rates are equal, so there is no difference to size a probe for"
         return text
-    size = abs(100 * (result["b"]["rate"] - result["a"]["rate"]))
-    these = "this case" if hint["cases"] == 1 else f"these {hint['cases']} cases"
-    paired = (
-        f"about {hint['paired']} repeats of {these} (paired, "
-        f"{100 * hint['paired_power']:.0f}% power simulated)"
-        if hint["paired"]
-        else f"more than {hint['paired_limit']} repeats of {these} (paired)"
-    )
-    if hint["unpaired"]:
-        unpaired = f"about {hint['unpaired']} repeats"
-    elif hint["unpaired_cases_needed"]:
-        unpaired = f"no number of repeats: at least {hint['unpaired_cases_needed']} cases a side"
-    else:
-        cases = "1 case" if hint["cases"] == 1 else f"{hint['cases']} cases"
-        unpaired = f"no number of repeats of {cases} (probe plan --cases says how many)"
-    whole = round(size)
+    return text + hint_words(effect["estimate"], hint)
+
+
+def hint_words(estimate: float, hint: dict[str, Any]) -> str:
+    """`; to detect an 8-point difference you need about 133 repeats of these 8 cases (...)`: the
+    difference printed beside the verdict, and `probe plan`'s figure for the design the data have."""
+    whole = int(f"{abs(100 * estimate):.0f}")  # as the estimate beside it is printed
     article = "an" if whole in (8, 11, 18) or 80 <= whole <= 89 else "a"  # said "an eight", "an eleven"
-    return text + f"; to detect {article} {whole}-point difference you need {paired}; unpaired: {unpaired}"
+    cases, cases_b = hint["cases"], hint["cases_b"]
+    if hint["design"] == "paired":
+        these = "this case" if cases == 1 else f"these {cases} cases"
+    elif cases == cases_b:
+        these = f"these {cases} cases a side"
+    else:
+        these = f"these {cases} cases on A's side and {cases_b} on B's"
+    if hint["repeats"]:
+        power = f"{100 * hint['power']:.0f}% power simulated"
+        need = f"about {hint['repeats']} repeats of {these} ({hint['design']}, {power})"
+    elif hint["design"] == "paired":
+        need = f"more than {hint['limit']} repeats of {these} (paired)"
+    elif not hint["reachable"]:
+        need = f"more cases: with {these} the case permutation test cannot reach alpha (unpaired)"
+    else:
+        need = f"more cases: no number of repeats of {these} gets there (unpaired)"
+    return f"; to detect {article} {whole}-point difference you need {need}; {hint['plan']} says more"
 
 
 def generalise_sentence(result: dict[str, Any]) -> str | None:
@@ -139,7 +159,7 @@ def generalise_sentence(result: dict[str, Any]) -> str | None:
     span = f"mean per-case difference {in_points(paired['mean_diff'])}"
     if paired["interval"]:
         lo, hi = paired["interval"]
-        span += f", 95% interval {points(lo)} to {points(hi)}"
+        span += f", {level(result['effect']['stated_confidence'])} interval {points(lo)} to {points(hi)}"
     if paired["likely"]:
         return (
             f"would it generalise: likely; {moved}, sign test p = {paired['p_value']:.3g}; {span}: "

@@ -333,7 +333,7 @@ def paired_repeats(
 
 
 class _UnpairedSimulation:
-    """Simulated unpaired probes: each arm asks its own `cases` questions."""
+    """Simulated unpaired probes: each arm asks its own questions (`cases` of A's, `cases_b` of B's)."""
 
     def __init__(
         self,
@@ -345,13 +345,14 @@ class _UnpairedSimulation:
         trials: int,
         seed: int,
         resamples: int,
+        cases_b: int | None = None,
     ):
         import numpy as np
 
         from .simulation import question_rates
 
         self.rates_a = question_rates(np.random.default_rng([seed, 1]), p1, icc, (trials, cases))
-        self.rates_b = question_rates(np.random.default_rng([seed, 2]), p2, icc, (trials, cases))
+        self.rates_b = question_rates(np.random.default_rng([seed, 2]), p2, icc, (trials, cases_b or cases))
         self.seed, self.alpha, self.resamples = seed, alpha, resamples
         self.direction = (p2 > p1) - (p2 < p1)
         self.cache: dict[int | None, float] = {}
@@ -401,15 +402,18 @@ def unpaired_repeats(
     tolerance: float = 0.01,
     exact_below: int = 200,
     confirm: bool = True,
+    cases_b: int | None = None,
 ) -> UnpairedPlan:
-    """Repeats per case for the case-level unpaired test (simulated), or the cases it needs
-    (searched up to `max_cases`; 0 skips that search)."""
+    """Repeats per case for the case-level unpaired test (simulated) with `cases` questions on
+    A's side and `cases_b` (default: as many) on B's, or the cases a side it needs (searched up
+    to `max_cases`; 0 skips that search)."""
     from .power import permutation_smallest_p
     from .tests import RESAMPLES, decides
 
     validate("icc", icc, 0, 1)
     check_test_settings(alpha, power)
-    smallest = permutation_smallest_p(cases, cases)
+    cases_b = cases_b or cases
+    smallest = permutation_smallest_p(cases, cases_b)
     if p1 == p2:
         return UnpairedPlan(None, None, None, smallest, decides(smallest, alpha))
     resamples = resamples or RESAMPLES
@@ -433,7 +437,7 @@ def unpaired_repeats(
             return powers[g]
 
         needed = smallest_reaching(
-            power_with, power, max(2, cases), 2, max_cases, tolerance, 2.0, exact_below
+            power_with, power, max(2, cases, cases_b), 2, max_cases, tolerance, 2.0, exact_below
         )
         if needed is None or not confirm:
             return needed, (powers[needed] if needed else None)
@@ -449,12 +453,12 @@ def unpaired_repeats(
     if not decides(smallest, alpha):
         needed, needed_power = cases_needed()
         return UnpairedPlan(None, None, needed, smallest, False, needed_power)
-    simulation = _UnpairedSimulation(p1, p2, cases, icc, alpha, trials, PLAN_SEED, resamples)
+    simulation = _UnpairedSimulation(p1, p2, cases, icc, alpha, trials, PLAN_SEED, resamples, cases_b)
     ceiling = simulation.power(None)
     if ceiling < power:
         needed, needed_power = cases_needed()
         return UnpairedPlan(None, ceiling, needed, smallest, True, needed_power)
-    guess = n_per_arm_float(p1, p2, alpha, power) / cases
+    guess = n_per_arm_float(p1, p2, alpha, power) / min(cases, cases_b)
     start = max(1, min(MAX_REPEATS, math.ceil(guess)))
     repeats = smallest_reaching(
         simulation.power, power, start, 1, 10 * MAX_REPEATS, tolerance, 2.0, exact_below
@@ -463,6 +467,48 @@ def unpaired_repeats(
         return UnpairedPlan(None, ceiling, None, smallest, True)
     if not confirm:
         return UnpairedPlan(repeats, simulation.power(repeats), None, smallest, True)
-    fresh = _UnpairedSimulation(p1, p2, cases, icc, alpha, checks, PLAN_SEED + 1, resamples)
+    fresh = _UnpairedSimulation(p1, p2, cases, icc, alpha, checks, PLAN_SEED + 1, resamples, cases_b)
     repeats, achieved = confirmed(fresh.power, repeats, power, 10 * MAX_REPEATS, checks)
     return UnpairedPlan(repeats if reaches(achieved, power, checks) else None, achieved, None, smallest, True)
+
+
+def design_plan(
+    p1: float,
+    p2: float,
+    cases: int,
+    icc: float,
+    alpha: float = 0.05,
+    power: float = 0.8,
+    *,
+    paired: bool,
+    cases_b: int | None = None,
+    search_cases: bool = True,
+    trials: int = PLAN_TRIALS,
+    resamples: int | None = None,
+    tolerance: float = 0.01,
+    exact_below: int = 200,
+) -> PairedPlan | UnpairedPlan:
+    """The repeats a design of `cases` questions (unpaired: `cases_b` on B's side) needs for
+    `power`: the one planner of `probe plan` and of the hint beside an undecided verdict (which
+    asks it with fewer probes, permutations and a coarser search, and `search_cases=False`: an
+    unpaired plan then skips the slow search for the cases a side unlimited repeats would need).
+    Either way the pick is confirmed on fresh probes, so that a noisy first crossing of the
+    target does not understate the repeats."""
+    if paired:
+        return paired_repeats(
+            p1, p2, cases, icc, alpha, power, trials, tolerance=tolerance, exact_below=exact_below
+        )
+    return unpaired_repeats(
+        p1,
+        p2,
+        cases,
+        icc,
+        alpha,
+        power,
+        trials,
+        resamples,
+        max_cases=MAX_CASES if search_cases else 0,
+        tolerance=tolerance,
+        exact_below=exact_below,
+        cases_b=cases_b,
+    )

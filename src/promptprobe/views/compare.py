@@ -7,7 +7,7 @@ by promptprobe.comparison; this lays out its object for the terminal, markdown a
 from typing import Any
 
 from ..comparison.selectors import parse_selector
-from ..comparison.words import level, p_text, percent, points
+from ..comparison.words import interval_heading, is_adjusted, p_text, percent, points
 from ..jsonio import dumps_pretty
 from .tables import table, wrap
 
@@ -39,7 +39,8 @@ def render_comparison(
     if not results:
         return "no metric has samples on both sides"
     out = _arms_lines(results)
-    out.append(_metrics_table(results, fmt, width, color and fmt == "table"))
+    heading = comparison.get("interval_heading") or interval_heading(results)
+    out.append(_metrics_table(results, heading, fmt, width, color and fmt == "table"))
     out.append("")
     out += _sentences(results)
     if len(results) == 1 and results[0].get("paired"):
@@ -67,7 +68,9 @@ def _arms_lines(results: list[dict[str, Any]]) -> list[str]:
     ]
 
 
-def _metrics_table(results: list[dict[str, Any]], fmt: str, width: int | None, color: bool) -> str:
+def _metrics_table(
+    results: list[dict[str, Any]], heading: str, fmt: str, width: int | None, color: bool
+) -> str:
     """One row per compared metric (per pair, arm by arm); the least needed columns go first."""
     by_pair = "pair" in results[0]
     family = len(results) > 1
@@ -94,7 +97,6 @@ def _metrics_table(results: list[dict[str, Any]], fmt: str, width: int | None, c
                 _verdict_cell(r, color),
             ]
         )
-    levels = {r["effect"]["confidence"] for r in results}
     headers = [
         *(["arm"] if by_pair else []),
         "metric",
@@ -103,7 +105,7 @@ def _metrics_table(results: list[dict[str, Any]], fmt: str, width: int | None, c
         "B k/n",
         "B",
         "B-A (pts)",
-        f"{level(levels.pop())} CI (pts)" if len(levels) == 1 else "CI (pts)",
+        heading,
         "pooled, Newcombe",
         "p",
         *(["p adjusted"] if family else []),
@@ -138,9 +140,14 @@ def _sentences(results: list[dict[str, Any]]) -> list[str]:
         if r["words"]["generalise"]:
             out.append(prefix + (f"{r['metric']}: " if family else "") + r["words"]["generalise"])
     out.append(
-        "CI: the test's own interval for B - A, at the level the verdict was decided at (it excludes 0 "
-        "exactly when the verdict is decided); pooled, Newcombe: descriptive, not the test's"
-        + (" (under several metrics: alpha x p / p adjusted)" if family else "")
+        "CI: the test's own interval for B - A (it excludes 0 exactly when the verdict is decided); "
+        "pooled, Newcombe: descriptive, not the test's"
+        + (
+            "; adjusted: each row's interval is at the level its adjusted p decides at (alpha x p / "
+            "p adjusted; the JSON's effect.confidence)"
+            if any(is_adjusted(r) for r in results)
+            else ""
+        )
     )
     if family:
         method = results[0].get("adjustment") or "Holm"

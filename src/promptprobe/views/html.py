@@ -162,6 +162,7 @@ def compare_html(a: str, b: str, comparison: dict[str, Any]) -> str:
     """The HTML view of `probe compare`: verdicts in words, forest plots of A and B, and both
     arms' outputs side by side per case, discordant cases first."""
     from ..comparison.selectors import parse_selector, select_arm
+    from ..comparison.words import interval_heading
 
     run_a, _ = parse_selector(a)
     counts_a = build_counts(run_a)
@@ -173,6 +174,7 @@ def compare_html(a: str, b: str, comparison: dict[str, Any]) -> str:
         "a": results[0]["a"]["name"] if results else arm_name(None, arm_a.prompt, arm_a.model, counts_a.arms),
         "b": results[0]["b"]["name"] if results else arm_name(None, arm_b.prompt, arm_b.model, counts_b.arms),
         "results": results,
+        "interval_heading": comparison.get("interval_heading") or interval_heading(results),
         "retrieval_drift": comparison.get("retrieval_drift") or [],
         "warnings": comparison.get("warnings") or [],
     }

@@ -64,6 +64,7 @@ def compare_arms(
         "a": results[0]["a"]["name"] if results else "A",
         "b": results[0]["b"]["name"] if results else "B",
         "results": results,
+        "interval_heading": comparison["interval_heading"],
         "retrieval_drift": comparison["retrieval_drift"],
         "warnings": comparison["warnings"],
     }

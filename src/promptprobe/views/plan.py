@@ -14,11 +14,10 @@ from ..stats.planning import (
     EXACT_TEST,
     MAX_SAMPLES,
     NORMAL_TEST,
+    design_plan,
     detectable_difference,
     gate_block_probability,
-    paired_repeats,
     size_plan,
-    unpaired_repeats,
     validate,
 )
 from .tables import counted
@@ -56,9 +55,11 @@ def plan_sample_size(
     power: float = 0.8,
     cases: int | None = None,
     icc: float | None = None,
+    cases_b: int | None = None,
 ) -> dict[str, Any]:
     """Every figure is the power of the test the verdict uses: exact for one question asked n
-    times per arm, simulated for a probe set of `cases` cases (paired and unpaired)."""
+    times per arm, simulated for a probe set of `cases` cases (paired and unpaired; `cases_b`:
+    B's cases of an unpaired design whose sides differ, which has no paired figure)."""
     check_flags(p1, p2, alpha, power, icc)
     if p1 == p2:
         raise InputError("--p1 and --p2 are equal: there is no difference to detect")
@@ -73,13 +74,15 @@ def plan_sample_size(
         "power": power,
     }
     if cases is not None and icc is not None:
-        paired = paired_repeats(p1, p2, cases, icc, alpha, power)
-        unpaired = unpaired_repeats(p1, p2, cases, icc, alpha, power)
+        sides_differ = cases_b is not None and cases_b != cases
+        paired = None if sides_differ else design_plan(p1, p2, cases, icc, alpha, power, paired=True)
+        unpaired = design_plan(p1, p2, cases, icc, alpha, power, paired=False, cases_b=cases_b)
         result.update(
             cases=cases,
+            **({"cases_b": cases_b} if sides_differ else {}),
             icc=icc,
-            repeats=paired.repeats,
-            paired_power=paired.power,
+            repeats=paired.repeats if paired else None,
+            paired_power=paired.power if paired else None,
             repeats_unpaired=unpaired.repeats,
             unpaired_power=unpaired.power,
             unpaired_cases_needed=unpaired.cases_needed,
@@ -108,6 +111,7 @@ def plan_gate(p: float, k: int) -> dict[str, Any]:
 
 
 def render_plan(result: dict[str, Any], fmt: str = "table") -> str:
+    """A plan as text (or JSON): whichever of the four plans `result` is."""
     if fmt == "json":
         return dumps_pretty(result)
     if "rounds" in result:
@@ -115,33 +119,56 @@ def render_plan(result: dict[str, Any], fmt: str = "table") -> str:
 
         return render_sequential_plan(result)
     if "block_probability" in result:
-        lines = [
-            f"a gate that fails a case when any of k runs fails, at {100 * result['p']:.0f}% "
-            "per-run success, blocks it:"
-        ]
-        lines += [f"  k={k}: {100 * v:.1f}%" for k, v in result["block_probability"].items()]
-        lines.append(
-            "More repeats make such a gate redder, not more reliable: each extra run is one more "
-            "chance to fail. Gate on a rate with an interval instead (probe compare "
-            "--fail-if-worse), which more repeats make sharper."
-        )
-        return "\n".join(lines)
+        return _gate_text(result)
     if "detectable_difference" in result:
-        d = result["detectable_difference"]
-        parts = []
-        for name, word in (("down", "drop"), ("up", "rise")):
-            if d[name] is None:
-                parts.append(f"no {word} is detectable")
-            else:
-                parts.append(
-                    f"a {word} of {abs(100 * d[name]):.1f} points (to {100 * (result['p1'] + d[name]):.1f}%)"
-                )
-        how = "" if result["test"] == EXACT_TEST else f"; {result['test']}"
-        return (
-            f"with {counted(result['n'], 'sample')} per arm at {100 * result['p1']:.1f}%, the smallest "
-            f"detectable change (alpha {result['alpha']:g}, power {result['power']:g}{how}) is "
-            + " or ".join(parts)
-        )
+        return _detectable_text(result)
+    text = _samples_text(result)
+    if "cases" in result:
+        text += _paired_text(result) + _unpaired_text(result)
+        icc = result["icc"]
+        if math.isfinite(icc) and 0 < icc < 1:
+            text += (
+                "\nthe ICC is how alike repeats of one question are; `probe report` shows the DEFF a run had"
+            )
+    return text
+
+
+def _gate_text(result: dict[str, Any]) -> str:
+    """An any-of-k gate's chance of blocking a case, k = 1..K."""
+    lines = [
+        f"a gate that fails a case when any of k runs fails, at {100 * result['p']:.0f}% "
+        "per-run success, blocks it:"
+    ]
+    lines += [f"  k={k}: {100 * v:.1f}%" for k, v in result["block_probability"].items()]
+    lines.append(
+        "More repeats make such a gate redder, not more reliable: each extra run is one more "
+        "chance to fail. Gate on a rate with an interval instead (probe compare "
+        "--fail-if-worse), which more repeats make sharper."
+    )
+    return "\n".join(lines)
+
+
+def _detectable_text(result: dict[str, Any]) -> str:
+    """The smallest drop and rise n samples per arm detect."""
+    d = result["detectable_difference"]
+    parts = []
+    for name, word in (("down", "drop"), ("up", "rise")):
+        if d[name] is None:
+            parts.append(f"no {word} is detectable")
+        else:
+            parts.append(
+                f"a {word} of {abs(100 * d[name]):.1f} points (to {100 * (result['p1'] + d[name]):.1f}%)"
+            )
+    how = "" if result["test"] == EXACT_TEST else f"; {result['test']}"
+    return (
+        f"with {counted(result['n'], 'sample')} per arm at {100 * result['p1']:.1f}%, the smallest "
+        f"detectable change (alpha {result['alpha']:g}, power {result['power']:g}{how}) is "
+        + " or ".join(parts)
+    )
+
+
+def _samples_text(result: dict[str, Any]) -> str:
+    """Samples per arm for one question asked n times per arm."""
     if result["n_per_arm"] is None:
         text = (
             f"to tell {100 * result['p1']:.1f}% from {100 * result['p2']:.1f}% one question needs more than "
@@ -158,47 +185,53 @@ def render_plan(result: dict[str, Any], fmt: str = "table") -> str:
             f"times per arm you need {result['n_per_arm']:,} samples per arm ({how}; two-sided alpha "
             f"{result['alpha']:g}, power {result['power']:g})"
         )
-    if "cases" in result:
-        cases, icc = result["cases"], result["icc"]
-        where = f"the same {counted(cases, 'case')} under both versions, as one probe run asks them"
-        if result["repeats"] is None:
-            text += (
-                f"\npaired ({where}) at ICC {icc:g}: more than 200 repeats per case "
-                f"(simulated power at 200: {100 * result['paired_power']:.0f}%)"
-            )
-        else:
-            text += (
-                f"\npaired ({where}) at ICC {icc:g}: {counted(result['repeats'], 'repeat')} per case "
-                f"({result['repeats'] * cases} samples per arm; "
-                f"simulated power {100 * result['paired_power']:.0f}%)"
-            )
-        unpaired = f"\nunpaired (different questions per version, {cases} a side)"
-        needed = result["unpaired_cases_needed"]
-        needed_text = (
-            f"it needs at least {needed} cases a side" if needed else "it needs more than 2,000 cases a side"
-        )
-        if not result["unpaired_reachable"]:
-            text += (
-                f"{unpaired}: cannot reach alpha {result['alpha']:g} at all: the smallest p the case "
-                f"permutation test can give with {counted(cases, 'case')} a side is "
-                f"{result['unpaired_smallest_p']:.3g}; {needed_text}"
-            )
-        elif result["repeats_unpaired"] is None:
-            if icc >= 1:
-                reason = "at ICC 1 every repeat of a question gives the same outcome, so repeats do not help"
-            else:
-                reason = (
-                    f"even unlimited repeats reach only {100 * result['unpaired_power']:.0f}% power "
-                    f"at ICC {icc:g}"
-                )
-            text += f"{unpaired}: no number of repeats gets there: {reason}; {needed_text}"
-        else:
-            text += (
-                f"{unpaired}: {counted(result['repeats_unpaired'], 'repeat')} per case "
-                f"(simulated power {100 * result['unpaired_power']:.0f}%)"
-            )
-        if math.isfinite(icc) and 0 < icc < 1:
-            text += (
-                "\nthe ICC is how alike repeats of one question are; `probe report` shows the DEFF a run had"
-            )
     return text
+
+
+def _paired_text(result: dict[str, Any]) -> str:
+    """Repeats of the same cases under both versions (none when the sides differ)."""
+    cases, icc = result["cases"], result["icc"]
+    where = f"the same {counted(cases, 'case')} under both versions, as one probe run asks them"
+    if "cases_b" in result:
+        return "\npaired: none (the two sides ask different numbers of cases)"
+    if result["repeats"] is None:
+        return (
+            f"\npaired ({where}) at ICC {icc:g}: more than 200 repeats per case "
+            f"(simulated power at 200: {100 * result['paired_power']:.0f}%)"
+        )
+    return (
+        f"\npaired ({where}) at ICC {icc:g}: {counted(result['repeats'], 'repeat')} per case "
+        f"({result['repeats'] * cases} samples per arm; "
+        f"simulated power {100 * result['paired_power']:.0f}%)"
+    )
+
+
+def _unpaired_text(result: dict[str, Any]) -> str:
+    """Repeats of different questions per version, or the cases a side it needs instead."""
+    cases, icc = result["cases"], result["icc"]
+    unequal = "cases_b" in result
+    sides = f"{cases} and {result['cases_b']} cases" if unequal else f"{cases} a side"
+    unpaired = f"\nunpaired (different questions per version, {sides})"
+    needed = result["unpaired_cases_needed"]
+    needed_text = (
+        f"it needs at least {needed} cases a side" if needed else "it needs more than 2,000 cases a side"
+    )
+    if not result["unpaired_reachable"]:
+        each = sides if unequal else f"{counted(cases, 'case')} a side"
+        return (
+            f"{unpaired}: cannot reach alpha {result['alpha']:g} at all: the smallest p the case "
+            f"permutation test can give with {each} is {result['unpaired_smallest_p']:.3g}; {needed_text}"
+        )
+    if result["repeats_unpaired"] is None:
+        if icc >= 1:
+            reason = "at ICC 1 every repeat of a question gives the same outcome, so repeats do not help"
+        else:
+            reason = (
+                f"even unlimited repeats reach only {100 * result['unpaired_power']:.0f}% power "
+                f"at ICC {icc:g}"
+            )
+        return f"{unpaired}: no number of repeats gets there: {reason}; {needed_text}"
+    return (
+        f"{unpaired}: {counted(result['repeats_unpaired'], 'repeat')} per case "
+        f"(simulated power {100 * result['unpaired_power']:.0f}%)"
+    )
