@@ -7,8 +7,8 @@ one HTTP request from this process, and the memory is the viewer process's peak 
 (VmHWM) after every page was opened. `probe report` is timed the same way as benchmarks/scale.py.
 
 A long output (`--long-mb`, 20 by default: one line of words and Chinese after a BOM, a
-zero-width space and a tab) is shown by `probe show` and the viewer's case page: each with its wall time and its
-process's peak resident size (the output is cut for display, so neither grows with it).
+zero-width space and a tab) is shown by `probe show` and the viewer's case page: each with its
+wall time and its process's peak resident size (the output is cut for display, so neither grows with it).
 
     .venv/bin/python benchmarks/viewer.py [--samples N] [--work DIR] [--long-mb MB]
 """
@@ -183,18 +183,24 @@ def measure_long(work: Path, mb: float) -> list[tuple[str, str]]:
     size = f"{len(data) / 1024 / 1024:.3g} MB output"
     rows = []
     seconds, memory, printed = child_figures([PROBE, "show", str(run), "--sample", first["sample_id"]])
-    rows.append((f"probe show, one {size}", f"{seconds:.2f} s, peak {memory:.0f} MB, {printed / 1024:.0f} KB printed"))
+    figure = f"{seconds:.2f} s, peak {memory:.0f} MB, {printed / 1024:.0f} KB printed"
+    rows.append((f"probe show, one {size}", figure))
     viewer = subprocess.Popen(
-        [PROBE, "view", str(runs), "--port", "0"], stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True
+        [PROBE, "view", str(runs), "--port", "0"],
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
     )
     try:
         base = re.search(r"at (http://\S+)/ ", viewer.stderr.readline()).group(1)
-        arm = 1 + [a["prompt"] for a in json.loads((run / "manifest.json").read_text())["arms"]].index(first["prompt"])
+        arms = json.loads((run / "manifest.json").read_text())["arms"]
+        arm = next(a["arm"] for a in arms if a["prompt"] == first["prompt"])
         with httpx.Client(base_url=base, timeout=600) as client:
             seconds, answer = timed_get(client, f"/runs/{run.name}/cases/{first['case_id']}?arm={arm}")
             assert "Cut for display" in answer.text
+            figure = f"{seconds:.2f} s ({len(answer.content) / 1024:.0f} KB)"
             rows.append(
-                (f"viewer case page with one {size}", f"{seconds:.2f} s ({len(answer.content) / 1024:.0f} KB)")
+                (f"viewer case page with one {size}", figure)
             )
         rows.append(("probe view: peak memory after that page", f"{peak_mb(viewer.pid):.0f} MB"))
     finally:

@@ -1419,7 +1419,9 @@ def view(runs_folder: Path | None, port: int, host: str, allow_hosts: tuple[str,
         say(f"probe view: {folder} at {url} (read-only; Ctrl-C stops it)", err=True)
 
     try:
-        serve(folder, host, port, on_ready=ready, allow_hosts=allow_hosts, on_exposed=lambda s: say(s, err=True))
+        serve(
+            folder, host, port, on_ready=ready, allow_hosts=allow_hosts, on_exposed=lambda s: say(s, err=True)
+        )
     except OSError as exc:
         raise StartError(f"cannot listen on {host}:{port} ({exc.strerror or exc})") from None
 

@@ -52,7 +52,13 @@ class BatchLedger:
         return [e for e in self.entries if not e.get("batch") and e.get("status") == CREATING]
 
     def known(self) -> set[str]:
-        return {e["batch"] for e in self.entries if e.get("batch")}
+        """The batches accounted for: the run's, and those found again that proved another's."""
+        return {e.get("batch") or e["foreign"] for e in self.entries if e.get("batch") or e.get("foreign")}
+
+    def foreign(self, entry: dict[str, Any]) -> None:
+        """A batch found again proved another's: the entry made none (never collected, cancelled
+        or counted here); its id is kept so that it is never taken again."""
+        self.update(entry, batch=None, foreign=entry["batch"], status=NOT_CREATED, confirmed=None)
 
     def submissions(self) -> Counter:
         """How many batches each sample id has been sent in."""

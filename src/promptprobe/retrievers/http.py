@@ -201,7 +201,8 @@ class HttpRetriever(Retriever):
             ) from None
         except zlib.error as exc:
             raise RetrievalError(
-                f"retrieval {self.shown_url}: the reply's compressed body cannot be read ({exc})", retryable=True
+                f"retrieval {self.shown_url}: the reply's compressed body cannot be read ({exc})",
+                retryable=True,
             ) from None
         except httpx.TimeoutException:
             raise RetrievalError(
