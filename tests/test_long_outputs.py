@@ -14,7 +14,9 @@ from servers import LocalServer, Reply
 from promptprobe.cli import main
 from promptprobe.config import load_config
 from promptprobe.engine.run import RunOptions, run_probe
+from promptprobe.jsonio import read_jsonl
 from promptprobe.models import parse_model_spec
+from promptprobe.pack import read_raw
 from promptprobe.probeset import load_probeset
 from promptprobe.prompts import load_prompt
 from promptprobe.views.outputs import _markers
@@ -37,7 +39,8 @@ def long_run(tmp_path_factory):
         run = run_probe(probeset, [load_prompt(ROOT / "prompts" / "always-header.md")],
                         [parse_model_spec(f"openai:m@{server.url}/v1")], load_config(None),
                         RunOptions(runs_dir=tmp / "runs")).path
-    data = (run / "raw" / "long.r1.a1.txt").read_bytes()
+    (record,) = read_jsonl(run / "samples.jsonl")
+    data = read_raw(run, record)
     assert data == LONG.encode()
     return run, data
 
@@ -50,7 +53,7 @@ def test_probe_show_cuts_a_long_output_and_says_where_the_exact_bytes_are(long_r
     kept = DISPLAY_BYTES - 1  # the cut falls before 你, not inside it
     assert kept == len(("[[ANSWER]]\n" + "a" * (DISPLAY_BYTES - 12)).encode())
     mark = (f"⟨cut for display: the first {kept:,} of {len(data):,} bytes are shown; the whole output: "
-            f"{run / 'raw' / 'long.r1.a1.txt'}, or probe export {run} --sample long.r1.a1⟩")
+            f"probe export {run} --sample long.r1.a1 (its exact bytes)⟩")
     assert body == visible(data[:kept].decode(), ended=False) + "\n" + mark + "\n"
     assert "ZWSP" not in body and "␄" not in body
     exported = CliRunner().invoke(main, ["export", str(run), "--sample", "long.r1.a1", "--format", "json"])
