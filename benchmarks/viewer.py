@@ -8,12 +8,13 @@ one HTTP request from this process, and the memory is the viewer process's peak 
 
 A long output (`--long-mb`, 20 by default: one line of words and Chinese after a BOM, a
 zero-width space and a tab) is shown by `probe show` and the viewer's case page: each with its
-wall time and its process's peak resident size (the output is cut for display, so neither grows with it).
+wall time and its process's peak resident size (the output is read once and cut for display).
 
     .venv/bin/python benchmarks/viewer.py [--samples N] [--work DIR] [--long-mb MB]
 """
 
 import argparse
+import hashlib
 import json
 import os
 import re
@@ -175,16 +176,24 @@ def child_figures(command: list[str]) -> tuple[float, float, int]:
 def measure_long(work: Path, mb: float) -> list[tuple[str, str]]:
     """`probe show` and the viewer's case page on one output of `mb` MB."""
     runs = work / "long-runs"
-    run = make_run(runs / "20261130T000000-long-000001", 40)
-    with_raw_files(run)
-    first = json.loads((run / "samples.jsonl").open("rb").readline())
+    run = make_run(runs / "20261130T000000-long-000001", 40, output="[[ANSWER]]\nok")
+    lines = (run / "samples.jsonl").read_bytes().splitlines(keepends=True)
+    first = json.loads(lines[0])
     data = long_output(mb)
-    (run / first["raw"]["path"]).write_bytes(data)
+    # The first sample's output is the long one (a raw file, as a run before packs wrote it).
+    (run / "raw" / f"{first['sample_id']}.txt").write_bytes(data)
+    first["raw"] = {"path": f"raw/{first['sample_id']}.txt", "sha256": hashlib.sha256(data).hexdigest(),
+                    "bytes": len(data)}
+    (run / "samples.jsonl").write_bytes(json.dumps(first).encode() + b"\n" + b"".join(lines[1:]))
     size = f"{len(data) / 1024 / 1024:.3g} MB output"
     rows = []
     seconds, memory, printed = child_figures([PROBE, "show", str(run), "--sample", first["sample_id"]])
     figure = f"{seconds:.2f} s, peak {memory:.0f} MB, {printed / 1024:.0f} KB printed"
     rows.append((f"probe show, one {size}", figure))
+    second = json.loads(lines[1])["sample_id"]
+    seconds, memory, _ = child_figures([PROBE, "show", str(run), "--sample", second])
+    label = "probe show, a 14-byte output of the same run (for reference)"
+    rows.append((label, f"{seconds:.2f} s, peak {memory:.0f} MB"))
     viewer = subprocess.Popen(
         [PROBE, "view", str(runs), "--port", "0"],
         stderr=subprocess.PIPE,

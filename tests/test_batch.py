@@ -684,6 +684,10 @@ def test_a_create_whose_reply_times_out_is_found_not_made_again(tmp_path, api):
     assert result.exit_code == 0, result.output
     assert sorted(all_samples(run_dir_of(result))) == PLANNED
     assert server.calls["create"] == 1 and len(server.batches) == 1 and len(server.submitted) == 6
+    (entry,) = ledger_of(run_dir_of(result))
+    assert entry["found_again"] is True and entry["collected"]
+    # Anthropic's batch carries no marker of the run: its custom ids confirmed it before any result was used.
+    assert entry.get("confirmed") is (True if api == "anthropic" else None)
 
 
 def test_an_anthropic_batch_found_again_is_confirmed_by_its_custom_ids(tmp_path):

@@ -64,8 +64,9 @@ class BatchCollector:
         return state
 
     def ours(self, entry: dict[str, Any], state: BatchState) -> bool | None:
-        """Whether every result line of a batch found again names one of the entry's requests (read
-        before any result is used; nothing of it is kept); None when the run was cancelled."""
+        """Whether every result line of a batch found again that names a request names one of the
+        entry's, and one at least does (read before any result is used; nothing of it is kept; a
+        line naming none, unreadable, decides nothing); None when the run was cancelled."""
         api = self.settings.apis[entry["model"]]
         positions = custom_ids(entry)
 
@@ -73,9 +74,9 @@ class BatchCollector:
             named = 0
             with contextlib.closing(api.results(entry["batch"], state)) as results:
                 for result in results:
-                    if result.custom_id not in positions:
+                    if result.custom_id and result.custom_id not in positions:
                         return False
-                    named += 1
+                    named += bool(result.custom_id)
             return named > 0
 
         try:

@@ -19,7 +19,6 @@ from ..errors import InputError
 
 DEFAULT_HOST = "127.0.0.1"
 HOST_NAME = re.compile(r"[A-Za-z0-9_](?:[A-Za-z0-9_.-]{0,252}[A-Za-z0-9_])?")
-LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
 def listening_socket(host: str, port: int) -> socket.socket:
