@@ -155,3 +155,20 @@ def test_an_undocumented_batch_status_is_waited_on_then_the_batch_is_kept_for_re
         resumed = CliRunner(env=KEY).invoke(main, ["run", "--resume", str(run), "--poll-interval", "0.01"])
     assert resumed.exit_code == 0, resumed.output
     assert len(read_jsonl(run / "samples.jsonl")) == 6 and len(server.batches) == 1
+
+
+def test_the_progress_line_counts_a_candidate_only_once_it_is_confirmed():
+    from promptprobe.engine.batch_ledger import BatchLedger
+    from promptprobe.providers.batching import BatchState
+
+    ledger = BatchLedger.__new__(BatchLedger)  # the account alone: no run directory needed
+    ledger.entries = [
+        {"batch": "msgbatch_ours", "samples": ["a", "b"], "collected": False},
+        {"batch": "msgbatch_maybe", "samples": ["c", "d", "e"], "collected": False, "confirmed": False},
+        {"batch": None, "foreign": "msgbatch_theirs", "samples": ["f"], "collected": False},
+    ]
+    states = {"msgbatch_ours": BatchState("in_progress", False, 1, 2),
+              "msgbatch_maybe": BatchState("in_progress", False, 3, 3)}
+    assert ledger.progress(states, None) == (
+        "batches: 0/1 ended, 1/2 requests done (and 1 found again, this run's only if their results say "
+        "so), results within the providers' 24 h window")
