@@ -6,11 +6,17 @@ The viewer runs as `probe view WORK --port 0` in its own process; each figure is
 one HTTP request from this process, and the memory is the viewer process's peak resident size
 (VmHWM) after every page was opened. `probe report` is timed the same way as benchmarks/scale.py.
 
-    .venv/bin/python benchmarks/viewer.py [--samples N] [--work DIR]
+A long output (`--long-mb`, 20 by default: one line of words and Chinese after a BOM, a
+zero-width space and a tab) is shown by `probe show` and the viewer's case page: each with its
+wall time and its process's peak resident size (the output is read once and cut for display).
+
+    .venv/bin/python benchmarks/viewer.py [--samples N] [--work DIR] [--long-mb MB]
 """
 
 import argparse
+import hashlib
 import json
+import os
 import re
 import resource
 import subprocess
@@ -149,16 +155,79 @@ def empty_viewer_mb(work: Path) -> float:
         viewer.wait(timeout=30)
 
 
+def long_output(mb: float) -> bytes:
+    """One line of about `mb` MB: a BOM, a zero-width space and a tab, then words and Chinese
+    with nothing invisible in them (the longest run of text a page joins)."""
+    unit = "the plan costs 42 € 你好世界 and more ".encode()
+    return "\ufeff[[ANSWER]] zero\u200bwidth\t".encode() + unit * max(1, int(mb * 1024 * 1024 / len(unit)))
+
+
+def child_figures(command: list[str]) -> tuple[float, float, int]:
+    """Wall time, peak resident size (MB) and bytes printed of one command in its own process."""
+    started = time.perf_counter()
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    printed = len(process.stdout.read())
+    _, status, usage = os.wait4(process.pid, 0)
+    process.returncode = os.waitstatus_to_exitcode(status)
+    assert process.returncode == 0, command
+    return time.perf_counter() - started, usage.ru_maxrss / 1024, printed
+
+
+def measure_long(work: Path, mb: float) -> list[tuple[str, str]]:
+    """`probe show` and the viewer's case page on one output of `mb` MB."""
+    runs = work / "long-runs"
+    run = make_run(runs / "20261130T000000-long-000001", 40, output="[[ANSWER]]\nok")
+    lines = (run / "samples.jsonl").read_bytes().splitlines(keepends=True)
+    first = json.loads(lines[0])
+    data = long_output(mb)
+    # The first sample's output is the long one (a raw file, as a run before packs wrote it).
+    (run / "raw" / f"{first['sample_id']}.txt").write_bytes(data)
+    first["raw"] = {"path": f"raw/{first['sample_id']}.txt", "sha256": hashlib.sha256(data).hexdigest(),
+                    "bytes": len(data)}
+    (run / "samples.jsonl").write_bytes(json.dumps(first).encode() + b"\n" + b"".join(lines[1:]))
+    size = f"{len(data) / 1024 / 1024:.3g} MB output"
+    rows = []
+    seconds, memory, printed = child_figures([PROBE, "show", str(run), "--sample", first["sample_id"]])
+    figure = f"{seconds:.2f} s, peak {memory:.0f} MB, {printed / 1024:.0f} KB printed"
+    rows.append((f"probe show, one {size}", figure))
+    second = json.loads(lines[1])["sample_id"]
+    seconds, memory, _ = child_figures([PROBE, "show", str(run), "--sample", second])
+    label = "probe show, a 14-byte output of the same run (for reference)"
+    rows.append((label, f"{seconds:.2f} s, peak {memory:.0f} MB"))
+    viewer = subprocess.Popen(
+        [PROBE, "view", str(runs), "--port", "0"],
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        base = re.search(r"at (http://\S+)/ ", viewer.stderr.readline()).group(1)
+        arms = json.loads((run / "manifest.json").read_text())["arms"]
+        arm = next(a["arm"] for a in arms if a["prompt"] == first["prompt"])
+        with httpx.Client(base_url=base, timeout=600) as client:
+            seconds, answer = timed_get(client, f"/runs/{run.name}/cases/{first['case_id']}?arm={arm}")
+            assert "Cut for display" in answer.text
+            figure = f"{seconds:.2f} s ({len(answer.content) / 1024:.0f} KB)"
+            rows.append(
+                (f"viewer case page with one {size}", figure)
+            )
+        rows.append(("probe view: peak memory after that page", f"{peak_mb(viewer.pid):.0f} MB"))
+    finally:
+        viewer.terminate()
+        viewer.wait(timeout=30)
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", type=int, default=100_000)
     parser.add_argument("--work", type=Path, default=None, help="Where to write the synthetic run (kept).")
+    parser.add_argument("--long-mb", type=float, default=20.0, help="The long output's size (0: none).")
     args = parser.parse_args()
-    if args.work is not None:
-        rows = measure(args.work, args.samples)
-    else:
-        with tempfile.TemporaryDirectory(prefix="probe-viewer-") as folder:
-            rows = measure(Path(folder), args.samples)
+    with tempfile.TemporaryDirectory(prefix="probe-viewer-") as folder:
+        work = args.work or Path(folder)
+        rows = measure(work, args.samples) if args.samples else []
+        rows += measure_long(work, args.long_mb) if args.long_mb else []
     print("| what | figure |")
     print("|---|---|")
     for label, figure in rows:

@@ -26,7 +26,7 @@ SMALL = {
     "verdict_rules.py": [
         "--trials", "20", "--power-trials", "20", "--unequal-trials", "5", "--designs", "2", "--quick"
     ],
-    "viewer.py": ["--samples", "2000"],
+    "viewer.py": ["--samples", "2000", "--long-mb", "0.2"],
 }
 
 

@@ -1390,8 +1390,16 @@ def export(
     show_default=True,
     help="The address to listen on; anything but loopback lets others on the network read every output.",
 )
+@click.option(
+    "--allow-host",
+    "allow_hosts",
+    multiple=True,
+    metavar="NAME",
+    help="Also answer requests that name the viewer NAME (a DNS name you own; repeatable). "
+    "Otherwise only the address it listens on is answered.",
+)
 @handle_errors
-def view(runs_folder: Path | None, port: int, host: str) -> None:
+def view(runs_folder: Path | None, port: int, host: str, allow_hosts: tuple[str, ...]) -> None:
     """A local, read-only web viewer over the runs directory (RUNS_DIR, else $PROBE_RUNS_DIR, else
     ./runs): the runs (live while written), each run's verdicts, rates and case x arm grid, one
     case's outputs grouped by identical text, any two arms side by side with the cases where one
@@ -1401,25 +1409,21 @@ def view(runs_folder: Path | None, port: int, host: str) -> None:
         import uvicorn  # noqa: F401
     except ImportError:
         raise StartError("probe view needs uvicorn and starlette: pip install 'promptprobe'") from None
-    from .viewer import LOOPBACK, serve
+    from .viewer import serve
 
     folder = runs_dir_of(runs_folder)
     if not folder.is_dir():
         raise InputError(f"{folder}: no such runs directory (probe demo or probe run write one)")
-    if host not in LOOPBACK:
-        say(
-            f"warning: serving on {host}: anyone who can reach this address reads every raw output "
-            "in the runs directory",
-            err=True,
-        )
 
     def ready(url: str) -> None:
         say(f"probe view: {folder} at {url} (read-only; Ctrl-C stops it)", err=True)
 
     try:
-        serve(folder, host, port, on_ready=ready)
+        serve(
+            folder, host, port, on_ready=ready, allow_hosts=allow_hosts, on_exposed=lambda s: say(s, err=True)
+        )
     except OSError as exc:
-        raise StartError(f"cannot listen on {host}:{port} ({exc.strerror})") from None
+        raise StartError(f"cannot listen on {host}:{port} ({exc.strerror or exc})") from None
 
 
 # -- runs -----------------------------------------------------------------------------------

@@ -27,7 +27,10 @@ from .tomlfile import check_keys, did_you_mean, parse_toml, read_input, unknown_
 
 RETRIEVAL_KINDS = ("http", "python", "none", "local")
 RETRIEVAL_KEYS = {
-    "http": {"kind", "url", "method", "body", "headers", "results", "id", "text", "score", "timeout"},
+    "http": {
+        "kind", "url", "method", "body", "headers", "results", "id", "text", "score", "timeout",
+        "max_bytes", "max_decompressed_bytes", "max_depth",
+    },
     "python": {"kind", "function", "id", "text", "score"},
     "none": {"kind"},
     "local": {"kind", "path", "k"},
@@ -257,6 +260,8 @@ def _retrieval(table: dict[str, Any], where: str, problems: _Problems) -> dict[s
         for key in ("body", "headers"):
             problems.attempt(lambda key=key: _typed(table, key, dict, where))
         problems.attempt(lambda: _typed(table, "timeout", (int, float), where, 0))
+        for key in ("max_bytes", "max_decompressed_bytes", "max_depth"):
+            problems.attempt(lambda key=key: _typed(table, key, int, where))
     if kind == "python":
         problems.attempt(lambda: _function(table, where, required=True))
     if kind == "local":

@@ -14,6 +14,9 @@ LIMITS: dict[str, tuple[float, float]] = {
     "rpm": (0, 10_000_000),
     "k": (1, 10_000),
     "poll_interval": (0, 3_600),
+    "max_bytes": (1, 2**31),  # [retrieval]: the reply body as received
+    "max_decompressed_bytes": (1, 2**31),  # [retrieval]: the body a compressed reply expands to
+    "max_depth": (1, 500),  # [retrieval]: JSON nesting (the JSON reader itself stops near 1,000)
 }
 
 

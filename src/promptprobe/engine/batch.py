@@ -137,6 +137,13 @@ class BatchScheduler(Backend):
 
     def _cancel_outstanding(self, entries: list[dict[str, Any]]) -> None:
         for entry in entries:
+            if entry.get("confirmed") is False:  # found again by size and time: maybe another's
+                warn(
+                    f"batch {entry['batch']}: not cancelled: it was found again by its size and creation "
+                    "time only and may be another run's (its results are used only if they name this "
+                    "run's requests)"
+                )
+                continue
             try:
                 self.settings.apis[entry["model"]].cancel(entry["batch"])
             except ProviderError as exc:

@@ -5,6 +5,7 @@ one that keeps failing stops the run (exit 3) with the batch still in the ledger
 collects it without sending anything again. Result lines that name none of the batch's requests
 (unreadable, or not this run's) are kept byte for byte in `raw/<batch>.unmatched.jsonl`."""
 
+import contextlib
 import re
 import threading
 from collections.abc import Callable
@@ -20,6 +21,8 @@ from .limiter import Cancelled
 from .retry import Attempted, call_with_retries
 from .store import RunStore
 
+UNKNOWN_LOOKS = 20  # looks at a batch whose status the API does not document before the run stops
+
 
 class BatchCollector:
     """Looks at batches and reads their results for the batch pass."""
@@ -28,13 +31,15 @@ class BatchCollector:
         self.settings = settings
         self.store = store
         self.cancel = cancel
+        self.unknown: dict[str, int] = {}  # batch id -> looks at an undocumented status in a row
 
     def state(self, entry: dict[str, Any]) -> BatchState | None:
         """The batch's state; None when the run was cancelled. Raises StartError when it cannot be
-        read (the batch stays in the ledger for --resume)."""
+        read, or when its status is one the API does not document UNKNOWN_LOOKS looks in a row (the
+        batch stays in the ledger for --resume)."""
         api = self.settings.apis[entry["model"]]
         try:
-            return call_with_retries(
+            state = call_with_retries(
                 lambda: api.state(entry["batch"]),
                 self.settings.policy,
                 self.cancel,
@@ -46,6 +51,43 @@ class BatchCollector:
             raise StartError(
                 f"batch {entry['batch']} ({entry['model']}): cannot read its state after "
                 f"{failure.attempts} attempt(s): {failure.error}"
+            ) from None
+        if state.known or state.ended:
+            self.unknown.pop(entry["batch"], None)
+            return state
+        looks = self.unknown[entry["batch"]] = self.unknown.get(entry["batch"], 0) + 1
+        if looks >= UNKNOWN_LOOKS:
+            raise StartError(
+                f"batch {entry['batch']} ({entry['model']}): its status {state.status!r} is not one the "
+                f"batch API documents, still after {looks} looks"
+            )
+        return state
+
+    def ours(self, entry: dict[str, Any], state: BatchState) -> bool | None:
+        """Whether every result line of a batch found again that names a request names one of the
+        entry's, and one at least does (read before any result is used; nothing of it is kept; a
+        line naming none, unreadable, decides nothing); None when the run was cancelled."""
+        api = self.settings.apis[entry["model"]]
+        positions = custom_ids(entry)
+
+        def read() -> bool:
+            named = 0
+            with contextlib.closing(api.results(entry["batch"], state)) as results:
+                for result in results:
+                    if result.custom_id and result.custom_id not in positions:
+                        return False
+                    named += bool(result.custom_id)
+            return named > 0
+
+        try:
+            policy = self.settings.policy
+            return call_with_retries(read, policy, self.cancel, retryable_kinds=(ProviderError,))[0]
+        except Cancelled:
+            return None
+        except Attempted as failure:
+            raise StartError(
+                f"batch {entry['batch']} ({entry['model']}) ended but its results cannot be read after "
+                f"{failure.attempts} attempt(s) to tell whether it is this run's: {failure.error}"
             ) from None
 
     def results(

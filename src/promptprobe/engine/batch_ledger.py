@@ -52,21 +52,32 @@ class BatchLedger:
         return [e for e in self.entries if not e.get("batch") and e.get("status") == CREATING]
 
     def known(self) -> set[str]:
-        return {e["batch"] for e in self.entries if e.get("batch")}
+        """The batches accounted for: the run's, and those found again that proved another's."""
+        return {e.get("batch") or e["foreign"] for e in self.entries if e.get("batch") or e.get("foreign")}
+
+    def foreign(self, entry: dict[str, Any]) -> None:
+        """A batch found again proved another's: the entry made none (never collected, cancelled
+        or counted here); its id is kept so that it is never taken again."""
+        self.update(entry, batch=None, foreign=entry["batch"], status=NOT_CREATED, confirmed=None)
 
     def submissions(self) -> Counter:
         """How many batches each sample id has been sent in."""
         return Counter(sid for entry in self.entries if entry.get("batch") for sid in entry["samples"])
 
     def progress(self, states: dict[str, BatchState], first_submitted: float | None) -> str:
-        """The progress line's account: batches ended, requests done, the expected wait."""
-        entries = [e for e in self.entries if e.get("batch")]
+        """The progress line's account: batches ended, requests done, the expected wait (a batch
+        found again that may be another run's is not counted until its results say it is ours)."""
+        entries = [e for e in self.entries if e.get("batch") and e.get("confirmed") is not False]
+        candidates = sum(1 for e in self.entries if e.get("batch") and e.get("confirmed") is False)
+        ours = {e["batch"] for e in entries}
         total = sum(len(e["samples"]) for e in entries)
         ended = sum(1 for e in entries if e.get("collected"))
         done = sum(len(e["samples"]) for e in entries if e.get("collected")) + sum(
-            s.done for s in states.values() if not s.ended
+            s.done for batch, s in states.items() if not s.ended and batch in ours
         )
         text = f"batches: {ended}/{len(entries)} ended, {done:,}/{total:,} requests done"
+        if candidates:
+            text += f" (and {candidates} found again, this run's only if their results say so)"
         if first_submitted is not None and 0 < done < total:
             elapsed = time.monotonic() - first_submitted
             left = round(elapsed * (total - done) / done)

@@ -7,6 +7,7 @@ import threading
 from collections import Counter, defaultdict
 from typing import Any
 
+from ..providers.base import ProviderError
 from ..providers.batching import BatchResult, BatchState
 from .backend import Pass
 from .batch_collect import BatchCollector, seconds_since, unanswered
@@ -32,7 +33,16 @@ class BatchResults:
         self.retry: dict[str, list[Pending]] = defaultdict(list)  # model spec -> for the next follow-up
 
     def collect(self, entry: dict[str, Any], state: BatchState) -> bool:
-        """Record an ended batch's results; False when the run was cancelled while reading them."""
+        """Record an ended batch's results; False when the run was cancelled while reading them. A
+        batch found again without a marker of the run is first confirmed by its custom ids."""
+        if entry.get("confirmed") is False:
+            mine = self.collector.ours(entry, state)
+            if mine is None:
+                return False
+            if not mine:
+                self._not_ours(entry)
+                return True
+            self.ledger.update(entry, confirmed=True)
         started = seconds_since(entry["submitted"])
 
         def take(sid: str, result: BatchResult) -> None:
@@ -59,6 +69,30 @@ class BatchResults:
         self.work.recorder.flush()
         self.ledger.update(entry, status=state.status, ended=utc_now(), collected=True)
         return True
+
+    def _not_ours(self, entry: dict[str, Any]) -> None:
+        """A batch found again proved another's: none of its results is used, it is not counted as
+        an attempt, and its requests go out again in a follow-up batch."""
+        batch_id = entry["batch"]
+        error = ProviderError(
+            "batch_not_ours",
+            f"{entry['model']}: batch {batch_id}, found again by its size and creation time after a "
+            "create call's answer was lost, is another's (its results name other requests): none of "
+            "them was used, and this request goes out again",
+            retryable=True,
+        )
+        self.ledger.foreign(entry)
+        for sid in entry["samples"]:
+            self.sent[sid] -= 1
+            pending = self.waiting.pop(sid, None)
+            if pending is None:
+                continue
+            pending.log.append(dict(attempt_entry(error), batch=batch_id))
+            if self.settings.cancel_batches or self.cancel.is_set():
+                self.record_failure(pending, error, None)
+            else:
+                pending.error = error
+                self.retry[pending.arm.model.spec].append(pending)
 
     def failed(self, pending: Pending, error: Any, entry: dict[str, Any]) -> None:
         """A request its batch answered with a failure: into a follow-up batch while it may succeed

@@ -5,7 +5,12 @@ with its id, before anything waits on it.
 A create call that fails is retried with backoff up to --max-attempts, looking first for a batch
 the failed call may have made; when it cannot be created the run stops (exit 3) and says why.
 A resume first settles every create a killed process left unanswered: the batch it made is
-found (the batch list) and awaited, or the requests go out again."""
+found (the batch list) and awaited, or the requests go out again.
+
+Where batches carry no marker of the run (Anthropic), a create answered with an error made
+nothing and is not looked for; a batch found again after a lost answer is a candidate
+(`confirmed: false` in the ledger) whose results are used only once their custom ids prove it
+the run's own (engine/batch_results.py)."""
 
 import hashlib
 import threading
@@ -15,7 +20,7 @@ from typing import Any
 
 from ..errors import StartError
 from ..providers.base import ProviderError
-from ..providers.batching import BatchAPI, BatchLimits, Submission, chunked
+from ..providers.batching import BatchAPI, BatchLimits, Submission, answered_error, chunked
 from .batch_ledger import CREATING, NOT_CREATED, BatchLedger, submission_of
 from .batch_work import BatchSettings, Pending
 from .cost import Tokens, estimate_tokens
@@ -66,7 +71,7 @@ class BatchCreator:
             except Cancelled:
                 return  # left as it is: the next resume looks again
             if found:
-                self.ledger.created(entry, found, submitted=entry["at"], found_again=True)
+                self.ledger.created(entry, found, submitted=entry["at"], **found_again(api))
             else:
                 self.ledger.update(entry, status=NOT_CREATED)
 
@@ -99,25 +104,36 @@ class BatchCreator:
             "retries": 0,
         }
         self.ledger.add(entry)  # before the create call: a resume can look for what it made
-        batch_id = self._create(api, spec, submission, entry)
-        if batch_id is None:
+        made = self._create(api, spec, submission, entry)
+        if made is None:
             return False
-        self.ledger.created(entry, batch_id, submitted=utc_now())
+        batch_id, found = made
+        self.ledger.created(entry, batch_id, submitted=utc_now(), **(found_again(api) if found else {}))
         return True
 
-    def _create(self, api: BatchAPI, spec: str, submission: Submission, entry: dict[str, Any]) -> str | None:
-        """The new batch's id; None when cancelled. A retry first looks for a batch the failed call
-        may have made (a timeout or a 5xx can come after the provider accepted it)."""
+    def _create(
+        self, api: BatchAPI, spec: str, submission: Submission, entry: dict[str, Any]
+    ) -> tuple[str, bool] | None:
+        """The new batch's id and whether it was found again rather than made; None when cancelled.
+        A retry first looks for a batch the failed call may have made (a timeout or a 5xx can come
+        after the provider accepted it), unless the API has no marker and the call was answered
+        with an error."""
         tried = 0
+        lost = False  # the last create call's answer never came (or could not be read)
+        found_id: str | None = None
 
         def attempt() -> str:
-            nonlocal tried
-            if tried:
-                found = api.find(submission, self.ledger.known())
-                if found:
-                    return found
+            nonlocal tried, lost, found_id
+            if tried and (api.marked or lost):
+                found_id = api.find(submission, self.ledger.known())
+                if found_id:
+                    return found_id
             tried += 1
-            return api.create(submission)
+            try:
+                return api.create(submission)
+            except ProviderError as exc:
+                lost = not answered_error(exc)
+                raise
 
         try:
             batch_id, _, log = call_with_retries(
@@ -128,29 +144,36 @@ class BatchCreator:
                 self.ledger.update(entry, status=NOT_CREATED)  # no create call was made
             return None  # else it stays `creating`: a resume looks for what the call made
         except Attempted as failure:
-            found = self._last_look(api, submission, entry, failure)
+            found = self._last_look(api, submission, entry, failure, api.marked or lost)
             if found is None:
                 raise StartError(
                     f"model {spec}: could not create a batch after {failure.attempts} attempt(s) "
                     f"({failure.error}); its {submission.count} requests were not sent"
                 ) from None
             entry["retries"] = failure.attempts
-            return found
+            return found, True
         entry["retries"] = len(log)
-        return batch_id
+        return batch_id, batch_id == found_id
 
     def _last_look(
-        self, api: BatchAPI, submission: Submission, entry: dict[str, Any], failure: Attempted
+        self, api: BatchAPI, submission: Submission, entry: dict[str, Any], failure: Attempted, look: bool
     ) -> str | None:
-        """The batch the last failed create call made after all, if any. When the list cannot be read
-        either, the entry stays `creating` and a resume looks again."""
+        """The batch the last failed create call made after all, if any (`look` False: the call was
+        answered with an error, so it made none). When the list cannot be read either, the entry
+        stays `creating` and a resume looks again."""
         try:
-            found = api.find(submission, self.ledger.known())
+            found = api.find(submission, self.ledger.known()) if look else None
         except ProviderError:
             return None
         if found is None:
             self.ledger.update(entry, status=NOT_CREATED, error=str(failure.error))
         return found
+
+
+def found_again(api: BatchAPI) -> dict[str, Any]:
+    """The ledger's fields for a batch found again rather than made: without a marker of the run,
+    a candidate until its results' custom ids confirm it."""
+    return {"found_again": True} if api.marked else {"found_again": True, "confirmed": False}
 
 
 class BatchSubmitter:

@@ -200,6 +200,7 @@ class AnthropicBatch(BatchAPI):
     time, and confirmed by its results' custom ids (which name the submission)."""
 
     limits = BatchLimits(requests=100_000, bytes=250 * 1024 * 1024)  # the API's 100,000 and 256 MB
+    marked = False
 
     def __init__(self, provider: AnthropicProvider) -> None:
         self.provider = provider
@@ -292,7 +293,8 @@ def _state_of(batch: Any) -> BatchState:
         for name in ("succeeded", "errored", "canceled", "expired")
     )
     processing = count_field(field_of(counts, "processing"), "request_counts.processing")
-    return BatchState(status, status == "ended", done, done + processing)
+    known = status in ("in_progress", "canceling", "ended")
+    return BatchState(status, status == "ended", done, done + processing, known=known)
 
 
 def _result(spec: str, item: dict[str, Any], line: bytes) -> BatchResult:

@@ -40,6 +40,7 @@ class BatchState:
     total: int = 0
     error: str | None = None  # why the whole batch failed, when it did
     files: dict[str, Any] = field(default_factory=dict)  # where its results are (OpenAI's file ids)
+    known: bool = True  # the status is one the API documents (else the run waits a while, then stops)
 
 
 @dataclass
@@ -67,6 +68,10 @@ class BatchAPI:
     """One model's batch API; every method makes its own SDK calls and raises ProviderError."""
 
     limits: BatchLimits
+    # A batch carries a marker the run set (OpenAI's metadata and input file): find() is exact.
+    # Without one (Anthropic), a batch found again is only a candidate until its results' custom
+    # ids say it is the run's, and a create answered with an error is taken to have made nothing.
+    marked = True
 
     def body(self, messages: Sequence[dict[str, str]]) -> dict[str, Any]:
         """The request body a live call would send, as plain JSON."""
@@ -99,6 +104,12 @@ class BatchAPI:
 
     def cancel(self, batch_id: str) -> None:
         raise NotImplementedError
+
+
+def answered_error(error: ProviderError) -> bool:
+    """The server answered the call with an error status (a lost answer, a timeout or a dropped
+    connection, says nothing of what the call did)."""
+    return error.status is not None and error.status >= 400
 
 
 def split_lines(chunks: Iterator[bytes]) -> Iterator[bytes]:

@@ -305,6 +305,11 @@ def _bytes_of(content: Any) -> bytes:
     return data
 
 
+OPENAI_STATUSES = frozenset(
+    {"validating", "failed", "in_progress", "finalizing", "completed", "expired", "cancelling", "cancelled"}
+)
+
+
 def _state_of(batch: Any) -> BatchState:
     status = text_field(field_of(batch, "status"), "status")
     if not status:
@@ -329,6 +334,7 @@ def _state_of(batch: Any) -> BatchState:
             "output": text_field(field_of(batch, "output_file_id"), "output_file_id"),
             "errors": text_field(field_of(batch, "error_file_id"), "error_file_id"),
         },
+        known=status in OPENAI_STATUSES,
     )
 
 

@@ -1,8 +1,10 @@
 """The production retrieval endpoint over HTTP (POST a JSON body, or GET with params)."""
 
+import json
 import os
 import re
-from collections.abc import Sequence
+import zlib
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import httpcore
@@ -17,6 +19,10 @@ from .base import SECRET_NAME, Passage, RetrievalError, Retriever, passages_from
 
 ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 ERROR_BODY_LIMIT = 64 * 1024
+MAX_BYTES = 8 * 1024 * 1024  # [retrieval] max_bytes by default: the reply body as received
+MAX_DEPTH = 100  # [retrieval] max_depth by default: JSON nesting
+# The encodings asked for (and read): a reply in another one is refused, not decoded blindly.
+DECODERS = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
 
 
 def _substitute(template: Any, question: str) -> Any:
@@ -66,6 +72,77 @@ def _dig(data: Any, dotted: str) -> Any:
     return data
 
 
+class TooLarge(Exception):
+    """A reply body past one of the retriever's limits (the sentence names it)."""
+
+
+def _decoded(chunks: Iterator[bytes], encoding: str, limit: int) -> Iterator[bytes]:
+    """The body of a reply in `encoding` (identity, gzip or deflate), decoded as it comes, never
+    more than `limit` bytes of it at once: TooLarge past the limit (a gzip bomb stops there)."""
+    if encoding in ("", "identity"):
+        yield from chunks
+        return
+    decoder = zlib.decompressobj(DECODERS[encoding])
+    made = 0
+    for chunk in chunks:
+        data = chunk
+        while data:
+            piece = decoder.decompress(data, limit - made + 1)
+            made += len(piece)
+            if made > limit:
+                raise TooLarge(
+                    f"the reply expands to more than [retrieval] max_decompressed_bytes = {limit:,} bytes"
+                )
+            yield piece
+            data = decoder.unconsumed_tail
+    rest = decoder.flush()
+    if made + len(rest) > limit:
+        raise TooLarge(f"the reply expands to more than [retrieval] max_decompressed_bytes = {limit:,} bytes")
+    yield rest
+
+
+def read_body(response: httpx.Response, max_bytes: int, max_decompressed: int, cut: bool = False) -> bytes:
+    """A streamed reply's body, read no further than the limits allow: memory holds at most
+    max_bytes of it as received and max_decompressed once decoded. Past a limit, TooLarge; with
+    `cut`, what came before the limit instead."""
+    encoding = response.headers.get("content-encoding", "").strip().lower()
+    if encoding not in ("", "identity", *DECODERS):
+        raise TooLarge(f"the reply's content-encoding {encoding!r} is not one probe reads (gzip, deflate)")
+    declared = response.headers.get("content-length", "")
+    if not cut and declared.isdigit() and int(declared) > max_bytes:
+        raise TooLarge(f"the reply is larger than [retrieval] max_bytes = {max_bytes:,} bytes")
+    received = 0
+
+    def raw() -> Iterator[bytes]:
+        nonlocal received
+        for chunk in response.iter_raw():
+            received += len(chunk)
+            if received > max_bytes:
+                raise TooLarge(f"the reply is larger than [retrieval] max_bytes = {max_bytes:,} bytes")
+            yield chunk
+
+    parts: list[bytes] = []
+    try:
+        for piece in _decoded(raw(), encoding, max_decompressed if encoding else max_bytes):
+            parts.append(piece)
+    except (TooLarge, zlib.error):
+        if not cut:
+            raise
+    return b"".join(parts)[: max_decompressed if cut else None]
+
+
+def nesting_problem(data: Any, limit: int) -> bool:
+    """True when a parsed reply is nested deeper than `limit` (looked at without recursion)."""
+    stack = [(data, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, dict | list):
+            if depth > limit:
+                return True
+            stack.extend((item, depth + 1) for item in (value.values() if isinstance(value, dict) else value))
+    return False
+
+
 class HttpRetriever(Retriever):
     def __init__(self, config: dict[str, Any]) -> None:
         self.url: str = config["url"]
@@ -84,11 +161,32 @@ class HttpRetriever(Retriever):
             if SECRET_NAME.search(name):  # written into probe.toml as is, it is as secret as a ${VAR}
                 for secret in {value, *value.split()[-1:]}:  # "Bearer TOKEN": the token alone too
                     SCRUBBER.add(f"[retrieval] header {name}", secret)
+        # Only the encodings read_body decodes (under its limit), whatever httpx could decode.
+        headers.setdefault("Accept-Encoding", "gzip, deflate")
         # `timeout` bounds the whole retrieval (connect, headers, body), not each read.
         self.timeout = float(config.get("timeout", 30.0))
+        self.max_bytes = int(config.get("max_bytes", MAX_BYTES))
+        self.max_decompressed = int(config.get("max_decompressed_bytes", self.max_bytes))
+        self.max_depth = int(config.get("max_depth", MAX_DEPTH))
         self.client = httpx.Client(headers=headers, timeout=self.timeout)
         deadline.apply(self.client, httpcore)
         self.description = f"http {self.method} {self.shown_url}"
+
+    def _request(self, payload: dict[str, Any]) -> httpx.Request:
+        if self.method == "GET":
+            params = {k: v for k, v in payload.items() if not isinstance(v, list | dict)}
+            return self.client.build_request("GET", self.url, params=params)
+        return self.client.build_request("POST", self.url, json=payload)
+
+    def _fetch(self, payload: dict[str, Any]) -> tuple[httpx.Response, bytes]:
+        """The reply and its body, streamed under the deadline and the size limits."""
+        response = self.client.send(self._request(payload), stream=True)
+        try:
+            if response.status_code >= 400:  # what an error says is kept short: read no more of it
+                return response, _error_body(response)
+            return response, read_body(response, self.max_bytes, self.max_decompressed)
+        finally:
+            response.close()
 
     def retrieve(self, question: str, history: Sequence[dict[str, str]]) -> list[Passage]:
         payload = _substitute(self.body, question)
@@ -96,11 +194,16 @@ class HttpRetriever(Retriever):
             payload = dict(payload, history=list(history))
         try:
             with deadline.until(self.timeout):
-                if self.method == "GET":
-                    params = {k: v for k, v in payload.items() if not isinstance(v, list | dict)}
-                    response = self.client.get(self.url, params=params)
-                else:
-                    response = self.client.post(self.url, json=payload)
+                response, content = self._fetch(payload)
+        except TooLarge as exc:
+            raise RetrievalError(
+                f"retrieval {self.shown_url}: {exc}; nothing of it was kept or sent to the model"
+            ) from None
+        except zlib.error as exc:
+            raise RetrievalError(
+                f"retrieval {self.shown_url}: the reply's compressed body cannot be read ({exc})",
+                retryable=True,
+            ) from None
         except httpx.TimeoutException:
             raise RetrievalError(
                 f"retrieval {self.shown_url}: no complete reply within {self.timeout:g} s (its timeout)",
@@ -122,21 +225,28 @@ class HttpRetriever(Retriever):
             retryable = response.status_code in (408, 409, 429) or response.status_code >= 500
             raise RetrievalError(
                 f"retrieval {self.shown_url}: HTTP {response.status_code} "
-                f"{response.reason_phrase}: {SCRUBBER.text(response.text)[:200]!r}",
+                f"{response.reason_phrase}: {SCRUBBER.text(_text(content))[:200]!r}",
                 retryable=retryable,
                 status=response.status_code,
-                body=SCRUBBER.bytes(response.content)[:ERROR_BODY_LIMIT],
+                body=SCRUBBER.bytes(content)[:ERROR_BODY_LIMIT],
                 retry_after=parse_retry_after(response.headers) if retryable else None,
             )
+        return self._passages(response, content)
+
+    def _passages(self, response: httpx.Response, content: bytes) -> list[Passage]:
         try:
-            data = response.json()
+            data = json.loads(content)
+        except RecursionError:
+            raise RetrievalError(self._too_deep()) from None
         except ValueError:
             raise RetrievalError(
-                f"retrieval {self.shown_url}: reply is not JSON: {SCRUBBER.text(response.text)[:200]!r}",
+                f"retrieval {self.shown_url}: reply is not JSON: {SCRUBBER.text(_text(content))[:200]!r}",
                 retryable=True,  # a proxy's error page: transient more often than not
                 status=response.status_code,
-                body=SCRUBBER.bytes(response.content)[:ERROR_BODY_LIMIT],
+                body=SCRUBBER.bytes(content)[:ERROR_BODY_LIMIT],
             ) from None
+        if nesting_problem(data, self.max_depth):
+            raise RetrievalError(self._too_deep())
         try:
             items = _dig(data, self.results)
         except KeyError:
@@ -145,5 +255,23 @@ class HttpRetriever(Retriever):
             ) from None
         return passages_from(items, *self.fields, where=f"retrieval {self.shown_url}")
 
+    def _too_deep(self) -> str:
+        return (
+            f"retrieval {self.shown_url}: the reply's JSON is nested deeper than [retrieval] max_depth = "
+            f"{self.max_depth}; nothing of it was kept or sent to the model"
+        )
+
     def close(self) -> None:
         self.client.close()
+
+
+def _error_body(response: httpx.Response) -> bytes:
+    """The first ERROR_BODY_LIMIT bytes of an error reply (decoded when it is compressed)."""
+    try:
+        return read_body(response, ERROR_BODY_LIMIT, ERROR_BODY_LIMIT, cut=True)
+    except TooLarge as exc:  # an encoding it cannot read: say so instead of the body
+        return f"({exc})".encode()
+
+
+def _text(content: bytes) -> str:
+    return content.decode("utf-8", "replace")

@@ -7,11 +7,18 @@ promptprobe.views (the same objects `probe report` and `probe compare` print) an
 its URL plus `.json`. See docs/viewer.md.
 """
 
+import ipaddress
+import re
 import socket
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+from ..errors import InputError
 
 DEFAULT_HOST = "127.0.0.1"
-LOOPBACK = ("127.0.0.1", "localhost", "::1")
+HOST_NAME = re.compile(r"[A-Za-z0-9_](?:[A-Za-z0-9_.-]{0,252}[A-Za-z0-9_])?")
 
 
 def listening_socket(host: str, port: int) -> socket.socket:
@@ -28,20 +35,95 @@ def listening_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
-def serve(runs_dir: str | Path, host: str = DEFAULT_HOST, port: int = 8000, on_ready: object = None) -> None:
-    """Serve the viewer until interrupted (uvicorn); `on_ready(url)` is called once it listens
-    (a port that cannot be had raises OSError before anything is served)."""
+@dataclass
+class Listening:
+    """A viewer bound to its address, not serving yet: its URL, the Host names it answers and, when
+    it listens beyond loopback, the sentence that says what that exposes."""
+
+    server: Any  # uvicorn.Server
+    sock: socket.socket
+    url: str
+    hosts: list[str]
+    exposed: str | None
+
+    def run(self) -> None:
+        self.server.run(sockets=[self.sock])
+
+
+def host_names(host: str, address: str, allow: Sequence[str] = ()) -> list[str]:
+    """The Host names the viewer answers: the host as given, the address it listens on,
+    `localhost` on a loopback address, and the names allowed with --allow-host."""
+    names = [host, address] + (["localhost"] if ipaddress.ip_address(address).is_loopback else [])
+    names += [checked_name(name) for name in allow]
+    return list(dict.fromkeys(name.strip("[]").lower() for name in names))
+
+
+def checked_name(name: str) -> str:
+    """A name given with --allow-host; InputError when it is not a host name or an IP address."""
+    if not HOST_NAME.fullmatch(name) and not _is_ip(name.strip("[]")):
+        raise InputError(f"--allow-host {name!r}: give a host name or an IP address (no port, no wildcard)")
+    return name
+
+
+def _is_ip(name: str) -> bool:
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
+
+
+def exposure(address: str, port: int, runs_dir: Path, hosts: Sequence[str]) -> str | None:
+    """What listening on `address` exposes, in one sentence; None on a loopback address."""
+    if ipaddress.ip_address(address).is_loopback:
+        return None
+    where = "every address of this machine" if ipaddress.ip_address(address).is_unspecified else address
+    return (
+        f"warning: serving beyond this machine on {where}, port {port}: anyone who can reach it reads "
+        f"every run in {runs_dir} (outputs, questions, retrieved passages); a request is answered only "
+        f"when its Host names {', '.join(hosts)} or is an IP address, so a web page cannot "
+        "read it through a DNS name pointed here (DNS rebinding) unless --allow-host names that DNS name"
+    )
+
+
+def listen(
+    runs_dir: str | Path, host: str = DEFAULT_HOST, port: int = 8000, allow_hosts: Sequence[str] = ()
+) -> Listening:
+    """The viewer bound to host:port, answering only requests whose Host names it (OSError when the
+    address cannot be had)."""
     import uvicorn
 
     from .app import create_app
 
+    for name in allow_hosts:
+        checked_name(name)  # before anything listens
     sock = listening_socket(host, port)
     bound = sock.getsockname()
     shown = f"[{bound[0]}]" if ":" in bound[0] else bound[0]
-    hosts = None if host in LOOPBACK else ["*"]
-    server = uvicorn.Server(
-        uvicorn.Config(create_app(runs_dir, hosts=hosts), log_level="warning", lifespan="on")
-    )
+    hosts = host_names(host, bound[0], allow_hosts)
+    # Beyond loopback a client names the machine by one of its IP addresses: an IP literal cannot be
+    # rebound to another machine, a DNS name can (so only the names allowed are answered).
+    any_ip = not ipaddress.ip_address(bound[0]).is_loopback
+    app = create_app(runs_dir, hosts=hosts, port=bound[1], any_ip=any_ip)
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+    url = f"http://{shown}:{bound[1]}/"
+    return Listening(server, sock, url, hosts, exposure(bound[0], bound[1], Path(runs_dir), hosts))
+
+
+def serve(
+    runs_dir: str | Path,
+    host: str = DEFAULT_HOST,
+    port: int = 8000,
+    on_ready: Callable[[str], None] | None = None,
+    allow_hosts: Sequence[str] = (),
+    on_exposed: Callable[[str], None] | None = None,
+) -> None:
+    """Serve the viewer until interrupted (uvicorn); `on_exposed(sentence)` is called when it
+    listens beyond loopback and `on_ready(url)` once it listens (a port that cannot be had raises
+    OSError before anything is served)."""
+    listening = listen(runs_dir, host, port, allow_hosts)
+    if listening.exposed and on_exposed is not None:
+        on_exposed(listening.exposed)
     if on_ready is not None:
-        on_ready(f"http://{shown}:{bound[1]}/")  # type: ignore[operator]
-    server.run(sockets=[sock])
+        on_ready(listening.url)
+    listening.run()

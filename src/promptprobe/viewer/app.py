@@ -8,6 +8,7 @@ viewer through a DNS name pointed at 127.0.0.1).
 
 import contextlib
 import hashlib
+import ipaddress
 import threading
 from collections.abc import AsyncIterator, Callable
 from functools import partial
@@ -88,21 +89,44 @@ def _send(request: Request, body: bytes, media_type: str, status: int = 200, **h
 
 
 class HostCheck:
-    """Refuse a request whose Host header names another host than those served (400): a page
-    elsewhere that points a DNS name at 127.0.0.1 cannot read the viewer. `*` allows any."""
+    """Refuse a request whose Host header names another host than those served, or another port
+    than `port` (400): a page elsewhere that points a DNS name at the viewer's address cannot read
+    it. `any_ip`: any IP address is a name too (an IP literal cannot be rebound to another machine)."""
 
-    def __init__(self, app: Any, allowed: list[str]) -> None:
+    def __init__(self, app: Any, allowed: list[str], port: int | None = None, any_ip: bool = False) -> None:
         self.app = app
-        self.allowed = set(allowed)
+        self.allowed = {name.lower() for name in allowed}
+        self.port = port
+        self.any_ip = any_ip
+
+    def accepts(self, host: str) -> bool:
+        if host.startswith("["):
+            name, _, rest = host[1:].partition("]")
+            port = rest.removeprefix(":") if rest.startswith(":") else None
+            if rest and port is None:
+                return False
+        else:
+            name, colon, port_text = host.rpartition(":")
+            name, port = (name, port_text) if colon else (host, None)
+        if self.port is not None and (port or "80") != str(self.port):
+            return False
+        return name.lower() in self.allowed or (self.any_ip and _is_ip(name))
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] == "http" and "*" not in self.allowed:
+        if scope["type"] == "http":
             host = dict(scope["headers"]).get(b"host", b"").decode("latin-1")
-            name = host[1 : host.find("]")] if host.startswith("[") else host.rpartition(":")[0] or host
-            if name.lower() not in self.allowed:
+            if not self.accepts(host):
                 await Response("Invalid host header", 400, media_type="text/plain")(scope, receive, send)
                 return
         await self.app(scope, receive, send)
+
+
+def _is_ip(name: str) -> bool:
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
 
 
 class Viewer:
@@ -308,14 +332,21 @@ ROUTES = [
 
 
 def create_app(
-    runs_dir: str | Path, *, warm: bool = True, poll_ms: int = POLL_MS, hosts: list[str] | None = None
+    runs_dir: str | Path,
+    *,
+    warm: bool = True,
+    poll_ms: int = POLL_MS,
+    hosts: list[str] | None = None,
+    port: int | None = None,
+    any_ip: bool = False,
 ) -> Starlette:
-    """The viewer over `runs_dir` (`warm`: count runs in the background; `hosts`: the Host
-    headers accepted, default those of a loopback address)."""
+    """The viewer over `runs_dir` (`warm`: count runs in the background; `hosts`: the Host names
+    accepted, default those of a loopback address; `port`: the port a Host must name, any when
+    None; `any_ip`: an IP address is accepted as a Host name too)."""
     allowed = hosts or ["127.0.0.1", "localhost", "::1"]
     app = Starlette(
         routes=ROUTES,
-        middleware=[Middleware(HostCheck, allowed=allowed)],
+        middleware=[Middleware(HostCheck, allowed=allowed, port=port, any_ip=any_ip)],
         lifespan=_lifespan,
     )
     app.state.viewer = Viewer(Path(runs_dir), warm, poll_ms)

@@ -17,7 +17,7 @@ from typing import Any
 from ..counts import CountsTable, LiveCounts, merged_samples
 from ..jsonio import iter_jsonl, loads
 from ..pack import RawUnreadable, read_raw
-from .show import decoded, readable, visible_pieces
+from .show import cut_for_display, cut_mark, decoded, readable, visible_pieces
 
 LOG = logging.getLogger("promptprobe.viewer")
 
@@ -30,11 +30,11 @@ SAMPLE_ID = re.compile(r"[A-Za-z0-9._-]{1,200}")
 LABELS = {"␍": "CR", "␄": "no newline at end", "→": "TAB"}
 
 
-def segments(text: str, markers: Iterable[str]) -> list[tuple[str, str]]:
+def segments(text: str, markers: Iterable[str], ended: bool = True) -> list[tuple[str, str]]:
     """The output made visible, cut into (text, kind) pieces: kind "marker" (a header marker),
-    "inv" (an invisible character's label) or "text"."""
+    "inv" (an invisible character's label) or "text" (`ended` False: the start of a cut output)."""
     pieces: list[tuple[str, str]] = []
-    for piece, kind in visible_pieces(text):
+    for piece, kind in visible_pieces(text, ended):
         if kind == "inv":
             label = LABELS.get(piece) or (piece[1:-1] if piece.startswith("⟨") else piece)
             pieces.append((label, "inv"))
@@ -52,17 +52,19 @@ def inline_segments(text: str) -> list[tuple[str, str]]:
 
 
 def _markers(shown: str, markers: tuple[str, ...]) -> list[tuple[str, str]]:
+    found = [m for m in markers if m]
+    if not found:
+        return [(shown, "text")]
     pieces: list[tuple[str, str]] = []
     position = 0
-    while True:
-        hits = [(shown.find(m, position), m) for m in markers if m and shown.find(m, position) >= 0]
-        if not hits:
-            pieces.append((shown[position:], "text"))
-            return pieces
-        at, marker = min(hits)
-        pieces.append((shown[position:at], "text"))
-        pieces.append((marker, "marker"))
-        position = at + len(marker)
+    # One pass: leftmost first, the shorter marker where two start at one place (as before).
+    pattern = re.compile("|".join(re.escape(m) for m in sorted(found, key=len)))
+    for hit in pattern.finditer(shown):
+        pieces.append((shown[position : hit.start()], "text"))
+        pieces.append((hit.group(), "marker"))
+        position = hit.end()
+    pieces.append((shown[position:], "text"))
+    return pieces
 
 
 def slim(sample: dict[str, Any]) -> dict[str, Any]:
@@ -196,14 +198,21 @@ def groups_of(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def with_text(run_dir: Path, group: dict[str, Any], markers: Iterable[str]) -> dict[str, Any]:
-    """A group with its output read (once for the group) and made visible."""
+    """A group with its output read (once for the group) and made visible; a long one cut for
+    display (`cut`: bytes shown and in all; the raw download has every byte)."""
     raw = group.get("_raw")
     out = {k: v for k, v in group.items() if k != "_raw"}
+    out["cut"] = None
     if group["error"] is None:
-        data = read_bytes(run_dir, raw)
+        whole = read_bytes(run_dir, raw)
+        data, cut = cut_for_display(whole) if whole is not None else (None, False)
         # JSON carries U+FFFD for a byte that is not UTF-8; the segments name the byte itself.
         out["text"] = readable(data) if data is not None else None
-        out["segments"] = segments(decoded(data), markers) if data is not None else []
+        out["segments"] = segments(decoded(data), markers, not cut) if data is not None else []
+        if data is not None and whole is not None and cut:
+            out["cut"] = {"shown": len(data), "bytes": len(whole)}
+            out["segments"].append(("\n", "text"))
+            out["segments"].append((cut_mark(len(data), len(whole), "the exact bytes")[1:-1], "inv"))
         if data is None:
             out["missing"] = "the raw output is missing, damaged or not the sample's own (see probe verify)"
     else:

@@ -1,6 +1,7 @@
 """Showing and exporting recorded samples: for reading raw outputs and for incident write-ups."""
 
 import base64
+import re
 import unicodedata
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,9 @@ from ..pack import RawUnreadable, read_raw
 from ..probeset import parse_probeset
 
 HEADER_CLASSES = ("present", "absent", "misplaced", "empty", "error")
+DISPLAY_BYTES = 100_000  # an output longer than this is cut for display (the exact bytes stay whole)
+BACKTICKS = re.compile(r"`+")
+PRINTABLE_RUN = 256  # visible() looks at a text this many characters at a time
 NAMED = {
     "\ufeff": "BOM",
     "\u200b": "ZWSP",
@@ -38,49 +42,85 @@ def readable(raw: bytes) -> str:
     return raw.decode("utf-8", "replace")
 
 
-def visible(text: str) -> str:
+def visible(text: str, ended: bool = True) -> str:
     """The text with invisible characters spelled out: ␍ for CR, · for trailing spaces,
     ⟨U+FEFF BOM⟩ for format characters, ⟨byte 0xED not UTF-8⟩ for a byte decoded() kept; ␄ marks
-    an end of text without a final newline."""
-    return "".join(piece for piece, _ in visible_pieces(text))
+    an end of text without a final newline (`ended` False: the text is a cut's start, no ␄)."""
+    return "".join(piece for piece, _ in visible_pieces(text, ended))
 
 
-def visible_pieces(text: str) -> list[tuple[str, str]]:
+def _mark(char: str) -> str | None:
+    """visible()'s mark for one character, None for a character shown as itself."""
+    if char == "\r":
+        return "␍"
+    if char == "\t":
+        return "→"
+    if "\udc80" <= char <= "\udcff":  # surrogateescape's stand-in for an undecodable byte
+        return f"⟨byte 0x{ord(char) - 0xDC00:02X} not UTF-8⟩"
+    if char in NAMED or unicodedata.category(char) in ("Cf", "Cc", "Zl", "Zp", "Co", "Cn"):
+        name = NAMED.get(char) or unicodedata.name(char, "")
+        return f"⟨U+{ord(char):04X}{' ' + name if name else ''}⟩"
+    return None
+
+
+def visible_pieces(text: str, ended: bool = True) -> list[tuple[str, str]]:
     """visible()'s text cut into (piece, kind) pieces: kind "inv" for a mark visible() wrote for an
     invisible character, "text" for the output's own characters (so a page never takes a `→` or
-    `·` the model wrote for a tab or a space)."""
+    `·` the model wrote for a tab or a space). Linear in the text: a run of characters that
+    str.isprintable() passes holds no invisible one (every mark is for a non-printable character)."""
     pieces: list[tuple[str, str]] = []
+    held: list[str] = []  # text not yet a piece: joined once, never grown a character at a time
 
-    def add(piece: str, kind: str) -> None:
-        if pieces and kind == "text" and pieces[-1][1] == "text":
-            pieces[-1] = (pieces[-1][0] + piece, kind)
-        elif piece:
-            pieces.append((piece, kind))
+    def flush() -> None:
+        if held:
+            pieces.append(("".join(held), "text"))
+            held.clear()
+
+    def mark(piece: str) -> None:
+        if piece:
+            flush()
+            pieces.append((piece, "inv"))
 
     for number, line in enumerate(text.split("\n")):
         if number:
-            add("\n", "text")
+            held.append("\n")
         carriage = line.endswith("\r")
         core = line[:-1] if carriage else line
         body = core.rstrip(" ")
-        for char in body:
-            if char == "\r":
-                add("␍", "inv")
-            elif char == "\t":
-                add("→", "inv")
-            elif "\udc80" <= char <= "\udcff":  # surrogateescape's stand-in for an undecodable byte
-                add(f"⟨byte 0x{ord(char) - 0xDC00:02X} not UTF-8⟩", "inv")
-            elif char in NAMED or unicodedata.category(char) in ("Cf", "Cc", "Zl", "Zp", "Co", "Cn"):
-                name = NAMED.get(char) or unicodedata.name(char, "")
-                add(f"⟨U+{ord(char):04X}{' ' + name if name else ''}⟩", "inv")
-            else:
-                add(char, "text")
-        add("·" * (len(core) - len(body)), "inv")
+        for start in range(0, len(body), PRINTABLE_RUN):
+            run = body[start : start + PRINTABLE_RUN]
+            if run.isprintable():
+                held.append(run)
+                continue
+            for char in run:
+                shown = _mark(char)
+                if shown is None:
+                    held.append(char)
+                else:
+                    mark(shown)
+        mark("·" * (len(core) - len(body)))
         if carriage:
-            add("␍", "inv")
-    if not text.endswith("\n"):
-        add("␄", "inv")
+            mark("␍")
+    if ended and not text.endswith("\n"):
+        mark("␄")
+    flush()
     return pieces
+
+
+def cut_for_display(raw: bytes, limit: int = DISPLAY_BYTES) -> tuple[bytes, bool]:
+    """The first `limit` bytes of an output (ending on a whole UTF-8 character), and whether that
+    is less than all of it: a page and the terminal show that much, with a mark saying so."""
+    if len(raw) <= limit:
+        return raw, False
+    end = limit
+    while end > limit - 3 and 0x80 <= raw[end] < 0xC0:  # not inside a character
+        end -= 1
+    return raw[:end], True
+
+
+def cut_mark(shown: int, size: int, where: str) -> str:
+    """The sentence after an output cut for display."""
+    return f"⟨cut for display: the first {shown:,} of {size:,} bytes are shown; the whole output: {where}⟩"
 
 
 def latest_classification(run_dir: Path) -> int | None:
@@ -135,6 +175,16 @@ def _raw(run_dir: Path, record: dict[str, Any]) -> bytes | None:
         return None
 
 
+def _shown(run_dir: Path, record: dict[str, Any], raw: bytes) -> str:
+    """A sample's output made visible; a long one cut for display, with a mark saying where the
+    whole of it is."""
+    data, cut = cut_for_display(raw)
+    if not cut:
+        return visible(decoded(data))
+    where = f"probe export {run_dir} --sample {record['sample_id']} (its exact bytes)"
+    return visible(decoded(data), ended=False) + "\n" + cut_mark(len(data), len(raw), where)
+
+
 def _title(record: dict[str, Any]) -> str:
     if record.get("error"):
         state = f"error ({record['error']['kind']})"
@@ -172,7 +222,7 @@ def show(
                         "title": _title(record),
                         "header": ((record.get("header") or {}).get("header")),
                         "error": record.get("error"),
-                        "visible": visible(decoded(raw)) if raw is not None else None,
+                        "visible": _shown(run_dir, record, raw) if raw is not None else None,
                         "text": readable(raw) if raw is not None else None,
                     }
                     for record, raw in items
@@ -186,7 +236,7 @@ def show(
         elif raw is None:
             body = f"error: {record['error']['message']} (after {record['error']['attempts']} attempts)"
         else:
-            body = visible(decoded(raw))
+            body = _shown(run_dir, record, raw)
         if fmt == "md":
             fence = _fence(body)
             blocks.append(f"### {_title(record)}\n\n{fence}text\n{body}\n{fence}")
@@ -222,10 +272,7 @@ def _cell(value: Any) -> str:
 
 
 def _fence(text: str) -> str:
-    longest = run = 0
-    for char in text:
-        run = run + 1 if char == "`" else 0
-        longest = max(longest, run)
+    longest = max((len(run) for run in BACKTICKS.findall(text)), default=0)
     return "`" * max(3, longest + 1)
 
 
