@@ -1158,6 +1158,127 @@ def compare(
 
 
 @main.command(
+    epilog="Examples: probe gate origin/main prompts/assistant.md --probeset probes/example.toml   |   "
+    "probe gate origin/main prompts/*.md --metric refusal_recall --strict --format json"
+)
+@click.argument("baseline_ref", metavar="BASELINE_REF")
+@click.argument("prompts", metavar="PROMPT...", nargs=-1, required=True)
+@click.option(
+    "--probeset", type=click.Path(path_type=Path), help="The probe set (default: the only one in probes/)."
+)
+@click.option(
+    "--config", "config_path", type=click.Path(path_type=Path), help="Target config (default ./probe.toml)."
+)
+@click.option(
+    "-m", "--model", "model_specs", multiple=True, help="A model spec or NAME=SPEC (default: [run] models)."
+)
+@click.option(
+    "--metric",
+    "metrics",
+    type=METRIC,
+    multiple=True,
+    help="Gate on these (default: every metric). " + METRICS_HELP,
+)
+@click.option(
+    "--alpha",
+    type=click.FloatRange(0, 0.5, min_open=True),
+    callback=finite,
+    default=0.05,
+    show_default=True,
+    help="The job's false-alarm rate, over every prompt, model and metric.",
+)
+@click.option(
+    "--strict", is_flag=True, help="Fail (exit 1) when samples failed after retries, even if not worse."
+)
+@click.option("-n", "--repeats", type=click.IntRange(*LIMITS["repeats"]), help="Repeats per case.")
+@click.option(
+    "--max-attempts", type=click.IntRange(*LIMITS["max_attempts"]), help="Calls per sample (default 6)."
+)
+@click.option(
+    "--concurrency", type=click.IntRange(*LIMITS["concurrency"]), help="Calls in flight (default 8)."
+)
+@click.option(
+    "--max-cost", type=click.FloatRange(min=0), callback=finite, help="USD: refuse to start above it."
+)
+@click.option(
+    "--comment",
+    is_flag=True,
+    help="On a GitHub runner: the table in the job summary and in one pull-request comment per probe "
+    "set, updated in place on each push (needs GITHUB_TOKEN).",
+)
+@click.option(
+    "--artifact", default="promptprobe", show_default=True, help="The artifact the comment links to."
+)
+@runs_dir_option
+@output_options()
+@handle_errors
+def gate(
+    baseline_ref: str,
+    prompts: tuple[str, ...],
+    probeset: Path | None,
+    config_path: Path | None,
+    model_specs: tuple[str, ...],
+    metrics: tuple[str, ...],
+    alpha: float,
+    strict: bool,
+    repeats: int | None,
+    max_attempts: int | None,
+    concurrency: int | None,
+    max_cost: float | None,
+    comment: bool,
+    artifact: str,
+    runs_dir: Path | None,
+    fmt: str,
+    output: Path | None,
+) -> None:
+    """The CI gate: each PROMPT as it is at BASELINE_REF (git show) against the working tree, on
+    every model, in one paired run; each model's baseline and candidate compared, every prompt, model
+    and metric one adjusted family. A prompt absent at the ref is new and not gated. Exit 0 not
+    worse, 4 a candidate is reliably worse (a FAIL: line each), 1 with --strict when samples failed
+    after retries, 2 bad input, 3 could not start."""
+    from .gate import gate as run_gate
+    from .gate import probeset_of
+    from .views.gate import render_gate
+
+    options = {
+        "repeats": repeats,
+        "max_attempts": max_attempts,
+        "concurrency": concurrency,
+        "max_cost": max_cost,
+    }
+    try:
+        result = run_gate(
+            baseline_ref,
+            prompts,
+            probeset_of(probeset),
+            config=config_path,
+            models=model_specs,
+            metrics=metrics,
+            alpha=alpha,
+            strict=strict,
+            runs_dir=runs_dir,
+            run_options=options,
+            on_start=lambda path: say(f"run: {path}", err=True),
+        )
+    except ProbeError as exc:
+        if comment:
+            from .gate import comment_failure
+
+            for line in comment_failure(str(exc), probeset, artifact):
+                say(line, err=True)
+        raise
+    if comment:
+        from .gate import comment_result
+
+        for line in comment_result(result, artifact):
+            say(line, err=True)
+    emit(dumps_pretty(result.to_dict()) if fmt == "json" else render_gate(result.to_dict(), fmt), output)
+    for line in result.failures():
+        say(line, err=True)
+    sys.exit(result.exit_code)
+
+
+@main.command(
     epilog="Examples: probe plan --p1 0.85 --p2 1.0   |   "
     "probe plan --p1 0.85 --p2 1.0 --cases 10 --icc 0.5   |   "
     "probe plan --n 30 --p1 0.85   |   probe plan --gate-any-of 5 --p 0.87   |   "
