@@ -308,6 +308,7 @@ def compare_pairs(
         list(metrics) or None,
         all_metrics=not metrics,
         alpha=alpha,
+        hints=False,  # the repeats hint is a simulation per undecided row; the gate shows none
         pairs=pairs,
     )
 

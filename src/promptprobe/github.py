@@ -133,6 +133,8 @@ def post_comment(runner: Runner, key: str, body: str, client: httpx.Client | Non
         if reply.status_code >= 400:
             return Posted("skipped", reason=_refused(reply, runner))
         return Posted(action, url=reply.json().get("html_url"))
+    except httpx.HTTPStatusError as exc:
+        return Posted("skipped", reason=_refused(exc.response, runner))
     except (httpx.HTTPError, ValueError) as exc:
         return Posted("skipped", reason=f"the GitHub API could not be reached ({type(exc).__name__}: {exc})")
     finally:

@@ -6,8 +6,9 @@ from typing import Any
 from .tables import table
 
 HEADERS = ["prompt", "model", "metric", "baseline", "candidate", "change (B - A, interval)", "verdict"]
-# The comment shows these rows in its table; the others (can't tell yet) fold under a details tag.
+# A long table shows these rows; the others (can't tell yet) fold under a details tag.
 SHOWN_KINDS = ("worse", "better")
+SHORT_TABLE = 8  # up to this many rows the comment shows them all
 
 
 def _cells(row: dict[str, str], columns: list[str]) -> list[str]:
@@ -92,8 +93,9 @@ def render_markdown(data: dict[str, Any], title: str | None = None, link: str | 
     if rows:
         columns = _columns(data)
         headers = _headers(columns)
-        shown = [row for row in rows if row["kind"] in SHOWN_KINDS]
-        folded = [row for row in rows if row["kind"] not in SHOWN_KINDS]
+        short = len(rows) <= SHORT_TABLE
+        shown = [row for row in rows if short or row["kind"] in SHOWN_KINDS]
+        folded = [row for row in rows if row not in shown]
         if shown:
             out.extend([table([_cells(r, columns) for r in shown], headers, "md"), ""])
         if folded:
