@@ -996,7 +996,7 @@ def _execute(runner: Any, fmt: str, total: int, output: Path | None = None) -> N
     if fmt == "json":
         emit(dumps_pretty(result.to_dict()), output)
     else:
-        emit(render_report(result.report.to_dict(), fmt), output)
+        emit(render_report(result.report.to_dict(), fmt) + _end_comparisons(outcome.path), output)
     if outcome.stopped_by == "max_cost":
         echo_error(
             f"stopped at --max-cost: {outcome.recorded} of {outcome.planned} samples recorded; "
@@ -1018,6 +1018,16 @@ def _execute(runner: Any, fmt: str, total: int, output: Path | None = None) -> N
         )
     if outcome.errors or failed_checks:
         sys.exit(1)
+
+
+def _end_comparisons(path: Path) -> str:
+    """A run of two or more prompts or models ends with its comparison in words."""
+    from .arms import end_comparisons, render_end
+
+    try:
+        return render_end(end_comparisons(path))
+    except ProbeError as exc:  # the run stands; only its closing comparison could not be made
+        return f"\n(no comparison: {exc})"
 
 
 # -- report / compare / plan ----------------------------------------------------------------
@@ -1075,7 +1085,7 @@ def report(
     "probe compare latest~1 latest --metric refusal_recall --fail-if-worse"
 )
 @click.argument("a")
-@click.argument("b")
+@click.argument("b", required=False)
 @click.option(
     "--metric",
     "metrics",
@@ -1105,7 +1115,7 @@ def report(
 @handle_errors
 def compare(
     a: str,
-    b: str,
+    b: str | None,
     metrics: tuple[str, ...],
     all_metrics: bool,
     fail_if_worse: bool,
@@ -1119,7 +1129,8 @@ def compare(
     """Are two arms different? A (baseline) and B (candidate) are RUN, RUN#prompt=NAME,
     RUN#model=NAME (or its spec) or both (RUN: a directory, an id or its prefix, latest,
     latest~N); differences are B - A. Two runs of several arms compare arm by arm: each arm of A
-    with the arm of the same name in B, every pair and metric one family."""
+    with the arm of the same name in B, every pair and metric one family. One RUN alone: its two
+    arms (a run of more lists the selectors to choose from)."""
     from .api import compare as compare_of
     from .views.compare import render_comparison
 
