@@ -792,7 +792,7 @@ def run(
     rule = _sequential_rule(ctx.params) if until_decided else None
     fetch = not no_retrieval_fetch
     if dry_run:
-        _print_dry_run(planned, rule, fetch, fmt, output)
+        _print_dry_run(planned, rule, fetch, fmt, output, max_cost)
         return
     if no_retrieval_fetch and max_cost is None:
         raise InputError(
@@ -838,17 +838,26 @@ def _sequential_rule(params: dict[str, Any]) -> Any:
     )
 
 
-def _print_dry_run(planned: tuple[Any, ...], rule: Any, fetch: bool, fmt: str, output: Path | None) -> None:
-    """--dry-run: the plan, tokens and cost (of a fixed run, or of a sequential run to its cap)."""
+def _print_dry_run(
+    planned: tuple[Any, ...], rule: Any, fetch: bool, fmt: str, output: Path | None, max_cost: float | None
+) -> None:
+    """--dry-run: the plan, tokens and cost (of a fixed run, or of a sequential run to its cap);
+    with --max-cost, refused exactly as the run would refuse it."""
+    from .engine.dryrun import check_max_cost, render_dry_run
     from .engine.dryrun import dry_run as price_plan
-    from .engine.dryrun import render_dry_run
     from .engine.sequential import dry_run_sequential
 
-    result = (
-        dry_run_sequential(*planned, rule, fetch=fetch)
-        if rule is not None
-        else price_plan(*planned, fetch=fetch)
-    )
+    if rule is not None:
+        if max_cost is not None:  # as the run refuses it: a cap cannot hold without a price
+            from .engine.cost import load_prices, refuse_unknown
+
+            _, _, models, config, _ = planned
+            refuse_unknown(load_prices(config.prices), models)
+        result = dry_run_sequential(*planned, rule, fetch=fetch)
+    elif max_cost is not None:  # the run's own check: no price, or an estimate above the cap
+        result = check_max_cost(*planned, fetch=fetch)
+    else:
+        result = price_plan(*planned, fetch=fetch)
     emit(dumps_pretty(result) if fmt == "json" else render_dry_run(result), output)
 
 

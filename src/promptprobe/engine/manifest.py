@@ -32,6 +32,7 @@ class ManifestSource(Protocol):
     created: str
     resumes: list[dict[str, Any]]
     extra_manifest: dict[str, Any]
+    prices: Any  # cost.PriceTable
 
 
 def run_manifest(
@@ -92,6 +93,10 @@ def run_manifest(
         "checks": run.settings.to_dict(),
         "code": code_fingerprint(run.settings.functions()),
         "prices": config.prices,
+        # Each model's price as this run was priced: the row, its source and date, or why none.
+        "model_prices": {
+            m.spec: _price_record(run.prices.match(m)) for m in dict.fromkeys(a.model for a in run.plan.arms)
+        },
         "settings": getattr(run, "provenance", {}),
         "repeats": run.plan.repeats,
         "seed": run.seed,
@@ -99,6 +104,10 @@ def run_manifest(
         "resumes": run.resumes,
         **run.extra_manifest,
     }
+
+
+def _price_record(match: Any) -> dict[str, Any]:
+    return match.price.to_dict() if match.price is not None else {"unknown": match.reason}
 
 
 def prompt_copy(prompt: PromptVersion) -> str:
