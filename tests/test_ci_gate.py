@@ -368,3 +368,20 @@ def test_the_action_comments_once_and_updates_the_same_comment_on_the_next_push(
     assert (uploaded / "report.html").is_file() and Path(second.output("run")).parent == uploaded / "runs"
     if os.environ.get("PROBE_SAVE_COMMENTS"):
         Path(os.environ["PROBE_SAVE_COMMENTS"]).write_text(f"{before}\n----- after the second push -----\n{after}")
+
+
+def test_a_fork_without_a_key_gets_the_reason_in_the_summary_and_no_comment(repository, tmp_path, monkeypatch):
+    # A fork's workflow has no secrets: here, a model that needs a key the job does not have.
+    (repository / "prompts" / "always-header.md").write_bytes(EXCEPTION_ONLY)
+    with GitHubServer("acme/helpdesk", "t0ken") as server:
+        env = {**github_env(tmp_path, server.url, server.read_only_token, head="someone/helpdesk"),
+               "GITHUB_STEP_SUMMARY": str(tmp_path / "summary.md"), "OPENAI_API_KEY": None}
+        monkeypatch.chdir(repository)
+        result = CliRunner(env=env).invoke(main, ["gate", "main", "prompts/always-header.md", "-n", "1",
+                                                  "--model", "openai:gpt-4.1-mini", "--comment"])
+    assert result.exit_code == 3, result.output
+    summary = (tmp_path / "summary.md").read_text()
+    assert summary.startswith("### promptprobe gate: could not run\n") and "OPENAI_API_KEY" in summary
+    assert "This pull request comes from a fork: GitHub gives such a workflow no secrets" in summary
+    assert "pull-request comment not posted: GitHub refused it (HTTP 403): on a pull request from a fork" in result.stderr
+    assert server.comments == {}

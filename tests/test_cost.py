@@ -233,11 +233,11 @@ def test_report_shows_tokens_latency_and_cost_per_arm(tmp_path):
                                              "--runs-dir", str(tmp_path / "b")])
     # The manifest keeps each model's price as the run was priced: its row and source, or why none.
     priced_manifest = json.loads((run_dir_of(priced) / "manifest.json").read_text())
-    assert priced_manifest["model_prices"][spec] == {
+    assert priced_manifest["model_prices"] == [{"model": spec, "cost_unknown": None, "price": {
         "row": spec, "input": 2.0, "output": 8.0, "cache_read": None, "cache_write": 2.0, "source": "probe.toml",
-        "taken": None, "rule": None}
-    unpriced_manifest = json.loads((run_dir_of(unpriced) / "manifest.json").read_text())
-    assert unpriced_manifest["model_prices"][spec]["unknown"].startswith(f"cost unknown for {spec}: its calls go to")
+        "taken": None, "rule": None}}]
+    (unknown,) = json.loads((run_dir_of(unpriced) / "manifest.json").read_text())["model_prices"]
+    assert unknown["price"] is None and unknown["cost_unknown"].startswith(f"cost unknown for {spec}: its calls go to")
     report = json.loads(CliRunner().invoke(main, ["report", str(run_dir_of(priced)), "--json"]).stdout)
     usage = report["arms"][0]["usage"]
     assert usage["input_tokens"] == 4 * 120 and usage["output_tokens"] == 4 * 17

@@ -94,9 +94,9 @@ def run_manifest(
         "code": code_fingerprint(run.settings.functions()),
         "prices": config.prices,
         # Each model's price as this run was priced: the row, its source and date, or why none.
-        "model_prices": {
-            m.spec: _price_record(run.prices.match(m)) for m in dict.fromkeys(a.model for a in run.plan.arms)
-        },
+        "model_prices": [
+            _price_record(m.spec, run.prices.match(m)) for m in dict.fromkeys(a.model for a in run.plan.arms)
+        ],
         "settings": getattr(run, "provenance", {}),
         "repeats": run.plan.repeats,
         "seed": run.seed,
@@ -106,8 +106,9 @@ def run_manifest(
     }
 
 
-def _price_record(match: Any) -> dict[str, Any]:
-    return match.price.to_dict() if match.price is not None else {"unknown": match.reason}
+def _price_record(spec: str, match: Any) -> dict[str, Any]:
+    price = match.price.to_dict() if match.price is not None else None
+    return {"model": spec, "price": price, "cost_unknown": match.reason}
 
 
 def prompt_copy(prompt: PromptVersion) -> str:
