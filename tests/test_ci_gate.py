@@ -139,7 +139,7 @@ def test_failed_samples_are_decided_on_what_was_recorded_and_strict_fails_on_the
     errors = sum(1 for s in failed if s["error"])
     assert errors == 2  # the one question that always fails, once per arm
     assert result.exit_code == 0, result.output
-    assert (f"not worse: no candidate is reliably worse than main (1 comparisons, one family at 0.05). "
+    assert (f"not worse: no candidate is reliably worse than main (1 comparison, one family at 0.05). "
             f"{errors} of 24 samples failed after retries: each counts against its arm, decided on what "
             "was recorded") in result.stdout
     assert strict.exit_code == 1, strict.output

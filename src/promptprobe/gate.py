@@ -82,7 +82,8 @@ class GateResult:
         gated = [p for p in self.prompts if p.status == GATED]
         if not gated:
             return f"nothing to gate: no prompt changed since {self.baseline_ref}"
-        family = f"{len(self.results)} comparisons, one family at {self.alpha:g}"
+        n = len(self.results)
+        family = f"{n} comparison{'' if n == 1 else 's'}, one family at {self.alpha:g}"
         if self.worse:
             worst = sorted({r["pair"] for r in self.results if r["worse"]})
             where = ", ".join(worst)
