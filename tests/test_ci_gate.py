@@ -52,8 +52,10 @@ def commit(repo: Path, message: str) -> None:
     subprocess.run([*GIT, "commit", "-qm", message], cwd=repo, check=True)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def demo_url():
+    # One per test: the simulated model's replies follow how often it has seen each request, so
+    # each test's outcome is the same whichever tests ran before it.
     server = DemoServer("127.0.0.1", 0).start()
     yield server.url
     server.stop()
