@@ -153,6 +153,9 @@ def test_bad_input_is_exit_2_and_a_target_that_is_down_exit_3(repository, monkey
     no_ref = gate(repository, monkeypatch, "origin/main", "prompts/always-header.md")
     assert no_ref.exit_code == 2
     assert "baseline ref 'origin/main' is not a commit of this checkout: fetch it" in no_ref.stderr
+    capped = gate(repository, monkeypatch, "main", "prompts/always-header.md", "--max-cost", "1")
+    assert capped.exit_code == 2 and not (repository / "runs").exists()  # refused before anything
+    assert capped.stderr.startswith("error: --max-cost refuses to start: cost unknown for openai:acme-helpdesk@")
     missing = gate(repository, monkeypatch, "main", "prompts/nope.md")
     assert missing.exit_code == 2 and "prompts/nope.md: no such prompt file in the working tree" in missing.stderr
     down = gate(repository, monkeypatch, "main", "prompts/always-header.md", "-n", "1",
