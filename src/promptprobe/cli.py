@@ -1260,26 +1260,29 @@ def gate(
     from .gate import probeset_of
     from .views.gate import render_gate
 
-    options = {
-        "repeats": repeats,
-        "max_attempts": max_attempts,
-        "concurrency": concurrency,
-        "max_cost": max_cost,
-    }
+    options = dict(repeats=repeats, max_attempts=max_attempts, concurrency=concurrency, max_cost=max_cost)
+    progress = Progress(0)  # its total is the run's plan, known once the gate has made it
+
+    def watch(runner: Any) -> None:
+        progress.total = runner.plan.samples
+        runner.on_record = progress.update
+        runner.on_start = lambda path: progress.say(f"run: {path}")
+
     try:
-        result = run_gate(
-            baseline_ref,
-            prompts,
-            probeset_of(probeset),
-            config=config_path,
-            models=model_specs,
-            metrics=metrics,
-            alpha=alpha,
-            strict=strict,
-            runs_dir=runs_dir,
-            run_options=options,
-            on_start=lambda path: say(f"run: {path}", err=True),
-        )
+        with progress:
+            result = run_gate(
+                baseline_ref,
+                prompts,
+                probeset_of(probeset),
+                config=config_path,
+                models=model_specs,
+                metrics=metrics,
+                alpha=alpha,
+                strict=strict,
+                runs_dir=runs_dir,
+                run_options=options,
+                watch=watch,
+            )
     except ProbeError as exc:
         if comment:
             from .gate import comment_failure

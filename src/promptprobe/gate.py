@@ -241,10 +241,11 @@ def gate(
     runs_dir: Path | None = None,
     run_options: dict[str, Any] | None = None,
     cwd: Path | None = None,
-    on_start: Callable[[Path], None] | None = None,
+    watch: Callable[[Any], None] | None = None,
 ) -> GateResult:
     """`probe gate`: every changed prompt's baseline and candidate on every model, one run, one
-    family of comparisons (`metrics`: these, else every metric with samples on both sides)."""
+    family of comparisons (`metrics`: these, else every metric with samples on both sides).
+    `watch` is given the run before it starts (the CLI hangs its progress line on it)."""
     from .config import Precedence, load_config, models_setting
     from .counts import build_counts
     from .engine.run import ProbeRun, options_from
@@ -272,8 +273,8 @@ def gate(
 
         check_max_cost(loaded, versions, specs, target, options)
     runner = ProbeRun(loaded, versions, specs, target, options)
-    if on_start is not None:
-        runner.on_start = on_start
+    if watch is not None:
+        watch(runner)
     outcome = runner.execute()
     counts = build_counts(outcome.path)
     comparison = compare_pairs(outcome.path, counts, found, metrics, alpha)
