@@ -15,7 +15,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -1261,15 +1261,15 @@ def gate(
     from .views.gate import render_gate
 
     options = dict(repeats=repeats, max_attempts=max_attempts, concurrency=concurrency, max_cost=max_cost)
-    progress = Progress(0)  # its total is the run's plan, known once the gate has made it
+    shown = ExitStack()  # the progress line, from when the gate has made its run's plan
 
     def watch(runner: Any) -> None:
-        progress.total = runner.plan.samples
+        progress = shown.enter_context(Progress(runner.plan.samples))
         runner.on_record = progress.update
         runner.on_start = lambda path: progress.say(f"run: {path}")
 
     try:
-        with progress:
+        with shown:
             result = run_gate(
                 baseline_ref,
                 prompts,
