@@ -2,6 +2,7 @@
 arm in the report."""
 
 import json
+from datetime import UTC, date, datetime
 
 import pytest
 from click.testing import CliRunner
@@ -10,7 +11,7 @@ from servers import LocalServer, Reply, openai_body
 
 from promptprobe.cli import main
 from promptprobe.endpoints import resolve
-from promptprobe.engine.cost import load_prices, usage_tokens
+from promptprobe.engine.cost import load_prices, run_day, usage_tokens
 from promptprobe.errors import InputError
 from promptprobe.models import parse_model_spec
 
@@ -56,6 +57,21 @@ def test_a_built_in_price_comes_from_genai_prices_for_its_exact_model_id_or_a_da
         assert "[prices]" in match.reason
     assert prices.lookup(parse_model_spec("openai:llama3@http://localhost:11434/v1")) is None
     assert prices.lookup(parse_model_spec("openai:gpt-4.1-mini@http://localhost:11434/v1")) is None  # not OpenAI's
+
+
+def test_a_run_is_priced_as_of_its_own_day():
+    # o3's price fell on 2025-06-10: a run of the day before keeps the old price in its report.
+    o3 = parse_model_spec("openai:o3")
+    before = load_prices(day=date(2025, 6, 9)).lookup(o3)
+    after = load_prices(day=date(2025, 6, 10)).lookup(o3)
+    for price, day in ((before, datetime(2025, 6, 9, 12, tzinfo=UTC)), (after, datetime(2025, 6, 10, 12, tzinfo=UTC))):
+        from genai_prices import Usage, calc_price
+
+        found = calc_price(Usage(input_tokens=1000, output_tokens=1000), "o3", provider_id="openai",
+                           genai_request_timestamp=day)
+        assert (price.input, price.output) == (float(found.input_price * 1000), float(found.output_price * 1000))
+    assert before.input > after.input and (before.taken, after.taken) == (None, "2025-06-10")
+    assert run_day({"created": "2025-06-09T23:59:59.000Z"}) == date(2025, 6, 9) and run_day({}) is None
     # The user's [prices] entry is the user's word for that spec as written (and its dated snapshots).
     extended = load_prices({"openai:llama3@http://localhost:11434/v1": {"input": 0, "output": 0},
                             "openai:gpt-4.1-mini": {"input": 0.5, "output": 2},

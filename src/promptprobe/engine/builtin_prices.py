@@ -4,8 +4,9 @@ downloaded), under promptprobe's rules rather than the library's own model match
 A row prices the model ids its data names exactly: the model's id and every id its match clause
 lists as an equality (`gpt-4.1` and `gpt-4.1-2025-04-14`); its prefix, substring and pattern
 clauses are not used, so `claude-opus-4-1-fast` is not priced as `claude-opus-4-1`. Dated
-snapshots are the one rule cost.py adds. A price that changed on a date is the one in effect
-today (its start date is shown); a price with a time-of-day condition has no row. A price tiered
+snapshots are the one rule cost.py adds. A price that changed on a date is the one in effect on
+the day priced (a run's own day, so a report of an old run keeps its prices; its start date is
+shown); a price with a time-of-day condition has no row. A price tiered
 by prompt length is its base tier when the first tier starts at LONG_CONTEXT input tokens or more
 (a long-context surcharge far above a probe's prompt; the row says so), and has no row otherwise.
 """
@@ -79,11 +80,12 @@ def source() -> str:
 
 
 @functools.cache
-def _rows_cached(rates_key: tuple[tuple[str, tuple[tuple[str, float], ...]], ...]) -> dict[str, Any]:
+def _rows_cached(
+    rates_key: tuple[tuple[str, tuple[tuple[str, float], ...]], ...], today: date
+) -> dict[str, Any]:
     from genai_prices.data import providers
 
     rates = {provider: dict(values) for provider, values in rates_key}
-    today = datetime.now(UTC).date()
     where = f"built-in, {source()}"
     rows: dict[str, dict[str, Any]] = {}
     for provider in providers:
@@ -128,7 +130,8 @@ def _alias(model_id: str, rule: str | None) -> str:
     return f"listed as {model_id}" + (f"; {rule}" if rule else "")
 
 
-def builtin_rows(rates: dict[str, dict[str, float]]) -> dict[str, Any]:
-    """Every built-in row by "provider:model id", each the arguments of a cost.Price."""
+def builtin_rows(rates: dict[str, dict[str, float]], day: date | None = None) -> dict[str, Any]:
+    """Every built-in row by "provider:model id" as priced on `day` (default today), each the
+    arguments of a cost.Price."""
     key = tuple(sorted((p, tuple(sorted(v.items()))) for p, v in rates.items()))
-    return _rows_cached(key)
+    return _rows_cached(key, day or datetime.now(UTC).date())

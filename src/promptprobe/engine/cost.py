@@ -21,6 +21,7 @@ import math
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import date
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -132,17 +133,19 @@ class PriceMatch:
 
 
 class BuiltinPrices(Mapping[str, Price]):
-    """The built-in rows by "provider:model": genai-prices' bundled data (builtin_prices.py), read
-    on first use, so a run whose models all have [prices] entries or go elsewhere never loads it."""
+    """The built-in rows by "provider:model" as priced on `day` (None: today): genai-prices'
+    bundled data (builtin_prices.py), read on first use, so a run whose models all have [prices]
+    entries or go elsewhere never loads it."""
 
-    _loaded: dict[str, Price] | None = None
+    def __init__(self, day: date | None = None) -> None:
+        self.day = day
+        self._loaded: dict[str, Price] | None = None
 
     def _rows(self) -> dict[str, Price]:
         from .builtin_prices import builtin_rows
 
         if self._loaded is None:
-            object.__setattr__(self, "_loaded", {k: Price(**v) for k, v in builtin_rows(_rates()).items()})
-        assert self._loaded is not None
+            self._loaded = {k: Price(**v) for k, v in builtin_rows(_rates(), self.day).items()}
         return self._loaded
 
     def __getitem__(self, key: str) -> Price:
@@ -161,9 +164,6 @@ class BuiltinPrices(Mapping[str, Price]):
         return source()
 
 
-BUILTIN = BuiltinPrices()
-
-
 @dataclass(frozen=True)
 class PriceTable:
     prices: Mapping[str, Price]  # built-in rows, by "provider:model"
@@ -172,7 +172,7 @@ class PriceTable:
     @property
     def taken(self) -> str:
         """Where the built-in rows come from: the price library and its version."""
-        return BUILTIN.source if self.prices is BUILTIN else "given"
+        return self.prices.source if isinstance(self.prices, BuiltinPrices) else "given"
 
     def lookup(self, spec: ModelSpec, endpoint: Endpoint | None = None) -> Price | None:
         return self.match(spec, endpoint).price
@@ -297,16 +297,18 @@ def _price(
     return Price(numbers.pop("input"), numbers.pop("output"), source, row=row, taken=taken, **numbers)
 
 
-def load_prices(extra: Mapping[str, Any] | None = None, where: str = "probe.toml [prices]") -> PriceTable:
-    """The built-in rows (genai-prices' bundled data, read when first needed) and `extra`, the
-    [prices] entries of probe.toml, which win."""
+def load_prices(
+    extra: Mapping[str, Any] | None = None, where: str = "probe.toml [prices]", day: date | None = None
+) -> PriceTable:
+    """The built-in rows as priced on `day` (default today; a run's report passes the run's own
+    day), read when first needed, and `extra`, the [prices] entries of probe.toml, which win."""
     rates = _rates()
     added = {}
     for key, value in (extra or {}).items():
         if ":" not in key:
             raise InputError(f'{where}: key {key!r} must be a model spec such as "openai:gpt-4.1-mini"')
         added[key] = _price(value, f"{where} {key!r}", "probe.toml", rates.get(key.split(":", 1)[0]), row=key)
-    return PriceTable(BUILTIN, added)
+    return PriceTable(BuiltinPrices(day), added)
 
 
 def _rates() -> dict[str, dict[str, float]]:
@@ -315,6 +317,14 @@ def _rates() -> dict[str, dict[str, float]]:
         resources.files("promptprobe").joinpath("prices.toml").read_bytes(), Path("prices.toml")
     )
     return data["rates"]
+
+
+def run_day(manifest: Mapping[str, Any]) -> date | None:
+    """The day a run was created (its prices are that day's), None when the manifest lacks it."""
+    try:
+        return date.fromisoformat(str(manifest.get("created") or "")[:10])
+    except ValueError:
+        return None
 
 
 def usage_tokens(usage: dict[str, Any] | None) -> tuple[int, int]:
