@@ -158,6 +158,10 @@ def test_bad_input_is_exit_2_and_a_target_that_is_down_exit_3(repository, monkey
     assert capped.stderr.startswith("error: --max-cost refuses to start: cost unknown for openai:acme-helpdesk@")
     missing = gate(repository, monkeypatch, "main", "prompts/nope.md")
     assert missing.exit_code == 2 and "prompts/nope.md: no such prompt file in the working tree" in missing.stderr
+    (repository / "probe.toml").rename(repository / "elsewhere.toml")  # no target config: never silently none
+    bare = gate(repository, monkeypatch, "main", "prompts/always-header.md", "--model", "openai:m@http://127.0.0.1:9/v1")
+    assert bare.exit_code == 2 and "no retrieval path: there is no probe.toml here" in bare.stderr
+    (repository / "elsewhere.toml").rename(repository / "probe.toml")
     down = gate(repository, monkeypatch, "main", "prompts/always-header.md", "-n", "1",
                 "--model", "openai:m@http://127.0.0.1:9/v1")
     assert down.exit_code == 3, down.output

@@ -1210,6 +1210,12 @@ def compare(
 @click.option(
     "--strict", is_flag=True, help="Fail (exit 1) when samples failed after retries, even if not worse."
 )
+@click.option(
+    "--retrieval",
+    "retrieval_kind",
+    type=click.Choice(["none"]),
+    help="none: probe without retrieval (the model gets no passages); otherwise the config says how.",
+)
 @click.option("-n", "--repeats", type=click.IntRange(*LIMITS["repeats"]), help="Repeats per case.")
 @click.option(
     "--max-attempts", type=click.IntRange(*LIMITS["max_attempts"]), help="Calls per sample (default 6)."
@@ -1241,6 +1247,7 @@ def gate(
     metrics: tuple[str, ...],
     alpha: float,
     strict: bool,
+    retrieval_kind: str | None,
     repeats: int | None,
     max_attempts: int | None,
     concurrency: int | None,
@@ -1282,6 +1289,7 @@ def gate(
                 runs_dir=runs_dir,
                 run_options=options,
                 watch=watch,
+                retrieval=retrieval_kind,
             )
     except ProbeError as exc:
         if comment:

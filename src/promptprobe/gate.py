@@ -242,11 +242,12 @@ def gate(
     run_options: dict[str, Any] | None = None,
     cwd: Path | None = None,
     watch: Callable[[Any], None] | None = None,
+    retrieval: str | None = None,
 ) -> GateResult:
     """`probe gate`: every changed prompt's baseline and candidate on every model, one run, one
     family of comparisons (`metrics`: these, else every metric with samples on both sides).
     `watch` is given the run before it starts (the CLI hangs its progress line on it)."""
-    from .config import Precedence, load_config, models_setting
+    from .config import Precedence, load_config, models_setting, with_retrieval
     from .counts import build_counts
     from .engine.run import ProbeRun, options_from
     from .probeset import load_probeset
@@ -256,7 +257,8 @@ def gate(
         raise InputError(f"--alpha must lie in (0, 0.5], got {alpha!r}")
     cwd = cwd or Path.cwd()
     found = gated_prompts(baseline_ref, prompts, cwd)
-    target = load_config(Path(config) if config is not None else None)
+    # Without a retrieval path the gate must be told so, as `probe run` must (never silently).
+    target = with_retrieval(load_config(Path(config) if config is not None else None), retrieval)
     loaded = load_probeset(Path(probeset))
     specs = target.models_for(list(models))
     base = GateResult(
