@@ -99,6 +99,21 @@ class GateResult:
             )
         return text
 
+    @property
+    def verdict(self) -> str:
+        """The gate's outcome in two words: worse, not worse, or nothing to gate."""
+        if self.worse:
+            return "worse"
+        return "not worse" if self.results else "nothing to gate"
+
+    def notes(self) -> list[str]:
+        """What became of the prompts that were not gated."""
+        said = {
+            NEW: f"new in this change (absent at {self.baseline_ref}), not gated",
+            UNCHANGED: f"unchanged since {self.baseline_ref}, not probed",
+        }
+        return [f"{p.path}: {said[p.status]}" for p in self.prompts if p.status in said]
+
     def rows(self) -> list[dict[str, str]]:
         """One row a pair and metric, in words: worse first, then better, then can't tell yet."""
         order = {"worse": 0, "better": 1, "same": 2}
@@ -131,8 +146,10 @@ class GateResult:
             "alpha": self.alpha,
             "strict": self.strict,
             "worse": self.worse,
+            "verdict": self.verdict,
             "exit_code": self.exit_code,
             "summary": self.summary(),
+            "notes": self.notes(),
             "rows": self.rows(),
             "comparison": self.comparison,
         }

@@ -5,7 +5,15 @@ from typing import Any
 
 from .tables import table
 
-HEADERS = ["prompt", "model", "metric", "baseline", "candidate", "change (B - A, interval)", "verdict"]
+HEADERS = {
+    "prompt": "prompt",
+    "model": "model",
+    "metric": "metric",
+    "baseline": "baseline",
+    "candidate": "candidate",
+    "change": "change (B - A, interval)",
+    "verdict": "verdict",
+}
 # A long table shows these rows; the others (can't tell yet) fold under a details tag.
 SHOWN_KINDS = ("worse", "better")
 SHORT_TABLE = 8  # up to this many rows the comment shows them all
@@ -20,30 +28,11 @@ def _cells(row: dict[str, str], columns: list[str]) -> list[str]:
 def _columns(data: dict[str, Any]) -> list[str]:
     """The prompt and model columns only when the gate has more than one of each."""
     rows = data["rows"]
-    columns = ["prompt", "model", "metric", "baseline", "candidate", "change", "verdict"]
-    for name in ("prompt", "model"):
-        if len({row[name] for row in rows}) <= 1:
-            columns.remove(name)
-    return columns
+    return [c for c in HEADERS if c not in ("prompt", "model") or len({row[c] for row in rows}) > 1]
 
 
 def _headers(columns: list[str]) -> list[str]:
-    return [
-        HEADERS[["prompt", "model", "metric", "baseline", "candidate", "change", "verdict"].index(c)]
-        for c in columns
-    ]
-
-
-def _others(data: dict[str, Any]) -> list[str]:
-    """Lines on the prompts that were not gated and where the run is."""
-    lines = []
-    ref = data["baseline_ref"]
-    for prompt in data["prompts"]:
-        if prompt["status"] == "new":
-            lines.append(f"{prompt['path']}: new in this change (absent at {ref}), not gated")
-        elif prompt["status"] == "unchanged":
-            lines.append(f"{prompt['path']}: unchanged since {ref}, not probed")
-    return lines
+    return [HEADERS[c] for c in columns]
 
 
 def render_gate(data: dict[str, Any], fmt: str = "table") -> str:
@@ -58,11 +47,11 @@ def render_gate(data: dict[str, Any], fmt: str = "table") -> str:
                 [_plain(row, columns) for row in data["rows"]],
                 _headers(columns),
                 fmt,
-                optional=("change (B - A, interval)",),
+                optional=(HEADERS["change"],),
             )
         )
         out.append("")
-    out.extend(_others(data))
+    out.extend(data["notes"])
     if data["run"]:
         out.append(f"run: {data['run']}")
     out.append(f"gate: {data['summary']}")
@@ -73,13 +62,11 @@ def _plain(row: dict[str, str], columns: list[str]) -> list[str]:
     return [row[c] for c in columns]
 
 
-def render_markdown(data: dict[str, Any], title: str | None = None, link: str | None = None) -> str:
+def render_markdown(data: dict[str, Any], link: str | None = None) -> str:
     """The short form a pull request shows: a heading, the decided rows, the rest folded, the
     prompts not gated, the summary and (on a runner) where the run's artifact is."""
     ref = data["baseline_ref"]
-    worse = data["worse"]
-    verdict = "worse" if worse else ("nothing to gate" if not data["rows"] else "not worse")
-    out = [f"### {title or 'promptprobe gate'}: {verdict}", ""]
+    out = [f"### promptprobe gate: {data['verdict']}", ""]
     gated = [f"`{p['path']}`" for p in data["prompts"] if p["status"] == "gated"]
     if gated:
         models = len(data["models"])
@@ -110,8 +97,8 @@ def render_markdown(data: dict[str, Any], title: str | None = None, link: str | 
                     "",
                 ]
             )
-    out.extend(f"- {line}" for line in _others(data))
-    if _others(data):
+    out.extend(f"- {line}" for line in data["notes"])
+    if data["notes"]:
         out.append("")
     out.append(data["summary"][0].upper() + data["summary"][1:] + ".")
     if link:
