@@ -394,3 +394,19 @@ def test_a_fork_without_a_key_gets_the_reason_in_the_summary_and_no_comment(repo
     assert "This pull request comes from a fork: GitHub gives such a workflow no secrets" in summary
     assert "pull-request comment not posted: GitHub refused it (HTTP 403): on a pull request from a fork" in result.stderr
     assert server.comments == {}
+
+
+def test_the_action_that_cannot_start_still_sets_its_outputs_and_fails_after_the_upload(repository, tmp_path):
+    checkout = tmp_path / "checkout"
+    subprocess.run(["git", "clone", "-q", str(repository), str(checkout)], check=True)
+    push(checkout, EXCEPTION_ONLY, "a push")
+    with GitHubServer("acme/helpdesk", "t0ken") as server:
+        runner = Runner(checkout, tmp_path / "temp", {"prompts": "prompts/always-header.md",
+                                                       "model": "openai:m@http://127.0.0.1:9/v1"},
+                        github_env(tmp_path, server.url, "t0ken"))
+        runner.temp.mkdir()
+        runner.run()
+        (comment,) = server.comments[7]
+    assert runner.failed and runner.exit_code == 3 and runner.output("status") == "3", runner.log
+    assert runner.output("run") == "" and runner.uploaded  # no run, and the artifact step still ran
+    assert comment["body"].startswith("<!-- promptprobe:refusal-header -->\n### promptprobe gate: could not run\n")

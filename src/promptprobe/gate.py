@@ -366,6 +366,11 @@ def comment_failure(
     from .github import FORK_NOTE, Runner, artifact_link, marker, post_comment, write_summary
 
     runner = Runner.from_environment(env)
+    if probeset is None:  # the one in probes/, as the gate would have chosen: the same comment
+        try:
+            probeset = probeset_of(None)
+        except InputError:
+            probeset = None
     lines = ["### promptprobe gate: could not run", "", message]
     if runner.fork:
         lines += ["", FORK_NOTE]
