@@ -2,7 +2,8 @@
 one arm that got worse: `probe compare RUN1 RUN2` (each arm of one run against the arm of the
 same name in the other: every pair one family, as the views adjust it), against gating each
 pair on its own (what running one `probe compare` per arm did), and against Bonferroni's
-alpha / K per pair (what scripts/ci-gate.sh does for several prompts, one compare each).
+alpha / K per pair (what the gate script did for several prompts, one compare each, before
+`probe gate` made every prompt, model and metric one family).
 
 Each simulated pair is paired (the same questions on both sides): per-case rates drawn from a
 Beta with the given mean and ICC, both arms asked `repeats` times per case; under the null both
@@ -81,7 +82,7 @@ def main() -> None:
     print("false alarms (no arm changed; Monte Carlo error at 5%: "
           f"±{1.96 * (0.05 * 0.95 / args.trials) ** 0.5:.1%}):")
     print("| pairs gated | rate | ICC | each pair on its own (old) | one family (probe compare RUN1 RUN2) "
-          "| alpha / K each (ci-gate.sh, several prompts) |")
+          "| alpha / K each (the old gate, several prompts) |")
     print("|---:|---:|---:|---:|---:|---:|")
     for pairs in (2, 4):
         for mean, icc in ((0.5, 0.5), (0.8, 0.5), (0.8, 0.0)):

@@ -308,3 +308,45 @@ def test_an_arm_compared_with_itself_says_so(two_runs):
     assert data["verdict"] == "indistinguishable"
     (note,) = [n for n in data["notes"] if n.startswith("A and B are the same arm (")]
     assert note.startswith("A and B are the same arm (prompt=old,") and note.endswith("): choose two to compare")
+
+
+# -- probe compare RUN, and the comparison a run ends with ---------------------------------------
+
+
+def test_compare_run_compares_a_two_arm_runs_arms_and_lists_the_selectors_otherwise(workspace):
+    two = record(workspace, "compare-run", ["old", "new"], ["m=openai:m@{url}"], {"prompt new"})
+    alone = json.loads(invoke("compare", two, "--json").stdout)
+    named = json.loads(invoke("compare", f"{two}#prompt=old", f"{two}#prompt=new", "--json").stdout)
+    assert alone["verdict"] == named["verdict"] == "B>A" and alone["p_value"] == named["p_value"]
+    four = record(workspace, "compare-run", ["old", "new"], ["a=openai:m@{url}", "b=openai:n@{url}"], set())
+    refused = invoke("compare", four)
+    assert refused.exit_code == 2
+    assert refused.stderr.splitlines() == [f"error: {four} has 4 arms: choose two, as probe compare A B, from:"] + [
+        f"error:   '{four}#prompt={p},model={m}'" for p in ("old", "new") for m in ("a", "b")]
+    one = record(workspace, "compare-run", ["old"], ["m=openai:m@{url}"], set())
+    single = invoke("compare", one)
+    assert single.exit_code == 2 and "has one arm, so there is nothing in it to compare" in single.stderr
+    arm = invoke("compare", f"{two}#prompt=old")
+    assert arm.exit_code == 2 and "is one arm: give B" in arm.stderr
+
+
+def test_a_run_of_two_prompts_ends_with_its_comparison_in_words_and_the_command_for_more(workspace):
+    with LocalServer(reply_by_prompt({"prompt new"})) as server:
+        result = invoke("run", str(workspace / "p.toml"), "--retrieval", "none", "--runs-dir",
+                        str(workspace / "ends"), "--prompt", str(workspace / "old.md"), "--prompt",
+                        str(workspace / "new.md"), "--model", f"a=openai:m@{server.url}/v1",
+                        "--model", f"b=openai:n@{server.url}/v1")
+    assert result.exit_code == 0, result.output
+    run = next((workspace / "ends").iterdir())
+    tail = result.stdout.split("every metric:")
+    assert len(tail) == 3  # one comparison a model: new against old on a, and on b
+    assert "new on a (B) against old on a (A), every metric:" in result.stdout
+    for model in ("a", "b"):
+        command = f"probe compare '{run}#prompt=old,model={model}' '{run}#prompt=new,model={model}' --all"
+        assert f"  more: {command}" in result.stdout
+        # Each line is what that command says: the same words, one line a metric.
+        shown = json.loads(invoke("compare", f"{run}#prompt=old,model={model}", f"{run}#prompt=new,model={model}",
+                                  "--all", "--json").stdout)
+        for metric in shown["results"]:
+            assert f"  {metric['words']['badge']}\n" in result.stdout
+    assert "new better on header_present: +100 points" in result.stdout

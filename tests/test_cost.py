@@ -2,6 +2,7 @@
 arm in the report."""
 
 import json
+from datetime import UTC, date, datetime
 
 import pytest
 from click.testing import CliRunner
@@ -10,38 +11,67 @@ from servers import LocalServer, Reply, openai_body
 
 from promptprobe.cli import main
 from promptprobe.endpoints import resolve
-from promptprobe.engine.cost import load_prices, usage_tokens
+from promptprobe.engine.cost import load_prices, run_day, usage_tokens
 from promptprobe.errors import InputError
 from promptprobe.models import parse_model_spec
 
 PROMPT = str(ROOT / "prompts" / "always-header.md")
 
 
-def test_a_built_in_price_is_for_its_exact_model_id_or_a_dated_snapshot_of_it():
+def library_price(model_id: str, provider: str) -> tuple[float, float]:
+    """genai-prices' own figures for a model per million tokens (its calc_price on 1,000 tokens each
+    way, a prompt of a probe's size, below any long-context tier)."""
+    from genai_prices import Usage, calc_price
+
+    found = calc_price(Usage(input_tokens=1000, output_tokens=1000), model_id, provider_id=provider)
+    return float(found.input_price * 1000), float(found.output_price * 1000)
+
+
+def test_a_built_in_price_comes_from_genai_prices_for_its_exact_model_id_or_a_dated_snapshot_of_it():
     prices = load_prices()
-    assert prices.taken  # the date the built-in prices were copied
+    assert prices.taken.startswith("genai-prices ")  # the source, its version and the date of its data
+    # Each row is what the library itself charges for that model, by its own calculation.
+    for spec, model_id in (("anthropic:claude-sonnet-5-5", "claude-sonnet-5-5"), ("openai:gpt-4.1-mini", "gpt-4.1-mini"),
+                           ("anthropic:claude-opus-4-6", "claude-opus-4-6"), ("openai:o3", "o3")):
+        price = prices.lookup(parse_model_spec(spec))
+        assert (price.input, price.output) == library_price(model_id, spec.split(":")[0]), spec
+        assert price.source == f"built-in, {prices.taken}"
+    # OpenAI models have prices now, and the dated snapshot the library lists is its model's.
+    mini = prices.lookup(parse_model_spec("openai:gpt-4.1-mini-2025-04-14"))
+    assert (mini.row, mini.rule) == ("openai:gpt-4.1-mini", "listed as gpt-4.1-mini")
     sonnet = prices.lookup(parse_model_spec("anthropic:claude-sonnet-4-5-20250929"))
-    assert (sonnet.input, sonnet.output) == (3.0, 15.0)
-    assert (sonnet.row, sonnet.rule) == ("anthropic:claude-sonnet-4-5", "dated snapshot of claude-sonnet-4-5")
-    opus_4 = prices.lookup(parse_model_spec("anthropic:claude-opus-4-20250514"))
-    assert (opus_4.row, opus_4.output) == ("anthropic:claude-opus-4", 75.0)
-    # A newer model of a family is never priced as its older namesake (opus-4 was $15 / $75).
-    opus_46 = prices.lookup(parse_model_spec("anthropic:claude-opus-4-6"))
-    assert (opus_46.input, opus_46.output, opus_46.rule) == (5.0, 25.0, None)
+    assert (sonnet.row, sonnet.rule) == ("anthropic:claude-sonnet-4-5",
+                                         "dated snapshot of claude-sonnet-4-5; base tier: prompts under 200,000 tokens")
+    assert (sonnet.input, sonnet.output) == library_price("claude-sonnet-4-5", "anthropic")
+    # A price that changed on a date is the one in effect today, and says since when.
+    assert prices.lookup(parse_model_spec("anthropic:claude-opus-4-6")).taken == "2026-03-13"
+    # A newer model of a family is never priced as its older namesake.
     assert prices.lookup(parse_model_spec("anthropic:claude-opus-5-5")).output == 20.0  # not opus-5's 25
-    assert prices.lookup(parse_model_spec("anthropic:claude-haiku-5-5")) is None  # tiered: no guess
-    sonnet_55 = prices.lookup(parse_model_spec("anthropic:claude-sonnet-5-5"))
-    assert (sonnet_55.source, sonnet_55.taken, sonnet_55.row) == (
-        "built-in (taken 2026-11-30)", "2026-11-30", "anthropic:claude-sonnet-5-5")
-    # The issue's cases: none of these is its family's older model, each is "cost unknown".
-    for spec in ("openai:gpt-5-pro", "openai:o3-pro", "anthropic:claude-opus-4-9", "anthropic:claude-opus-4-1-fast",
+    assert prices.lookup(parse_model_spec("anthropic:claude-haiku-5-5")) is None  # tiered from 100,000 tokens: no guess
+    # The library matches by prefix (it prices claude-opus-4-1-fast as claude-opus-4-1); probe does not.
+    assert library_price("claude-opus-4-1-fast", "anthropic") == library_price("claude-opus-4-1", "anthropic")
+    for spec in ("anthropic:claude-opus-4-9", "anthropic:claude-opus-4-1-fast", "openai:gpt-4.1-mini-fast",
                  "anthropic:claude-sonnet-4-5-2025", "anthropic:claude-sonnet-4-5-latest"):
         match = prices.match(parse_model_spec(spec))
         assert match.price is None and match.reason.startswith(f"cost unknown for {spec}: "), spec
         assert "[prices]" in match.reason
-    # OpenAI's rows could not be confirmed from OpenAI's own pages in the 2026-12-01 review: none is built in.
-    assert not [row for row in prices.prices if row.startswith("openai:")]
     assert prices.lookup(parse_model_spec("openai:llama3@http://localhost:11434/v1")) is None
+    assert prices.lookup(parse_model_spec("openai:gpt-4.1-mini@http://localhost:11434/v1")) is None  # not OpenAI's
+
+
+def test_a_run_is_priced_as_of_its_own_day():
+    # o3's price fell on 2025-06-10: a run of the day before keeps the old price in its report.
+    o3 = parse_model_spec("openai:o3")
+    before = load_prices(day=date(2025, 6, 9)).lookup(o3)
+    after = load_prices(day=date(2025, 6, 10)).lookup(o3)
+    for price, day in ((before, datetime(2025, 6, 9, 12, tzinfo=UTC)), (after, datetime(2025, 6, 10, 12, tzinfo=UTC))):
+        from genai_prices import Usage, calc_price
+
+        found = calc_price(Usage(input_tokens=1000, output_tokens=1000), "o3", provider_id="openai",
+                           genai_request_timestamp=day)
+        assert (price.input, price.output) == (float(found.input_price * 1000), float(found.output_price * 1000))
+    assert before.input > after.input and (before.taken, after.taken) == (None, "2025-06-10")
+    assert run_day({"created": "2025-06-09T23:59:59.000Z"}) == date(2025, 6, 9) and run_day({}) is None
     # The user's [prices] entry is the user's word for that spec as written (and its dated snapshots).
     extended = load_prices({"openai:llama3@http://localhost:11434/v1": {"input": 0, "output": 0},
                             "openai:gpt-4.1-mini": {"input": 0.5, "output": 2},
@@ -102,7 +132,9 @@ def test_dry_run_prices_the_plan_without_a_call(tmp_path):
     assert "note: there is no probe.toml here: the run itself needs --config FILE or --retrieval none" in result.stdout
     assert "cost unknown" in result.stdout  # the local model has no price: never a guess
     # Which row priced each model, and when it was taken; why the other has none, naming it.
-    assert "price of anthropic:claude-sonnet-4-5: row anthropic:claude-sonnet-4-5 (built-in, taken 2026-11-30)" in result.stdout
+    source = load_prices().taken
+    words = " ".join(result.stdout.split())  # the sentence is folded to the terminal's width
+    assert f"price of anthropic:claude-sonnet-4-5: row anthropic:claude-sonnet-4-5 (built-in, {source}, base tier" in words
     assert "cost unknown for openai:m@http://127.0.0.1:9/v1: its calls go to http://127.0.0.1:9/v1 (from spec)" in result.stdout
     data = json.loads(CliRunner().invoke(main, ["run", probeset(tmp_path), "--prompt", PROMPT, "--model",
                                                 "anthropic:claude-sonnet-4-5", "-n", "3", "--max-tokens", "100",
@@ -115,7 +147,7 @@ def test_dry_run_prices_the_plan_without_a_call(tmp_path):
     assert data["cost_usd"] == arm["cost_usd"]
     assert arm["price"] == {
         "row": "anthropic:claude-sonnet-4-5", "input": 3.0, "output": 15.0, "cache_read": 0.3, "cache_write": 3.75,
-        "source": "built-in (taken 2026-11-30)", "taken": "2026-11-30", "rule": None}
+        "source": f"built-in, {load_prices().taken}", "taken": None, "rule": "base tier: prompts under 200,000 tokens"}
     assert arm["cost_unknown"] is None and data["cost_unknown"] == []
     assert arm["endpoint"] == {"url": "https://api.anthropic.com", "from": "default", "provider_own": True}
 
@@ -139,7 +171,7 @@ def test_max_cost_refuses_a_plan_estimated_above_it(tmp_path):
 
 def test_max_cost_refuses_to_start_on_an_unknown_price_in_one_sentence(tmp_path, retrieval_server):
     config = write_config(tmp_path / "probe.toml", retrieval_server.url)
-    for spec in ("openai:gpt-5-pro", "anthropic:claude-opus-4-9", "openai:m@http://127.0.0.1:9/v1"):
+    for spec in ("openai:gpt-4.1-mini-fast", "anthropic:claude-opus-4-9", "openai:m@http://127.0.0.1:9/v1"):
         result = CliRunner().invoke(main, ["run", probeset(tmp_path), "--prompt", PROMPT, "--model", spec,
                                            "--config", str(config), "--max-cost", "5",
                                            "--runs-dir", str(tmp_path / "runs")])
@@ -150,12 +182,20 @@ def test_max_cost_refuses_to_start_on_an_unknown_price_in_one_sentence(tmp_path,
     assert retrieval_server.requests == [] and not (tmp_path / "runs").exists()  # refused before anything
     # Both models are named when both lack a price.
     result = CliRunner().invoke(main, ["run", "--retrieval", "none", probeset(tmp_path), "--prompt", PROMPT,
-                                       "-m", "openai:gpt-5-pro", "-m", "openai:o3-pro", "--max-cost", "5"])
-    assert result.exit_code == 2 and "openai:gpt-5-pro" in result.stderr and "openai:o3-pro" in result.stderr
+                                       "-m", "openai:gpt-5-pro-fast", "-m", "openai:o9-pro", "--max-cost", "5"])
+    assert result.exit_code == 2 and "openai:gpt-5-pro-fast" in result.stderr and "openai:o9-pro" in result.stderr
+    # A dry run with --max-cost refuses exactly as the run does: exit 2, the same sentence.
+    for dry in ([], ["--dry-run"], ["--dry-run", "--until-decided"]):
+        refused = CliRunner().invoke(main, ["run", "--retrieval", "none", probeset(tmp_path), "--prompt", PROMPT,
+                                            "--prompt", f"b={PROMPT}", "-m", "openai:o9-pro", "--max-cost", "5", *dry])
+        assert refused.exit_code == 2, refused.output
+        assert refused.stderr == ("error: --max-cost refuses to start: cost unknown for openai:o9-pro: no built-in "
+                                  "price for the exact model id o9-pro; give it under [prices] in probe.toml "
+                                  '("openai:o9-pro" = { input = USD, output = USD })\n'), dry
     # A [prices] entry gives the price: the estimate is then checked against the cap.
     (tmp_path / "priced.toml").write_text('[retrieval]\nkind = "none"\n[prices]\n'
-                                          '"openai:gpt-5-pro" = { input = 15, output = 120 }\n')
-    result = CliRunner().invoke(main, ["run", probeset(tmp_path), "--prompt", PROMPT, "-m", "openai:gpt-5-pro",
+                                          '"openai:o9-pro" = { input = 15, output = 120 }\n')
+    result = CliRunner().invoke(main, ["run", probeset(tmp_path), "--prompt", PROMPT, "-m", "openai:o9-pro",
                                        "--config", str(tmp_path / "priced.toml"), "--max-cost", "0.01"])
     assert result.exit_code == 2 and "above --max-cost $0.01" in result.stderr
 
@@ -207,6 +247,13 @@ def test_report_shows_tokens_latency_and_cost_per_arm(tmp_path):
                                            "--config", str(tmp_path / "probe.toml"), "--runs-dir", str(tmp_path / "a")])
         unpriced = CliRunner().invoke(main, ["run", "--retrieval", "none", probeset(tmp_path, 4), "--prompt", PROMPT, "--model", spec,
                                              "--runs-dir", str(tmp_path / "b")])
+    # The manifest keeps each model's price as the run was priced: its row and source, or why none.
+    priced_manifest = json.loads((run_dir_of(priced) / "manifest.json").read_text())
+    assert priced_manifest["model_prices"] == [{"model": spec, "cost_unknown": None, "price": {
+        "row": spec, "input": 2.0, "output": 8.0, "cache_read": None, "cache_write": 2.0, "source": "probe.toml",
+        "taken": None, "rule": None}}]
+    (unknown,) = json.loads((run_dir_of(unpriced) / "manifest.json").read_text())["model_prices"]
+    assert unknown["price"] is None and unknown["cost_unknown"].startswith(f"cost unknown for {spec}: its calls go to")
     report = json.loads(CliRunner().invoke(main, ["report", str(run_dir_of(priced)), "--json"]).stdout)
     usage = report["arms"][0]["usage"]
     assert usage["input_tokens"] == 4 * 120 and usage["output_tokens"] == 4 * 17

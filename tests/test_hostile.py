@@ -2,6 +2,7 @@
 of issue 17, through the real SDKs over real sockets, and the CLI's exit codes and one sentence."""
 
 import base64
+import itertools
 import json
 import os
 import signal
@@ -411,24 +412,29 @@ def _recorded(runs: Path) -> int:
     return len(found[0].read_bytes().splitlines()) if found else 0
 
 
-# Moments of a run, each seen from outside (never a sleep that a loaded machine can outrun).
+# Moments of a run, each seen from outside (never a sleep that a loaded machine can outrun), and
+# how many model calls are answered at once before that moment; every later call hangs until the
+# test ends, so the run cannot finish before the Ctrl-C however slowly the test gets to send it.
 MOMENTS = {
-    "retrieval checked, nothing created": lambda server, runs: any(
+    "retrieval checked, nothing created": (lambda server, runs: any(
         r.path.startswith("/search") for r in server.requests
-    ),
-    "run directory written": lambda server, runs: bool(runs.exists() and list(runs.glob("*/manifest.json"))),
-    "first call in flight": lambda server, runs: len(server.requests) >= 1,
-    "some samples recorded": lambda server, runs: _recorded(runs) >= 3,
-    "last calls in flight": lambda server, runs: len(server.requests) >= 18,
+    ), 0),
+    "run directory written": (lambda server, runs: bool(runs.exists() and list(runs.glob("*/manifest.json"))), 0),
+    "first call in flight": (lambda server, runs: len(server.requests) >= 1, 0),
+    "some samples recorded": (lambda server, runs: _recorded(runs) >= 3, 3),
+    "last calls in flight": (lambda server, runs: _recorded(runs) >= 17 and len(server.requests) >= 18, 17),
 }
 
 
 @pytest.mark.parametrize("moment", list(MOMENTS))
 def test_ctrl_c_at_any_moment_exits_130_never_1(tmp_path, moment):
+    seen, answered = MOMENTS[moment]
+    calls = itertools.count(1)  # next() is atomic: the server's threads number the calls
+
     def reply(request):
         if request.path.startswith("/search"):  # the check before anything is created: held
-            return Reply(body=b'{"results": []}', content_type="application/json", delay=30)
-        return Reply("[[ANSWER]]\nok", delay=0.3)
+            return Reply(body=b'{"results": []}', content_type="application/json", delay=3600)
+        return Reply("[[ANSWER]]\nok", delay=0 if next(calls) <= answered else 3600)
 
     with LocalServer(reply) as server:
         (tmp_path / "probe.toml").write_text(
@@ -455,8 +461,8 @@ def test_ctrl_c_at_any_moment_exits_130_never_1(tmp_path, moment):
             text=True,
             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         )
-        deadline = time.monotonic() + 60
-        while not MOMENTS[moment](server, tmp_path / "runs"):
+        deadline = time.monotonic() + 120
+        while not seen(server, tmp_path / "runs"):
             assert process.poll() is None and time.monotonic() < deadline, moment
             time.sleep(0.005)
         process.send_signal(signal.SIGINT)

@@ -273,7 +273,7 @@ def report(
 
 def compare(
     a: str,
-    b: str,
+    b: str | None = None,
     metric: str | Sequence[str] = "header_present",
     *,
     all_metrics: bool = False,
@@ -284,7 +284,8 @@ def compare(
 ) -> Comparison:
     """`probe compare A B`: A the baseline, B the candidate, each `RUN` or `RUN#prompt=NAME` /
     `RUN#model=NAME` (or its spec). Several metrics (or `all_metrics`) are one adjusted
-    family; two runs of several arms compare arm by arm (each result names its `pair`)."""
+    family; two runs of several arms compare arm by arm (each result names its `pair`). With `b`
+    None, `a` is a run whose two arms are compared (a run of more: the InputError lists them)."""
     from .comparison import compare_runs
     from .runref import resolve_selector
 
@@ -293,7 +294,15 @@ def compare(
     all_metrics = bool(arguments.flag("all_metrics", all_metrics))
     metrics = arguments.metric_names("metric", metric)
     folder = arguments.path("runs_dir", runs_dir, optional=True)
-    a, b = arguments.reference("a", a), arguments.reference("b", b)
+    a = arguments.reference("a", a)
+    if b is None:
+        from .arms import two_arms
+        from .runref import split_selector
+
+        if split_selector(str(a))[1]:
+            raise InputError(f"{a} is one arm: give B, the arm to compare it with (probe compare A B)")
+        a, b = two_arms(_where(a, folder, "a"))
+    b = arguments.reference("b", b)
     typed = (str(a), str(b))
     a = resolve_selector(a, folder)
     b = resolve_selector(b, folder)

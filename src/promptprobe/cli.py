@@ -15,7 +15,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -792,7 +792,7 @@ def run(
     rule = _sequential_rule(ctx.params) if until_decided else None
     fetch = not no_retrieval_fetch
     if dry_run:
-        _print_dry_run(planned, rule, fetch, fmt, output)
+        _print_dry_run(planned, rule, fetch, fmt, output, max_cost)
         return
     if no_retrieval_fetch and max_cost is None:
         raise InputError(
@@ -838,17 +838,26 @@ def _sequential_rule(params: dict[str, Any]) -> Any:
     )
 
 
-def _print_dry_run(planned: tuple[Any, ...], rule: Any, fetch: bool, fmt: str, output: Path | None) -> None:
-    """--dry-run: the plan, tokens and cost (of a fixed run, or of a sequential run to its cap)."""
+def _print_dry_run(
+    planned: tuple[Any, ...], rule: Any, fetch: bool, fmt: str, output: Path | None, max_cost: float | None
+) -> None:
+    """--dry-run: the plan, tokens and cost (of a fixed run, or of a sequential run to its cap);
+    with --max-cost, refused exactly as the run would refuse it."""
+    from .engine.dryrun import check_max_cost, render_dry_run
     from .engine.dryrun import dry_run as price_plan
-    from .engine.dryrun import render_dry_run
     from .engine.sequential import dry_run_sequential
 
-    result = (
-        dry_run_sequential(*planned, rule, fetch=fetch)
-        if rule is not None
-        else price_plan(*planned, fetch=fetch)
-    )
+    if rule is not None:
+        if max_cost is not None:  # as the run refuses it: a cap cannot hold without a price
+            from .engine.cost import load_prices, refuse_unknown
+
+            _, _, models, config, _ = planned
+            refuse_unknown(load_prices(config.prices), models)
+        result = dry_run_sequential(*planned, rule, fetch=fetch)
+    elif max_cost is not None:  # the run's own check: no price, or an estimate above the cap
+        result = check_max_cost(*planned, fetch=fetch)
+    else:
+        result = price_plan(*planned, fetch=fetch)
     emit(dumps_pretty(result) if fmt == "json" else render_dry_run(result), output)
 
 
@@ -996,7 +1005,7 @@ def _execute(runner: Any, fmt: str, total: int, output: Path | None = None) -> N
     if fmt == "json":
         emit(dumps_pretty(result.to_dict()), output)
     else:
-        emit(render_report(result.report.to_dict(), fmt), output)
+        emit(render_report(result.report.to_dict(), fmt) + _end_comparisons(outcome.path), output)
     if outcome.stopped_by == "max_cost":
         echo_error(
             f"stopped at --max-cost: {outcome.recorded} of {outcome.planned} samples recorded; "
@@ -1018,6 +1027,16 @@ def _execute(runner: Any, fmt: str, total: int, output: Path | None = None) -> N
         )
     if outcome.errors or failed_checks:
         sys.exit(1)
+
+
+def _end_comparisons(path: Path) -> str:
+    """A run of two or more prompts or models ends with its comparison in words."""
+    from .arms import end_comparisons, render_end
+
+    try:
+        return render_end(end_comparisons(path))
+    except ProbeError as exc:  # the run stands; only its closing comparison could not be made
+        return f"\n(no comparison: {exc})"
 
 
 # -- report / compare / plan ----------------------------------------------------------------
@@ -1075,7 +1094,7 @@ def report(
     "probe compare latest~1 latest --metric refusal_recall --fail-if-worse"
 )
 @click.argument("a")
-@click.argument("b")
+@click.argument("b", required=False)
 @click.option(
     "--metric",
     "metrics",
@@ -1105,7 +1124,7 @@ def report(
 @handle_errors
 def compare(
     a: str,
-    b: str,
+    b: str | None,
     metrics: tuple[str, ...],
     all_metrics: bool,
     fail_if_worse: bool,
@@ -1119,7 +1138,8 @@ def compare(
     """Are two arms different? A (baseline) and B (candidate) are RUN, RUN#prompt=NAME,
     RUN#model=NAME (or its spec) or both (RUN: a directory, an id or its prefix, latest,
     latest~N); differences are B - A. Two runs of several arms compare arm by arm: each arm of A
-    with the arm of the same name in B, every pair and metric one family."""
+    with the arm of the same name in B, every pair and metric one family. One RUN alone: its two
+    arms (a run of more lists the selectors to choose from)."""
     from .api import compare as compare_of
     from .views.compare import render_comparison
 
@@ -1155,6 +1175,138 @@ def compare(
         for line in result.failures():
             say(line, err=True)
         sys.exit(4)
+
+
+@main.command(
+    epilog="Examples: probe gate origin/main prompts/assistant.md --probeset probes/example.toml   |   "
+    "probe gate origin/main prompts/*.md --metric refusal_recall --strict --format json"
+)
+@click.argument("baseline_ref", metavar="BASELINE_REF")
+@click.argument("prompts", metavar="PROMPT...", nargs=-1, required=True)
+@click.option(
+    "--probeset", type=click.Path(path_type=Path), help="The probe set (default: the only one in probes/)."
+)
+@click.option(
+    "--config", "config_path", type=click.Path(path_type=Path), help="Target config (default ./probe.toml)."
+)
+@click.option(
+    "-m", "--model", "model_specs", multiple=True, help="A model spec or NAME=SPEC (default: [run] models)."
+)
+@click.option(
+    "--metric",
+    "metrics",
+    type=METRIC,
+    multiple=True,
+    help="Gate on these (default: every metric). " + METRICS_HELP,
+)
+@click.option(
+    "--alpha",
+    type=click.FloatRange(0, 0.5, min_open=True),
+    callback=finite,
+    default=0.05,
+    show_default=True,
+    help="The job's false-alarm rate, over every prompt, model and metric.",
+)
+@click.option(
+    "--strict", is_flag=True, help="Fail (exit 1) when samples failed after retries, even if not worse."
+)
+@click.option(
+    "--retrieval",
+    "retrieval_kind",
+    type=click.Choice(["none"]),
+    help="none: probe without retrieval (the model gets no passages); otherwise the config says how.",
+)
+@click.option("-n", "--repeats", type=click.IntRange(*LIMITS["repeats"]), help="Repeats per case.")
+@click.option(
+    "--max-attempts", type=click.IntRange(*LIMITS["max_attempts"]), help="Calls per sample (default 6)."
+)
+@click.option(
+    "--concurrency", type=click.IntRange(*LIMITS["concurrency"]), help="Calls in flight (default 8)."
+)
+@click.option(
+    "--max-cost", type=click.FloatRange(min=0), callback=finite, help="USD: refuse to start above it."
+)
+@click.option(
+    "--comment",
+    is_flag=True,
+    help="On a GitHub runner: the table in the job summary and in one pull-request comment per probe "
+    "set, updated in place on each push (needs GITHUB_TOKEN).",
+)
+@click.option(
+    "--artifact", default="promptprobe", show_default=True, help="The artifact the comment links to."
+)
+@runs_dir_option
+@output_options()
+@handle_errors
+def gate(
+    baseline_ref: str,
+    prompts: tuple[str, ...],
+    probeset: Path | None,
+    config_path: Path | None,
+    model_specs: tuple[str, ...],
+    metrics: tuple[str, ...],
+    alpha: float,
+    strict: bool,
+    retrieval_kind: str | None,
+    repeats: int | None,
+    max_attempts: int | None,
+    concurrency: int | None,
+    max_cost: float | None,
+    comment: bool,
+    artifact: str,
+    runs_dir: Path | None,
+    fmt: str,
+    output: Path | None,
+) -> None:
+    """The CI gate: each PROMPT as it is at BASELINE_REF (git show) against the working tree, on
+    every model, in one paired run; each model's baseline and candidate compared, every prompt, model
+    and metric one adjusted family. A prompt absent at the ref is new and not gated. Exit 0 not
+    worse, 4 a candidate is reliably worse (a FAIL: line each), 1 with --strict when samples failed
+    after retries, 2 bad input, 3 could not start."""
+    from .gate import gate as run_gate
+    from .gate import probeset_of
+    from .views.gate import render_gate
+
+    options = dict(repeats=repeats, max_attempts=max_attempts, concurrency=concurrency, max_cost=max_cost)
+    shown = ExitStack()  # the progress line, from when the gate has made its run's plan
+
+    def watch(runner: Any) -> None:
+        progress = shown.enter_context(Progress(runner.plan.samples))
+        runner.on_record = progress.update
+        runner.on_start = lambda path: progress.say(f"run: {path}")
+
+    try:
+        with shown:
+            result = run_gate(
+                baseline_ref,
+                prompts,
+                probeset_of(probeset),
+                config=config_path,
+                models=model_specs,
+                metrics=metrics,
+                alpha=alpha,
+                strict=strict,
+                runs_dir=runs_dir,
+                run_options=options,
+                watch=watch,
+                retrieval=retrieval_kind,
+            )
+    except ProbeError as exc:
+        if comment:
+            from .gate import comment_failure
+
+            for line in comment_failure(str(exc), probeset, artifact):
+                say(line, err=True)
+        raise
+    if comment:
+        from .gate import comment_result
+
+        for line in comment_result(result, artifact):
+            say(line, err=True)
+    emit(dumps_pretty(result.to_dict()) if fmt == "json" else render_gate(result.to_dict(), fmt), output)
+    for line in result.failures():
+        say(line, err=True)
+    sys.exit(result.exit_code)
 
 
 @main.command(

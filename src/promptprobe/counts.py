@@ -33,7 +33,7 @@ from typing import Any
 from . import endpoints
 from .checks import METRICS, CheckSettings, Metric, metrics_for
 from .endpoints import Endpoint
-from .engine.cost import PriceMatch, PriceTable, load_prices, split_usage
+from .engine.cost import PriceMatch, PriceTable, load_prices, run_day, split_usage
 from .engine.store import iter_samples, load_manifest, run_state, sample_problem
 from .errors import InputError
 from .jsonio import content_end, iter_jsonl, loads, nul_tail_warning
@@ -532,7 +532,7 @@ class _Counter:
             arm.metrics = {name: {} for name in table.metrics}
             arm.headers = {case_id: Counter() for case_id in cases}
             arm.patterns = {case_id: Counter() for case_id in cases}
-        price_of = _pricer(load_prices(manifest.get("prices") or {}), manifest)
+        price_of = _pricer(load_prices(manifest.get("prices") or {}, day=run_day(manifest)), manifest)
         self.duplicates = 0  # samples seen again (a hand-edited or damaged file): not counted twice
         self.slots = {
             (arm.prompt, arm.model, case_id): _Slot(
@@ -787,7 +787,7 @@ def pricing(
     manifest: dict[str, Any], prices: PriceTable | None = None
 ) -> dict[str, tuple[Endpoint, PriceMatch]]:
     """Each model of a run: where its calls went (as recorded) and its price there, or why none."""
-    prices = prices or load_prices(manifest.get("prices") or {})
+    prices = prices or load_prices(manifest.get("prices") or {}, day=run_day(manifest))
     went = endpoints.of_run(manifest)
     return {
         m["spec"]: (went[m["spec"]], prices.match(model_of(m), went[m["spec"]]))

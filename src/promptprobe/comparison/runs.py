@@ -9,7 +9,7 @@ from .drift import drift
 from .family import adjust, joint_patterns
 from .hints import add_hints
 from .metric import compare_sides
-from .pairs import pair_arms
+from .pairs import Pair, pair_arms
 from .selectors import parse_selector
 from .sequential import apply_sequential, stopped_elsewhere
 from .settle import finish, settle
@@ -58,9 +58,11 @@ def compare_tables(
     alpha: float = 0.05,
     hints: bool = True,
     typed: tuple[str, str] | None = None,
+    pairs: list[Pair] | None = None,
 ) -> dict[str, Any]:
     """`compare_runs` on counts tables already read (`counts_b` is `counts_a` for two arms of one
-    run): A and B are `RUN#...` selectors (an arm of each, or two runs compared arm by arm)."""
+    run): A and B are `RUN#...` selectors (an arm of each, or two runs compared arm by arm), or
+    `pairs` says which arms to compare (the gate: each prompt's two versions on each model)."""
     run_a, filters_a = parse_selector(a)
     run_b, filters_b = parse_selector(b)
     known = {**counts_a.metrics, **counts_b.metrics}  # the built-in ones and both runs' own checks
@@ -68,12 +70,14 @@ def compare_tables(
     for metric in names:
         if metric not in known:
             raise InputError(f"unknown metric {metric!r} (known: {', '.join(known)})")
-    pairs, unpaired = pair_arms(run_a, filters_a, counts_a, run_b, filters_b, counts_b)
+    unpaired: list[str] = []
+    if pairs is None:
+        pairs, unpaired = pair_arms(run_a, filters_a, counts_a, run_b, filters_b, counts_b)
     results, sides, rows = [], [], []
     for pair in pairs:
         arm_a, arm_b = pair.a, pair.b
         name_a, name_b = arm_names(counts_a, arm_a, counts_b, arm_b)
-        if pair.name is not None:  # the same arm in two runs: the runs tell them apart
+        if pair.name is not None and counts_a is not counts_b:  # the same arm in two runs
             name_a, name_b = (str(parse_selector(t)[0]) for t in typed) if typed else (run_a.name, run_b.name)
         # A pair found by name is labelled with the selector that picks each of its arms.
         label_a = a if pair.name is None else f"{run_a}#prompt={arm_a.prompt},model={arm_a.model}"

@@ -19,8 +19,9 @@ through a batch API at the batch rate (half price at both providers when the tab
 
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import date
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -75,12 +76,12 @@ def split_usage(usage: dict[str, Any] | None) -> Tokens:
 class Price:
     input: float  # USD per million input tokens
     output: float
-    source: str  # "built-in (taken YYYY-MM-DD)" or "probe.toml"
+    source: str  # "built-in (genai-prices VERSION, ...)" or "probe.toml"
     cache_read: float | None = None  # USD per million cached input tokens read (None: as input)
     cache_write: float | None = None  # USD per million input tokens written to the cache
     batch: float = 1.0  # the share of the price a batch request pays
     row: str = ""  # the table row it is: "anthropic:claude-sonnet-4-5", a [prices] key
-    taken: str | None = None  # when the built-in row was copied from the provider's page
+    taken: str | None = None  # the date a built-in price took effect, when its data dates it
     rule: str | None = None  # how the model matched a row other than its own id
 
     def to_dict(self, batch: bool = False) -> dict[str, Any]:
@@ -98,8 +99,9 @@ class Price:
         }
 
     def describe(self) -> str:
-        """`ROW (built-in, 2026-11-30)`, as tables show it."""
-        where = f"built-in, {self.taken}" if self.taken else "[prices]"
+        """`ROW (built-in, genai-prices 0.2.3)`, as tables show it."""
+        where = "[prices]" if self.source == "probe.toml" else self.source
+        where += f", since {self.taken}" if self.taken else ""
         return f"{self.row} ({where}{', ' + self.rule if self.rule else ''})"
 
     def cost(self, input_tokens: int, output_tokens: int) -> float:
@@ -130,11 +132,47 @@ class PriceMatch:
     reason: str | None = None
 
 
+class BuiltinPrices(Mapping[str, Price]):
+    """The built-in rows by "provider:model" as priced on `day` (None: today): genai-prices'
+    bundled data (builtin_prices.py), read on first use, so a run whose models all have [prices]
+    entries or go elsewhere never loads it."""
+
+    def __init__(self, day: date | None = None) -> None:
+        self.day = day
+        self._loaded: dict[str, Price] | None = None
+
+    def _rows(self) -> dict[str, Price]:
+        from .builtin_prices import builtin_rows
+
+        if self._loaded is None:
+            self._loaded = {k: Price(**v) for k, v in builtin_rows(_rates(), self.day).items()}
+        return self._loaded
+
+    def __getitem__(self, key: str) -> Price:
+        return self._rows()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._rows())
+
+    def __len__(self) -> int:
+        return len(self._rows())
+
+    @property
+    def source(self) -> str:
+        from .builtin_prices import source
+
+        return source()
+
+
 @dataclass(frozen=True)
 class PriceTable:
-    prices: dict[str, Price]  # built-in rows, by "provider:model"
-    taken: str
+    prices: Mapping[str, Price]  # built-in rows, by "provider:model"
     extra: dict[str, Price] = field(default_factory=dict)  # [prices] entries, by their key
+
+    @property
+    def taken(self) -> str:
+        """Where the built-in rows come from: the price library and its version."""
+        return self.prices.source if isinstance(self.prices, BuiltinPrices) else "given"
 
     def lookup(self, spec: ModelSpec, endpoint: Endpoint | None = None) -> Price | None:
         return self.match(spec, endpoint).price
@@ -174,7 +212,8 @@ def price_sentence(
     """What a model costs and where its calls go, in words (dry run and report say it alike)."""
     if price is None:
         return reason or f"cost unknown for {model}"
-    taken = f"built-in, taken {price['taken']}" if price.get("taken") else "probe.toml [prices]"
+    taken = "probe.toml [prices]" if price["source"] == "probe.toml" else price["source"]
+    taken += f", in effect since {price['taken']}" if price.get("taken") else ""
     rule = f", {price['rule']}" if price.get("rule") else ""
     where = endpoint.get("url") or "an address its SDK works out"
     return (
@@ -217,7 +256,8 @@ def _same_model(spec: ModelSpec, key: str) -> str | None:
 
 
 def _with_rule(price: Price, rule: str) -> Price:
-    return replace(price, rule=rule)
+    """The price, saying how the model matched it (and keeping what its row already says)."""
+    return replace(price, rule=f"{rule}; {price.rule}" if price.rule else rule)
 
 
 def _price(
@@ -257,31 +297,34 @@ def _price(
     return Price(numbers.pop("input"), numbers.pop("output"), source, row=row, taken=taken, **numbers)
 
 
-def load_prices(extra: Mapping[str, Any] | None = None, where: str = "probe.toml [prices]") -> PriceTable:
-    data = parse_toml(
-        resources.files("promptprobe").joinpath("prices.toml").read_bytes(), Path("prices.toml")
-    )
-    taken_by_provider: dict[str, str] = {k: str(v) for k, v in data.pop("taken").items()}
-    taken = min(taken_by_provider.values())  # the table is as old as its oldest part
-    rates: dict[str, dict[str, float]] = data.pop("rates")
-    prices = {
-        f"{provider}:{model}": _price(
-            value,
-            f"prices.toml {provider}.{model}",
-            f"built-in (taken {taken_by_provider[provider]})",
-            rates.get(provider),
-            row=f"{provider}:{model}",
-            taken=taken_by_provider[provider],
-        )
-        for provider, table in data.items()
-        for model, value in table.items()
-    }
+def load_prices(
+    extra: Mapping[str, Any] | None = None, where: str = "probe.toml [prices]", day: date | None = None
+) -> PriceTable:
+    """The built-in rows as priced on `day` (default today; a run's report passes the run's own
+    day), read when first needed, and `extra`, the [prices] entries of probe.toml, which win."""
+    rates = _rates()
     added = {}
     for key, value in (extra or {}).items():
         if ":" not in key:
             raise InputError(f'{where}: key {key!r} must be a model spec such as "openai:gpt-4.1-mini"')
         added[key] = _price(value, f"{where} {key!r}", "probe.toml", rates.get(key.split(":", 1)[0]), row=key)
-    return PriceTable(prices, taken, added)
+    return PriceTable(BuiltinPrices(day), added)
+
+
+def _rates() -> dict[str, dict[str, float]]:
+    """prices.toml: the batch share and the cache multipliers a provider's rows lack."""
+    data = parse_toml(
+        resources.files("promptprobe").joinpath("prices.toml").read_bytes(), Path("prices.toml")
+    )
+    return data["rates"]
+
+
+def run_day(manifest: Mapping[str, Any]) -> date | None:
+    """The day a run was created (its prices are that day's), None when the manifest lacks it."""
+    try:
+        return date.fromisoformat(str(manifest.get("created") or "")[:10])
+    except ValueError:
+        return None
 
 
 def usage_tokens(usage: dict[str, Any] | None) -> tuple[int, int]:

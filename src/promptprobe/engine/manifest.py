@@ -32,6 +32,7 @@ class ManifestSource(Protocol):
     created: str
     resumes: list[dict[str, Any]]
     extra_manifest: dict[str, Any]
+    prices: Any  # cost.PriceTable
 
 
 def run_manifest(
@@ -92,6 +93,10 @@ def run_manifest(
         "checks": run.settings.to_dict(),
         "code": code_fingerprint(run.settings.functions()),
         "prices": config.prices,
+        # Each model's price as this run was priced: the row, its source and date, or why none.
+        "model_prices": [
+            _price_record(m.spec, run.prices.match(m)) for m in dict.fromkeys(a.model for a in run.plan.arms)
+        ],
         "settings": getattr(run, "provenance", {}),
         "repeats": run.plan.repeats,
         "seed": run.seed,
@@ -99,6 +104,11 @@ def run_manifest(
         "resumes": run.resumes,
         **run.extra_manifest,
     }
+
+
+def _price_record(spec: str, match: Any) -> dict[str, Any]:
+    price = match.price.to_dict() if match.price is not None else None
+    return {"model": spec, "price": price, "cost_unknown": match.reason}
 
 
 def prompt_copy(prompt: PromptVersion) -> str:
