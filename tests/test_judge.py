@@ -468,6 +468,18 @@ def test_the_viewer_shows_the_judges_replies_grouped_and_marks_split_judgments(t
         assert (v2["pass"], v2["fail"], v2["split"]) == (4, 0, False) and v2["replies"][0]["count"] == 4
         html = client.get(f"/runs/{run_dir.name}/cases/team").text
         assert "split" in html and "&lt;b&gt;sure&lt;/b&gt;" in html and "<b>sure</b>" not in html
+    # The same judgments, as the reliability statistics take them (promptprobe.stats.judge).
+    from promptprobe.stats.judge import accuracy, agreement
+
+    arms = {arm.prompt: arm for arm in judged_samples(run_dir)}
+    v1 = agreement([s.votes for s in arms["v1"].samples])
+    assert (v1.outputs, v1.unanimous, len(v1.split)) == (4, 0, 4)  # every v1 output judged both ways
+    assert agreement([s.votes for s in arms["v2"].samples]).unanimous == 4
+    (tmp_path / "labels.csv").write_text("sample_id,label\n" + "".join(
+        f"{s.sample_id},{'fail' if arm == 'v1' else 'pass'}\n" for arm in arms for s in arms[arm].samples))
+    labelled = [s for arm in judged_samples(run_dir) for s in arm.samples]
+    judged = accuracy([(s.outcome, s.labelled) for s in labelled])
+    assert (judged.true_pass, judged.labelled_pass, judged.true_fail, judged.labelled_fail) == (4, 4, 4, 4)
 
 
 def test_until_decided_on_a_judged_metric_judges_each_round(tmp_path):

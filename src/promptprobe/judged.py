@@ -41,6 +41,16 @@ class JudgedSample:
         return decide(self.judgments, len(self.judgments))
 
     @property
+    def votes(self) -> tuple[bool | None, ...]:
+        """The judgments as promptprobe.stats.judge takes them: True pass, False fail, None failed."""
+        return tuple(None if j is None else j == "pass" for j in self.judgments)
+
+    @property
+    def labelled(self) -> bool | None:
+        """The hand label as promptprobe.stats.judge takes it (None: not labelled)."""
+        return None if self.hand_label is None else self.hand_label == "pass"
+
+    @property
     def split(self) -> bool:
         """Whether its judgments disagree (a pass and a fail among them)."""
         return {"pass", "fail"} <= set(self.judgments)
