@@ -211,6 +211,11 @@ def test_a_judged_metric_is_a_metric_everywhere_and_every_judgment_is_recorded(t
     grounded = {arm["prompt"]: arm["metrics"]["grounded"] for arm in report["arms"]}
     assert (grounded["v1"]["k"], grounded["v1"]["n"]) == (0, 6) and (grounded["v2"]["k"], grounded["v2"]["n"]) == (6, 6)
     assert grounded["v1"]["higher_is_better"] is True
+    import promptprobe
+
+    api = promptprobe.report(str(run_dir)).to_dict()  # the Python API: the same object as the JSON
+    assert {arm["prompt"]: arm["metrics"]["grounded"]["k"] for arm in api["arms"]} == {"v1": 0, "v2": 6}
+    assert api["arms"][0]["metrics"]["grounded"]["judge"]["repeats"] == 2
     gate = CliRunner().invoke(main, ["compare", f"{run_dir}#prompt=v2", f"{run_dir}#prompt=v1", "--metric", "grounded",
                                      "--fail-if-worse"])
     assert gate.exit_code == 4 and "grounded" in gate.stderr
