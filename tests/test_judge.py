@@ -362,6 +362,32 @@ def test_a_process_killed_while_its_judge_batch_runs_is_resumed_without_judging_
     assert [x.get("collected") for x in read_jsonl(run_dir / "judge_batches.jsonl")] == [None, True]
 
 
+def test_a_judge_batch_result_worth_retrying_goes_out_again_and_the_last_failure_is_kept(tmp_path):
+    seen = {}
+
+    def answer(custom_id, body):
+        user = body["messages"][-1]["content"]
+        if "<output-" not in user:
+            return batch_answer(custom_id, body)
+        key = ("Okta" in user, "$20" in user)
+        seen[key] = seen.get(key, 0) + 1
+        if key == (True, True):
+            return ("error", 500)  # always: after --max-attempts batches it is recorded failed
+        if key == (False, True) and seen[key] <= 2:
+            return ("error", 500)  # the first two judgments of v2's team outputs fail once
+        return batch_answer(custom_id, body)
+
+    with BatchServer(polls=1, answer=answer) as server:
+        setup(tmp_path, server.url, provider="openai")
+        result = run(tmp_path, server.url, "--batch", "--poll-interval", "0.02", "--max-attempts", "2")
+        assert len(server.batches) == 1 + 2  # the outputs' batch, then two judge batches
+    lines = read_jsonl(run_dir_of(result) / "judgments.jsonl")
+    assert len(lines) == 8 and len({(x["sample_id"], x["index"]) for x in lines}) == 8
+    failed = [x for x in lines if x["label"] is None]
+    assert len(failed) == 2 and all(x["sample_id"].startswith("sso.") and x["error"] for x in failed)
+    assert sum(x["label"] == "pass" for x in lines) == 2  # v2's team outputs, judged on the second batch
+
+
 def test_the_dry_run_prices_the_judgments(tmp_path):
     setup(tmp_path, "http://127.0.0.1:9", repeats=3, extra='\n[prices]\n"anthropic:judge-1@http://127.0.0.1:9" = '
           '{ input = 1.0, output = 2.0 }\n')
