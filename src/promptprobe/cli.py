@@ -1638,6 +1638,8 @@ def label(
             answered += 1
         said = ", ".join(r.strip().splitlines()[-1] if r and r.strip() else "(failed)" for r in item.replies)
         say(f"the judge said: {said or 'nothing (not judged)'}")
+        for reply in dict.fromkeys(r.strip() for r in item.replies if r and r.strip()):
+            say("  | " + "\n  | ".join(reply.splitlines()[-12:]))  # its reasoning, the end of it
     say(f"{answered} labels appended to {path}")
 
 
