@@ -224,7 +224,7 @@ def build_counts(
         if not _count_in_parallel(counter, samples_path, size, processes, warn):
             table, counter = _start(run_dir, classification, top_k)  # a sample twice: counted in order
             warnings.clear()
-            for sample in merged_samples(run_dir, number, warn):
+            for sample in merged_samples(run_dir, number, warn, judged=False):
                 counter.feed(sample, warn)
     else:
         for sample in merged_samples(run_dir, number, warn, judged=False):  # the counter attaches them
