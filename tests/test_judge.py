@@ -259,6 +259,7 @@ def test_an_output_that_tells_the_judge_to_pass_does_not_change_how_the_reply_is
     assert "the judge of grounded failed or gave no readable label on 4 of 4 samples" in CliRunner().invoke(
         main, ["report", str(run_dir)]).stdout
     assert "the judge of grounded failed or gave no readable label on 8 samples" in result.stderr
+    assert result.exit_code == 1  # as for a check of yours that failed: the run says so in its exit code
 
 
 def test_a_judge_failing_mid_run_is_retried_and_what_stays_failed_is_kept_as_a_fail(tmp_path):
@@ -275,6 +276,7 @@ def test_a_judge_failing_mid_run_is_retried_and_what_stays_failed_is_kept_as_a_f
     with LocalServer(target) as server, LocalServer(flaky) as judge:
         setup(tmp_path, judge.url)
         result = run(tmp_path, server.url, "--max-retry-wait", "0")
+    assert result.exit_code == 1 and "the judge of grounded failed" in result.stderr
     run_dir = run_dir_of(result)
     lines = read_jsonl(run_dir / "judgments.jsonl")
     assert len(lines) == 8 and any(x["attempts"] >= 2 and x["attempts_log"] for x in lines)

@@ -1033,7 +1033,7 @@ def _execute(runner: Any, fmt: str, total: int, output: Path | None = None) -> N
             f"{outcome.errors} of {outcome.recorded} samples failed after retries "
             f"(see {outcome.path / 'samples.jsonl'}); they stay in every denominator"
         )
-    if outcome.errors or failed_checks:
+    if outcome.errors or failed_checks or failed_judgments:
         sys.exit(1)
 
 
