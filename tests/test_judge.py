@@ -390,6 +390,29 @@ def test_a_judge_batch_result_worth_retrying_goes_out_again_and_the_last_failure
     assert sum(x["label"] == "pass" for x in lines) == 2  # v2's team outputs, judged on the second batch
 
 
+def test_what_judging_cost_is_counted_per_arm_and_max_cost_needs_the_judges_price(tmp_path):
+    with LocalServer(target) as server, LocalServer(honest_judge) as judge:
+        setup(tmp_path, judge.url, extra=f'''
+[prices]
+"anthropic:judge-1@{judge.url}" = {{ input = 1.0, output = 2.0 }}
+"openai:m@{server.url}/v1" = {{ input = 0, output = 0 }}
+''')
+        result = run(tmp_path, server.url, "--max-cost", "1")
+        assert result.exit_code == 0, result.output
+    run_dir = run_dir_of(result)
+    report = json.loads(CliRunner().invoke(main, ["report", str(run_dir), "--json"]).stdout)
+    # 4 judgments an arm, each 120 tokens in and 17 out (the local server's usage) at $1 / $2 per million.
+    per_arm = 4 * (120 * 1.0 + 17 * 2.0) / 1e6
+    assert [arm["usage"]["judge_cost_usd"] for arm in report["arms"]] == [pytest.approx(per_arm)] * 2
+    assert [arm["usage"]["cost_usd"] for arm in report["arms"]] == [0.0, 0.0]
+    assert "judging the outputs cost (not in the cost column): v1 $0.0006, v2 $0.0006" in CliRunner().invoke(
+        main, ["report", str(run_dir)]).stdout
+    (tmp_path / "probe.toml").write_text(re.sub(r'"anthropic:judge-1@[^"]*" = [^\n]*\n', "",
+                                                (tmp_path / "probe.toml").read_text()))
+    refused = run(tmp_path, "http://127.0.0.1:9", "--max-cost", "1")
+    assert refused.exit_code == 2 and "anthropic:judge-1" in refused.stderr
+
+
 def test_the_dry_run_prices_the_judgments(tmp_path):
     setup(tmp_path, "http://127.0.0.1:9", repeats=3, extra='\n[prices]\n"anthropic:judge-1@http://127.0.0.1:9" = '
           '{ input = 1.0, output = 2.0 }\n')

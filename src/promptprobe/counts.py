@@ -54,6 +54,8 @@ class ArmCounts:
     error_kinds: Counter = field(default_factory=Counter)
     check_errors: Counter = field(default_factory=Counter)  # [[check]] name -> samples it failed on
     judge_errors: Counter = field(default_factory=Counter)  # judged check -> samples a judgment failed on
+    judge_cost: float = 0.0  # what judging this arm's outputs cost
+    judge_cost_unknown: bool = False  # a judge's price is unknown
     # metric -> case_id -> [successes, trials, failed samples among the trials]
     metrics: dict[str, dict[str, list[int]]] = field(default_factory=dict)
     # user check -> case_id -> failed samples not yet counted (until it is known whether it applies)
@@ -583,6 +585,9 @@ class _Counter:
         table.recorded += 1
         if self.judgments is not None:
             sample = self.judgments.attach(sample)
+            cost = self.judgments.cost_of(sample["sample_id"])
+            slot.arm.judge_cost += cost or 0.0
+            slot.arm.judge_cost_unknown = slot.arm.judge_cost_unknown or cost is None
         slot.count(sample, table.settings, table.check_applies)
         retrieval = sample.get("retrieval")
         if retrieval is not None:
@@ -642,6 +647,8 @@ def _partial(table: CountsTable) -> dict[str, Any]:
                 arm.batched,
                 arm.check_errors,
                 arm.judge_errors,
+                arm.judge_cost,
+                arm.judge_cost_unknown,
             )
             for arm in table.arms
         ],
@@ -682,6 +689,8 @@ def _add_partial(table: CountsTable, part: dict[str, Any]) -> None:
         batched,
         check_errors,
         judge_errors,
+        judge_cost,
+        judge_cost_unknown,
     ) in zip(table.arms, part["arms"], strict=True):
         arm.samples += samples
         arm.errors += errors
@@ -702,6 +711,8 @@ def _add_partial(table: CountsTable, part: dict[str, Any]) -> None:
         arm.batched += batched
         arm.check_errors.update(check_errors)
         arm.judge_errors.update(judge_errors)
+        arm.judge_cost += judge_cost
+        arm.judge_cost_unknown = arm.judge_cost_unknown or judge_cost_unknown
 
 
 def _line_ranges(path: Path, size: int, parts: int) -> list[tuple[int, int]]:

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from .errors import InputError
 from .jsonio import iter_jsonl
 
 RUN_JUDGMENTS = "judgments.jsonl"
@@ -65,12 +66,17 @@ class JudgmentIndex:
     """The labels of one judgments file by sample, for attaching to samples as they stream by
     (one small list per judged sample: a judged run's memory grows with its judged samples)."""
 
-    def __init__(self, run_dir: Path, source: str, repeats: dict[str, int]) -> None:
+    def __init__(self, run_dir: Path, source: str, repeats: dict[str, int], price: Any = None) -> None:
         self.source = source
         self.labels: dict[str, dict[str, list[str | None]]] = {}
+        # sample_id -> what its judgments cost (None: a judge's price is unknown)
+        self.cost: dict[str, float | None] = {}
         for (sid, check, index), line in sorted(latest_judgments(run_dir, source).items()):
             if check not in repeats or not 1 <= index <= repeats[check]:
                 continue  # a judgment of another check, or beyond this setting's repeats
+            if price is not None and (line.get("response") or {}).get("usage"):
+                cost, spent = price(line), self.cost.get(sid, 0.0)
+                self.cost[sid] = None if cost is None or spent is None else spent + cost
             per_check = self.labels.setdefault(sid, {}).setdefault(check, [])
             while len(per_check) < index - 1:
                 per_check.append(None)  # a judgment not made is no pass
@@ -82,8 +88,37 @@ class JudgmentIndex:
         if not settings.judges:
             return None
         repeats = {j.name: j.repeats for j in settings.judges}
-        return cls(run_dir, judgments_source(run_dir, number), repeats)
+        return cls(run_dir, judgments_source(run_dir, number), repeats, judge_pricer(run_dir))
+
+    def cost_of(self, sample_id: str) -> float | None:
+        """What the judgments of one output cost (0.0 when none were bought)."""
+        return self.cost.get(sample_id, 0.0)
 
     def attach(self, sample: dict[str, Any]) -> dict[str, Any]:
         """The sample with its judgments as `judged` (a copy; the record read stays as it was)."""
         return {**sample, "judged": self.labels.get(sample["sample_id"], {})}
+
+
+def judge_pricer(run_dir: Path) -> Any:
+    """A judgment line's cost at its judge model's price (None when the price is unknown), with
+    the run's [prices]; None when the run's manifest cannot be read."""
+    from .engine.cost import load_prices, split_usage
+    from .engine.store import load_manifest
+    from .models import model_of
+    from .providers import parse_spec
+
+    manifest = load_manifest(run_dir)
+    prices = load_prices(manifest.get("prices") or {})
+    models = {j["model"]["spec"]: model_of(j["model"]) for j in manifest.get("judges") or []}
+
+    def price(line: dict[str, Any]) -> float | None:
+        spec = line.get("model")
+        try:
+            model = models.get(spec) or parse_spec(spec)
+        except InputError:  # a judge spec that no longer parses: its price is unknown
+            return None
+        found = prices.lookup(model)
+        usage = line["response"]["usage"]
+        return None if found is None else found.cost_of(split_usage(usage), batch=line.get("via") == "batch")
+
+    return price

@@ -103,7 +103,14 @@ def _arm(arm: ArmCounts, counts: CountsTable, by_tag: bool) -> dict[str, Any]:
         "judge_errors": dict(arm.judge_errors),
         "metrics": metrics,
         "cases": cases,
-        "usage": _usage(arm),
+        "usage": {
+            **_usage(arm),
+            **(
+                {"judge_cost_usd": None if arm.judge_cost_unknown else round(arm.judge_cost, 6)}
+                if counts.settings.judges
+                else {}
+            ),
+        },
     }
     if by_tag:
         result["by_tag"] = _by_tag(arm, counts)
@@ -384,6 +391,13 @@ def _usage_lines(report: dict[str, Any], varying: list[str], fmt: str, width: in
         price_sentence(m["model"], m["endpoint"], m["price"], m["cost_unknown"])
         for m in report.get("models", [])
     ]
+    judged = [arm for arm in report["arms"] if "judge_cost_usd" in arm["usage"]]
+    if judged:
+        names = [" ".join(str(arm[key]) for key in varying) or arm["prompt"] for arm in judged]
+        spent = ", ".join(
+            f"{name} {_cost(arm['usage']['judge_cost_usd'])}" for name, arm in zip(names, judged, strict=True)
+        )
+        out.append(f"judging the outputs cost (not in the cost column): {spent}")
     batched = sum(arm["usage"].get("batch_samples") or 0 for arm in report["arms"])
     if batched:
         out.append(
