@@ -20,7 +20,7 @@ from typing import Any
 from .checks.judge import rubric_problems
 from .checks.settings import CheckSettings, JudgeConfig
 from .counts import classifications, merged_samples, settings_of
-from .engine.cost import load_prices, refuse_unknown
+from .engine.cost import load_prices, refuse_unknown, run_day
 from .engine.judging import Judge, JudgeCalls, JudgeInputs, JudgeRecorder, LiveJudging, due_judgments
 from .engine.limiter import Limiter
 from .engine.recorder import Tally
@@ -74,7 +74,7 @@ def _calls(
     params = GenerationParams(
         max_tokens=parameters.get("max_tokens", 1024), timeout=parameters.get("timeout", 120.0)
     )
-    prices = load_prices(manifest.get("prices") or {})
+    prices = load_prices(manifest.get("prices") or {}, day=run_day(manifest))
     if max_cost is not None:
         refuse_unknown(prices, [model])
     provider = make_provider(model, params)

@@ -102,13 +102,13 @@ class JudgmentIndex:
 def judge_pricer(run_dir: Path) -> Any:
     """A judgment line's cost at its judge model's price (None when the price is unknown), with
     the run's [prices]; None when the run's manifest cannot be read."""
-    from .engine.cost import load_prices, split_usage
+    from .engine.cost import load_prices, run_day, split_usage
     from .engine.store import load_manifest
     from .models import model_of
     from .providers import parse_spec
 
     manifest = load_manifest(run_dir)
-    prices = load_prices(manifest.get("prices") or {})
+    prices = load_prices(manifest.get("prices") or {}, day=run_day(manifest))  # the prices of the run's day
     models = {j["model"]["spec"]: model_of(j["model"]) for j in manifest.get("judges") or []}
 
     def price(line: dict[str, Any]) -> float | None:
