@@ -139,6 +139,11 @@ def test_probe_demo_end_to_end_from_any_directory(demo_run):
     compare = CliRunner().invoke(main, ["compare", f"{run_dir}#prompt=exception-only",
                                         f"{run_dir}#prompt=always-header", "--json"])
     assert json.loads(compare.stdout)["design"] == "paired"
+    # The judged check: every output judged twice by the SIMULATED judge, the truth labelled by hand.
+    judgments = read_jsonl(run_dir / "judgments.jsonl")
+    assert len(judgments) == 72 * 2 and all(j["label"] in ("pass", "fail") for j in judgments)
+    assert metrics["answered"]["n"] == 36 and report["arms"][0]["metrics"]["answered"]["judge"]["repeats"] == 2
+    assert "answered" in result.stdout and (run_dir.parent / "demo-labels.csv").is_file()
     assert not [t for t in threading.enumerate() if "serve_forever" in t.name]  # the demo server stopped
 
 
@@ -168,7 +173,8 @@ def test_probe_demo_batch_takes_the_batch_path_offline_with_the_same_results(dem
     # The simulated model answers a batch as it answers live calls: the same counts per arm.
     def counts(path):
         report = json.loads(CliRunner().invoke(main, ["report", str(path), "--format", "json"]).stdout)
-        return {arm["prompt"]: arm["metrics"]["header_present"]["k"] for arm in report["arms"]}
+        return {arm["prompt"]: (arm["metrics"]["header_present"]["k"], arm["metrics"]["answered"]["k"])
+                for arm in report["arms"]}
 
     assert counts(run_dir) == counts(live_dir)
     # The sequential run sent one batch a round.

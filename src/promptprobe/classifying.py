@@ -10,6 +10,7 @@ classification that has them: same number, no new file.
 
 import os
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ from .counts import classifications, merged_samples, settings_of
 from .engine.store import RunStore, load_manifest, utc_now
 from .errors import InputError
 from .jsonio import iter_jsonl
+from .judgments import judgments_source
 from .models import model_of
 from .pack import RawReader
 from .paths import is_file
@@ -91,7 +93,8 @@ def reclassify_run(run_dir: Path, settings: CheckSettings | None = None) -> dict
     numbers = classifications(run_dir)
     previous = numbers[-1] if numbers else None
     old_settings = settings_of(run_dir, manifest, previous)
-    settings = settings or old_settings
+    # Judged checks change only by `probe judge`: a reclassification keeps them and their judgments.
+    settings = replace(settings or old_settings, judges=old_settings.judges)
     existing = _same(run_dir, manifest, numbers, settings)
     if existing is not False:
         return {
@@ -129,6 +132,7 @@ def reclassify_run(run_dir: Path, settings: CheckSettings | None = None) -> dict
                 "based_on": previous,
                 "code": code_fingerprint(settings),
                 "tool_version": __version__,
+                **({"judgments": judgments_source(run_dir, previous)} if settings.judges else {}),
             },
         )
         moved: Counter = Counter()

@@ -1020,12 +1020,20 @@ def _execute(runner: Any, fmt: str, total: int, output: Path | None = None) -> N
             f"your check {name} failed on {n} samples (checks.user_errors in "
             f"{outcome.path / 'samples.jsonl'}); each counts as its unfavourable outcome"
         )
+    failed_judgments: Counter[str] = Counter()
+    for arm in result.report.arms:
+        failed_judgments.update(arm.get("judge_errors") or {})
+    for name, n in sorted(failed_judgments.items()):
+        echo_error(
+            f"the judge of {name} failed or gave no readable label on {n} samples (judgments.jsonl in "
+            f"{outcome.path}); each counts as a fail"
+        )
     if outcome.errors:
         echo_error(
             f"{outcome.errors} of {outcome.recorded} samples failed after retries "
             f"(see {outcome.path / 'samples.jsonl'}); they stay in every denominator"
         )
-    if outcome.errors or failed_checks:
+    if outcome.errors or failed_checks or failed_judgments:
         sys.exit(1)
 
 
@@ -1524,6 +1532,115 @@ def export(
     from .views.show import export as export_samples
 
     emit(export_samples(run_dir, sample, case, header, fmt), output, newline=False)
+
+
+# -- judge / label --------------------------------------------------------------------------
+
+
+@main.command(epilog="Examples: probe judge latest --check grounded --repeats 3   |   "
+              "probe judge latest --check grounded --rubric judges/grounded-v2.md")
+@click.argument("run_ref", metavar="RUN")
+@click.option("--check", "check", required=True, help="The judged check to grade again.")
+@click.option("--rubric", type=click.Path(path_type=Path), help="Another rubric file (default: the check's).")
+@click.option("--model", help="Another judge model: a spec, or a NAME of the run's models.")
+@click.option("--repeats", type=click.IntRange(min=1), help="Judgments per output (default: the check's).")
+@click.option("--max-cost", type=float, help="Stop judging once the judgments cost this many USD.")
+@runs_dir_option
+@output_options(("table", "json"))
+@handle_errors
+def judge(
+    run_ref: str,
+    check: str,
+    rubric: Path | None,
+    model: str | None,
+    repeats: int | None,
+    max_cost: float | None,
+    runs_dir: Path | None,
+    fmt: str,
+    output: Path | None,
+) -> None:
+    """Grade the recorded outputs again (no call to the target) as a new classification layer;
+    report, compare, show and export count the latest. Interrupted, the same command continues."""
+    from .judge_run import judge_run
+
+    run_dir = resolve_run(run_ref, runs_dir)
+    try:
+        result = judge_run(run_dir, check, rubric, model, repeats, max_cost, threading.Event())
+    except KeyboardInterrupt:
+        again = f"probe judge {typed(run_dir)} --check {check}"
+        echo_error(f"interrupted: no classification was written; {again} with the same flags continues")
+        sys.exit(130)
+    if fmt == "json":
+        emit(dumps_pretty(result), output)
+    else:
+        done = (
+            f"classification {result['classification']} of {result['run']}: {check} judged again by "
+            f"{result['model']} ({result['repeats']} per output); probe report and probe compare now count it"
+            if result["classification"] is not None
+            else f"{result['run']}: judging stopped ({result['stopped_by']}); no layer was written: "
+            "the same command continues where it stopped"
+        )
+        emit(f"{done}\n{result['judged']} judgments made now, {result['judgments']} in all, "
+             f"{result['failed']} failed or unreadable (each a fail)", output)
+    if result["classification"] is None:
+        sys.exit(1)
+
+
+@main.command(epilog="Examples: probe label latest --check grounded   |   "
+              "probe label latest --check grounded --template -o labels.csv")
+@click.argument("run_ref", metavar="RUN")
+@click.option("--check", "check", required=True, help="The judged check to label outputs of.")
+@click.option("--labels", "labels_file", type=click.Path(path_type=Path),
+              help="The labels file (default: the check's labels_file).")
+@click.option("--template", is_flag=True, help="A CSV of every judged output, its label column empty.")
+@click.option("-o", "--output", type=click.Path(path_type=Path), help="Where --template writes.")
+@runs_dir_option
+@handle_errors
+def label(
+    run_ref: str,
+    check: str,
+    labels_file: Path | None,
+    template: bool,
+    output: Path | None,
+    runs_dir: Path | None,
+) -> None:
+    """Label judged outputs by hand, one at a time (pass, fail, skip, quit); each answer is
+    appended to the labels file at once. The judge's reply is shown only after you answer."""
+    from .judged import judged_samples, labels_path, to_label
+    from .labels import append_label
+    from .labels import template as labels_template
+
+    run_dir = resolve_run(run_ref, runs_dir)
+    if template:
+        rows = [
+            {"sample_id": s.sample_id, "sha256": s.sha256 or "", "case_id": s.case_id,
+             "prompt": arm.prompt, "model": arm.model}
+            for arm in judged_samples(run_dir, check) for s in arm.samples
+        ]
+        emit(labels_template(rows), output, newline=False)
+        return
+    path = labels_path(run_dir, check, labels_file)
+    queue = to_label(run_dir, check, path)
+    if not queue:
+        say(f"every judged output of {check} has a hand label in {path}")
+        return
+    answered = 0
+    for number, item in enumerate(queue, 1):
+        where = f"prompt {item.arm.prompt}  model {item.arm.model}"
+        say(f"\n== {number} of {len(queue)}: {item.sample.sample_id}  {where}")
+        say(f"question: {item.question}\n--- output (invisible characters shown) ---\n{item.visible}\n---")
+        answers = click.Choice(["p", "f", "s", "q", "pass", "fail", "skip", "quit"])
+        choice = click.prompt("pass, fail, skip or quit", type=answers, show_choices=False)[0]
+        if choice == "q":
+            break
+        if choice in ("p", "f"):
+            append_label(path, item.row("pass" if choice == "p" else "fail"))
+            answered += 1
+        said = ", ".join(r.strip().splitlines()[-1] if r and r.strip() else "(failed)" for r in item.replies)
+        say(f"the judge said: {said or 'nothing (not judged)'}")
+        for reply in dict.fromkeys(r.strip() for r in item.replies if r and r.strip()):
+            say("  | " + "\n  | ".join(reply.splitlines()[-12:]))  # its reasoning, the end of it
+    say(f"{answered} labels appended to {path}")
 
 
 # -- view -----------------------------------------------------------------------------------

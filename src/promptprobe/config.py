@@ -16,9 +16,11 @@ from .checks.settings import (
     CitationConfig,
     FilterConfig,
     HeaderConfig,
+    JudgeConfig,
     UserCheckConfig,
 )
 from .errors import InputError
+from .judge_config import check_name_problem, judge_check
 from .limits import range_problem
 from .models import ModelSpec, check_names, split_name
 from .paths import is_file, shown
@@ -36,7 +38,8 @@ RETRIEVAL_KEYS = {
     "local": {"kind", "path", "k"},
 }
 TOP_KEYS = {"retrieval", "assemble", "header", "filter", "citations", "run", "prices", "vars", "check"}
-CHECK_KEYS = {"name", "function", "higher_is_better", "description", "timeout"}
+CHECK_KEYS = {"name", "kind", "function", "higher_is_better", "description", "timeout"}
+CHECK_KINDS = ("function", "judge")
 ASSEMBLE_KEYS = {"function"}
 HEADER_KEYS = {"markers", "no_answer", "allow_leading_whitespace"}
 FILTER_KEYS = {"function", "no_answer_status"}
@@ -310,7 +313,9 @@ def _model(item: Any, where: str) -> ModelSpec:
         raise InputError(f"{where}: {exc}") from None
 
 
-def _checks(data: dict[str, Any], where: str, problems: _Problems) -> CheckSettings:
+def _checks(
+    data: dict[str, Any], where: str, problems: _Problems, base: Path | None = None
+) -> CheckSettings:
     header_table = problems.attempt(lambda: _table(data, "header", where), {})
     problems.keys(header_table, HEADER_KEYS, f"{where} [header]")
     header = problems.attempt(lambda: _header(header_table, f"{where} [header]"), HeaderConfig())
@@ -327,8 +332,8 @@ def _checks(data: dict[str, Any], where: str, problems: _Problems) -> CheckSetti
         table = problems.attempt(lambda: _table(data, "citations", where), {})
         problems.keys(table, CITATION_KEYS, f"{where} [citations]")
         citations = problems.attempt(lambda: _citations(table, where))
-    user = _user_checks(data.get("check", []), where, problems)
-    return CheckSettings(header=header, filter=filter_config, citations=citations, user=user)
+    user, judges = _user_checks(data.get("check", []), where, problems, base or Path.cwd())
+    return CheckSettings(header=header, filter=filter_config, citations=citations, user=user, judges=judges)
 
 
 def _header(table: dict[str, Any], where: str) -> HeaderConfig:
@@ -354,36 +359,46 @@ def _citations(table: dict[str, Any], where: str) -> CitationConfig:
         raise InputError(f"{where}: {exc}") from None
 
 
-def _user_checks(value: Any, where: str, problems: _Problems) -> tuple[UserCheckConfig, ...]:
-    """[[check]] tables: a name, a function, a direction and a description each."""
+def _user_checks(
+    value: Any, where: str, problems: _Problems, base: Path
+) -> tuple[tuple[UserCheckConfig, ...], tuple[JudgeConfig, ...]]:
+    """[[check]] tables: a function of yours (name, function, direction, description), or a
+    judged check (kind = "judge": checks/judge.py)."""
     if not isinstance(value, list) or not all(isinstance(item, dict) for item in value):
         problems.items.append(f"{where}: [[check]] must be tables, each with name and function")
-        return ()
-    found: list[UserCheckConfig] = []
+        return (), ()
+    found: list[Any] = []
     for index, table in enumerate(value, 1):
-        check = problems.attempt(lambda index=index, table=table: _user_check(index, table, where, found))
+        kind = table.get("kind", "function")
+        if kind not in CHECK_KINDS:
+            problems.items.append(
+                f"{where} [[check]] {table.get('name', index)!r}: kind {kind!r} is not one of "
+                f"{', '.join(CHECK_KINDS)}{did_you_mean(kind, set(CHECK_KINDS))}"
+            )
+            continue
+        if kind == "judge":
+            make: Any = lambda index=index, table=table: judge_check(  # noqa: E731
+                index, table, where, found, base
+            )
+        else:
+            make = lambda index=index, table=table: _user_check(index, table, where, found)  # noqa: E731
+        check = problems.attempt(make)
         if check is not None:
             found.append(check)
-    return tuple(found)
+    return (
+        tuple(c for c in found if isinstance(c, UserCheckConfig)),
+        tuple(c for c in found if isinstance(c, JudgeConfig)),
+    )
 
 
-def _user_check(
-    index: int, table: dict[str, Any], where: str, found: list[UserCheckConfig]
-) -> UserCheckConfig:
-    from .checks import METRICS
-
+def _user_check(index: int, table: dict[str, Any], where: str, found: list[Any]) -> UserCheckConfig:
     label = f"{where} [[check]] {table.get('name', index)!r}"
     problems = _Problems()
     problems.keys(table, CHECK_KEYS, label)
     name = table.get("name")
-    if not isinstance(name, str) or not re.fullmatch(r"[a-z][a-z0-9_]{0,63}", name):
-        problems.items.append(
-            f"{label}: 'name' must be lower-case letters, digits and _ (a metric name), got {name!r}"
-        )
-    elif name in METRICS:
-        problems.items.append(f"{label}: {name} is a built-in metric; give your check another name")
-    elif any(c.name == name for c in found):
-        problems.items.append(f"{label}: two checks are called {name}")
+    problem = check_name_problem(name, label, found)
+    if problem:
+        problems.items.append(problem)
     function = problems.attempt(lambda: _function(table, label, required=True))
     higher = table.get("higher_is_better", True)
     if not isinstance(higher, bool):
@@ -428,7 +443,7 @@ def parse_config(data: dict[str, Any], path: Path | None, sha256: str | None = N
     assemble = table("assemble")
     problems.keys(assemble, ASSEMBLE_KEYS, f"{where} [assemble]")
     function = problems.attempt(lambda: _function(assemble, f"{where} [assemble]", required=False))
-    checks = _checks(data, where, problems)
+    checks = _checks(data, where, problems, path.parent if path else None)
     run = _run(table("run"), f"{where} [run]", problems)
     prices = table("prices")
     if prices:

@@ -32,11 +32,13 @@ from typing import Any
 
 from . import endpoints
 from .checks import METRICS, CheckSettings, Metric, metrics_for
+from .checks.judge import judge_failed
 from .endpoints import Endpoint
 from .engine.cost import PriceMatch, PriceTable, load_prices, run_day, split_usage
 from .engine.store import iter_samples, load_manifest, run_state, sample_problem
 from .errors import InputError
 from .jsonio import content_end, iter_jsonl, loads, nul_tail_warning
+from .judgments import JudgmentIndex
 from .models import model_of
 from .probeset import Case, ProbeSet, parse_probeset
 
@@ -51,6 +53,9 @@ class ArmCounts:
     errors: int = 0
     error_kinds: Counter = field(default_factory=Counter)
     check_errors: Counter = field(default_factory=Counter)  # [[check]] name -> samples it failed on
+    judge_errors: Counter = field(default_factory=Counter)  # judged check -> samples a judgment failed on
+    judge_cost: float = 0.0  # what judging this arm's outputs cost
+    judge_cost_unknown: bool = False  # a judge's price is unknown
     # metric -> case_id -> [successes, trials, failed samples among the trials]
     metrics: dict[str, dict[str, list[int]]] = field(default_factory=dict)
     # user check -> case_id -> failed samples not yet counted (until it is known whether it applies)
@@ -139,10 +144,15 @@ def merged_samples(
     number: int | None,
     on_warning: Callable[[str], None],
     samples: Iterator[dict[str, Any]] | None = None,
+    judged: bool = True,
 ) -> Iterator[dict[str, Any]]:
     """The samples (of samples.jsonl, or those given), with header and checks replaced by
-    reclassification `number` when given."""
+    reclassification `number` when given, and (unless not `judged`) the judgments that
+    classification counts attached as `judged` (promptprobe.judgments)."""
     samples = iter_samples(run_dir, on_warning) if samples is None else samples
+    index = _judgment_index(run_dir, number) if judged else None
+    if index is not None:
+        samples = (index.attach(sample) for sample in samples)
     if number is None:
         yield from samples
         return
@@ -169,6 +179,13 @@ def merged_samples(
             if "error" in override:  # a check's error, or one a fixed check cleared (null)
                 sample["error"] = override["error"]
         yield sample
+
+
+def _judgment_index(run_dir: Path, number: int | None) -> JudgmentIndex | None:
+    """The judgments of classification `number`, when its settings have judged checks."""
+    if number is None and not (run_dir / "judgments.jsonl").is_file():
+        return None  # no judged check has judged anything (the common case: no manifest read)
+    return JudgmentIndex.of(run_dir, number, settings_of(run_dir, load_manifest(run_dir), number))
 
 
 def settings_of(run_dir: Path, manifest: dict[str, Any], number: int | None) -> CheckSettings:
@@ -209,10 +226,10 @@ def build_counts(
         if not _count_in_parallel(counter, samples_path, size, processes, warn):
             table, counter = _start(run_dir, classification, top_k)  # a sample twice: counted in order
             warnings.clear()
-            for sample in merged_samples(run_dir, number, warn):
+            for sample in merged_samples(run_dir, number, warn, judged=False):
                 counter.feed(sample, warn)
     else:
-        for sample in merged_samples(run_dir, number, warn):
+        for sample in merged_samples(run_dir, number, warn, judged=False):  # the counter attaches them
             counter.feed(sample, warn)
     counter.finish()
     table.sequential = list(iter_jsonl(run_dir / "sequential.jsonl", warn))
@@ -236,6 +253,7 @@ def finished_copy(table: CountsTable) -> CountsTable:
         replace(
             arm,
             error_kinds=Counter(arm.error_kinds),
+            judge_errors=Counter(arm.judge_errors),
             metrics={
                 name: {case_id: list(cell) for case_id, cell in per_case.items() if cell[1]}
                 for name, per_case in arm.metrics.items()
@@ -440,7 +458,7 @@ class LiveCounts:
         lines = self._lines
         samples = lines.read(handle, size)
         if number is not None:
-            samples = merged_samples(self.run_dir, number, warnings.append, samples)
+            samples = merged_samples(self.run_dir, number, warnings.append, samples, judged=False)
         feed, add = counter.feed, self._index.add
         for sample in samples:
             feed(sample, warnings.append)
@@ -459,7 +477,9 @@ def _signature(run_dir: Path) -> tuple[Any, ...]:
         return info.st_ino, info.st_size, info.st_mtime_ns
 
     samples = stat("samples.jsonl")
-    return (stat("manifest.json"), tuple(classifications(run_dir)), samples and samples[0])
+    # Judgments are attached to samples as they are counted: new ones mean counting again.
+    judged = stat("judgments.jsonl")
+    return (stat("manifest.json"), tuple(classifications(run_dir)), samples and samples[0], judged)
 
 
 class _AppendedLines:
@@ -532,6 +552,7 @@ class _Counter:
             arm.metrics = {name: {} for name in table.metrics}
             arm.headers = {case_id: Counter() for case_id in cases}
             arm.patterns = {case_id: Counter() for case_id in cases}
+        self.judgments = JudgmentIndex.of(table.run, table.classification, settings)
         price_of = _pricer(load_prices(manifest.get("prices") or {}, day=run_day(manifest)), manifest)
         self.duplicates = 0  # samples seen again (a hand-edited or damaged file): not counted twice
         self.slots = {
@@ -562,6 +583,11 @@ class _Counter:
             return
         slot.repeats.add(repeat)
         table.recorded += 1
+        if self.judgments is not None:
+            sample = self.judgments.attach(sample)
+            cost = self.judgments.cost_of(sample["sample_id"])
+            slot.arm.judge_cost += cost or 0.0
+            slot.arm.judge_cost_unknown = slot.arm.judge_cost_unknown or cost is None
         slot.count(sample, table.settings, table.check_applies)
         retrieval = sample.get("retrieval")
         if retrieval is not None:
@@ -620,6 +646,9 @@ def _partial(table: CountsTable) -> dict[str, Any]:
                 arm.cache_saved,
                 arm.batched,
                 arm.check_errors,
+                arm.judge_errors,
+                arm.judge_cost,
+                arm.judge_cost_unknown,
             )
             for arm in table.arms
         ],
@@ -659,6 +688,9 @@ def _add_partial(table: CountsTable, part: dict[str, Any]) -> None:
         saved,
         batched,
         check_errors,
+        judge_errors,
+        judge_cost,
+        judge_cost_unknown,
     ) in zip(table.arms, part["arms"], strict=True):
         arm.samples += samples
         arm.errors += errors
@@ -678,6 +710,9 @@ def _add_partial(table: CountsTable, part: dict[str, Any]) -> None:
         arm.cache_saved += saved
         arm.batched += batched
         arm.check_errors.update(check_errors)
+        arm.judge_errors.update(judge_errors)
+        arm.judge_cost += judge_cost
+        arm.judge_cost_unknown = arm.judge_cost_unknown or judge_cost_unknown
 
 
 def _line_ranges(path: Path, size: int, parts: int) -> list[tuple[int, int]]:
@@ -798,6 +833,15 @@ def pricing(
 class _Slot:
     """One (arm, case): where its samples are counted, with the metrics that apply to the case."""
 
+    def _judge_errors(self, sample: dict[str, Any], settings: CheckSettings) -> None:
+        """A judged check some judgment of this output failed on: an error of that metric only
+        (its outcome is already the unfavourable one, checks/judge.py)."""
+        for cell, _, name, *_ in self.cells:
+            config = settings.judge(name)
+            if config is not None and judge_failed(sample, config):
+                cell[2] += 1
+                self.arm.judge_errors[name] += 1
+
     def __init__(
         self,
         arm: ArmCounts,
@@ -874,6 +918,8 @@ class _Slot:
                     if name in failed_checks:
                         cell[2] += 1
                         arm.check_errors[name] += 1
+            if settings.judges:
+                self._judge_errors(sample, settings)
             latency = sample.get("latency_ms")
             if latency is not None:
                 arm.latencies.append(latency)

@@ -15,8 +15,16 @@ from .base import Check, CheckError, Metric, SampleView
 from .citations import CitationsCheck
 from .filter_parity import FilterCheck
 from .header import HeaderCheck
+from .judge import judge_metric
 from .retrieval import RetrievalCheck
-from .settings import CheckSettings, CitationConfig, FilterConfig, HeaderConfig, UserCheckConfig
+from .settings import (
+    CheckSettings,
+    CitationConfig,
+    FilterConfig,
+    HeaderConfig,
+    JudgeConfig,
+    UserCheckConfig,
+)
 from .user import UserCheck, user_metric
 
 CHECK_TYPES: list[type[Check]] = []
@@ -42,10 +50,15 @@ def metric_names() -> tuple[str, ...]:
 
 
 def metrics_for(settings: CheckSettings | None) -> dict[str, Metric]:
-    """The built-in metrics, then the user's own checks of these settings (a run's, or a config's)."""
-    if settings is None or not settings.user:
+    """The built-in metrics, then the user's own checks of these settings (a run's, or a config's),
+    then the judged ones."""
+    if settings is None or not (settings.user or settings.judges):
         return METRICS
-    return {**METRICS, **{c.name: user_metric(c) for c in settings.user}}
+    return {
+        **METRICS,
+        **{c.name: user_metric(c) for c in settings.user},
+        **{c.name: judge_metric(c) for c in settings.judges},
+    }
 
 
 def build_checks(settings: CheckSettings) -> list[Check]:
@@ -60,9 +73,13 @@ def build_checks(settings: CheckSettings) -> list[Check]:
 def outcomes(sample: dict[str, Any], case: Case, settings: CheckSettings) -> dict[str, bool]:
     """Each applicable metric's outcome for a sample that has an output (recorded with it, so
     that counting a large run reads them instead of re-deriving them). A user check that said
-    "does not apply" (None) for this sample has no outcome."""
+    "does not apply" (None) for this sample has no outcome; a judged check has none here either
+    (its judgments come later and are read when counting)."""
     found = {}
+    judged = {j.name for j in settings.judges}
     for name, metric in metrics_for(settings).items():
+        if name in judged:
+            continue
         if metric.applies(case, settings):
             outcome = metric.outcome(sample, case, settings)
             if outcome is not None or name in METRICS:  # only a user's check may not apply
@@ -93,6 +110,7 @@ def close_checks(checks: Iterable[Check]) -> None:
 
 __all__ = [
     "CHECK_TYPES",
+    "JudgeConfig",
     "METRICS",
     "Check",
     "CheckError",

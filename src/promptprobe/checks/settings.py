@@ -102,12 +102,65 @@ class UserCheckConfig:
 
 
 @dataclass(frozen=True)
+class JudgeConfig:
+    """A judged check ([[check]] kind = "judge"): a model grades each output against a rubric.
+    The rubric's exact text and sha256 are kept here, so that a run or a classification layer
+    records what its judgments were asked with."""
+
+    name: str
+    model: str  # a spec, or the NAME of one of the run's models
+    rubric: str  # the file as given
+    rubric_text: str
+    pass_label: str
+    fail_label: str
+    repeats: int = 1
+    labels_file: str | None = None  # hand labels (CSV), relative to the config's folder
+    description: str = ""
+
+    @property
+    def rubric_sha256(self) -> str:
+        import hashlib
+
+        return hashlib.sha256(self.rubric_text.encode("utf-8")).hexdigest()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "kind": "judge",
+            "model": self.model,
+            "rubric": self.rubric,
+            "rubric_sha256": self.rubric_sha256,
+            "rubric_text": self.rubric_text,
+            "labels": {"pass": self.pass_label, "fail": self.fail_label},
+            "repeats": self.repeats,
+            "labels_file": self.labels_file,
+            "description": self.description,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "JudgeConfig":
+        labels = data.get("labels") or {}
+        return cls(
+            data["name"],
+            data["model"],
+            data.get("rubric", ""),
+            data.get("rubric_text", ""),
+            labels.get("pass", "PASS"),
+            labels.get("fail", "FAIL"),
+            int(data.get("repeats", 1)),
+            data.get("labels_file"),
+            data.get("description", ""),
+        )
+
+
+@dataclass(frozen=True)
 class CheckSettings:
     header: HeaderConfig = field(default_factory=HeaderConfig)
     filter: FilterConfig | None = None
     citations: CitationConfig | None = None
     top_k: int | None = None  # retrieval_hit counts an expected id only within the first K
     user: tuple[UserCheckConfig, ...] = ()  # [[check]]: checks of the user's own
+    judges: tuple[JudgeConfig, ...] = ()  # [[check]] kind = "judge": checks a model grades
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -116,6 +169,7 @@ class CheckSettings:
             "citations": self.citations.to_dict() if self.citations else None,
             "top_k": self.top_k,
             **({"user": [c.to_dict() for c in self.user]} if self.user else {}),
+            **({"judges": [c.to_dict() for c in self.judges]} if self.judges else {}),
         }
 
     @classmethod
@@ -129,7 +183,11 @@ class CheckSettings:
             citations=CitationConfig(**citations) if citations else None,
             top_k=data.get("top_k"),
             user=tuple(UserCheckConfig.from_dict(c) for c in data.get("user") or ()),
+            judges=tuple(JudgeConfig.from_dict(c) for c in data.get("judges") or ()),
         )
+
+    def judge(self, name: str) -> JudgeConfig | None:
+        return next((j for j in self.judges if j.name == name), None)
 
     def functions(self) -> list[str]:
         """The production functions (`module:function`) these checks call."""

@@ -14,7 +14,7 @@ import random
 import re
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
 from pathlib import Path
@@ -24,6 +24,7 @@ from ..errors import InputError
 from ..tokens import tokenize
 from ..tomlfile import parse_toml
 from .batches import BatchRequestError, DemoBatches
+from .judge import answers, judge_key, judged, judgment
 
 DATA = resources.files(__name__)
 
@@ -44,6 +45,8 @@ class Behaviour:
     exception: dict[str, float]
     pointer_marker_first: float
     pointer_otherwise: float
+    judge_sensitivity: float = 0.90  # the SIMULATED judge's chance to be right on a reply that answers
+    judge_specificity: float = 0.85  # ... on one that does not (demo/judge.py)
 
 
 def load_behaviour(path: str | Path | None = None) -> Behaviour:
@@ -67,6 +70,8 @@ def load_behaviour(path: str | Path | None = None) -> Behaviour:
             exception={k: float(v) for k, v in table["exception_only"].items()},
             pointer_marker_first=float(table["pointer"]["marker_first"]),
             pointer_otherwise=float(table["pointer"]["otherwise"]),
+            judge_sensitivity=float(table.get("judge", {}).get("sensitivity", 0.90)),
+            judge_specificity=float(table.get("judge", {}).get("specificity", 0.85)),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise InputError(f"{source}: missing or bad behaviour setting ({exc})") from None
@@ -249,12 +254,20 @@ class DemoServer:
         return f"http://{host}:{port}/v1"
 
     def reply(self, request: dict[str, Any], messages: list[dict[str, Any]]) -> tuple[bytes, str]:
-        key = hashlib.sha256(json.dumps(messages, sort_keys=True).encode()).hexdigest()
+        judging = judged(messages)  # a judged check's request: the server plays the judge
+        key = (
+            judge_key(judging)
+            if judging
+            else hashlib.sha256(json.dumps(messages, sort_keys=True).encode()).hexdigest()
+        )
         with self.lock:
             self.seen[key] = self.seen.get(key, 0) + 1
             occurrence = self.seen[key]
             self.requests += 1
-        text = generate(messages, self.behaviour, occurrence)
+        if judging:
+            text = judgment(judging, self.behaviour, occurrence)
+        else:
+            text = generate(messages, self.behaviour, occurrence)
         model = f"{request.get('model', 'acme-helpdesk')} ({SIMULATED})"
         created = int(time.time())
         ident = f"chatcmpl-demo{self.requests:06d}"
@@ -332,6 +345,7 @@ class DemoResult:
 
 
 PROMPTS = ("exception-only", "always-header")
+DEMO_LABELS = "demo-labels.csv"  # the demo's hand labels, in the runs folder
 DEMO_POLL_INTERVAL = 0.1  # seconds: the demo's batches end at their first look
 
 
@@ -378,11 +392,16 @@ def run_demo(
             seed=1,
             batch=batch,
             poll_interval=DEMO_POLL_INTERVAL,
+            judge_concurrency=1,  # the simulated judge's draws land on the same samples each run
         )
+        config = _judged_by(config, model, runs_dir / DEMO_LABELS)
         fixed = ProbeRun(probeset, prompts, [model], config, options)
         outcome = _run(fixed, progress)
+        label_demo_run(outcome.path, runs_dir / DEMO_LABELS)
         rule = SequentialRule(metric="header_present")
-        sequential = SequentialRun.new(probeset, prompts, [model], config, options, rule)
+        # The sequential run decides on header_present: it is not judged (the demo stays fast).
+        unjudged = replace(config, checks=replace(config.checks, judges=()))
+        sequential = SequentialRun.new(probeset, prompts, [model], unjudged, options, rule)
         decided = _run(sequential, progress)
     finally:
         server.stop()
@@ -418,6 +437,57 @@ def run_demo(
         ]
     )
     return DemoResult(outcome.path, text, outcome.errors + decided.errors)
+
+
+def _judged_by(config: Any, model: Any, labels: Path) -> Any:
+    """The demo's config with its judged check, `answered`, as probe.toml would write it:
+
+        [[check]]
+        name = "answered"
+        kind = "judge"
+        model = "openai:acme-helpdesk@http://127.0.0.1:PORT/v1"   # the server this demo started
+        rubric = "judges/answered.md"
+        labels = { pass = "ANSWERED", fail = "REFUSED" }
+        repeats = 2
+        labels_file = "RUNS_DIR/demo-labels.csv"
+
+    (kept out of the packaged probe.toml, which the CI example shares)."""
+    from ..checks.settings import JudgeConfig
+
+    rubric = DATA.joinpath("judges", "answered.md").read_text(encoding="utf-8")
+    judge = JudgeConfig(
+        "answered",
+        model.spec,
+        "judges/answered.md",
+        rubric,
+        "ANSWERED",
+        "REFUSED",
+        repeats=2,
+        labels_file=str(labels),
+        description="the reply answers from the help center (judged by the SIMULATED judge)",
+    )
+    return replace(config, checks=replace(config.checks, judges=(judge,)))
+
+
+def label_demo_run(run_dir: Path, labels: Path) -> None:
+    """Hand labels as a careful person would give them: the truth the SIMULATED judge is wrong
+    about (demo/judge.py), for the output of the first repeat of every (arm, case), appended to
+    `labels` by the output's sha256 (the demo's outputs are the same every run; which repeat
+    gets which is not)."""
+    from ..engine.store import iter_samples
+    from ..labels import append_label, read_labels
+    from ..pack import read_raw
+
+    done = read_labels(labels)
+    for sample in iter_samples(run_dir):
+        sha256 = (sample.get("raw") or {}).get("sha256")
+        if not sha256 or sample["repeat"] != 1 or done.of("", sha256):
+            continue
+        text = read_raw(run_dir, sample).decode("utf-8", "replace")
+        label = "pass" if answers(text) else "fail"
+        row = {"sha256": sha256, "case_id": sample["case_id"], "prompt": sample["prompt"], "label": label}
+        append_label(labels, row)
+        done.by_sha256[sha256] = label
 
 
 def _same_power(fixed: dict[str, Any], rule: Any) -> str:

@@ -116,7 +116,10 @@ def dry_run(
                 "endpoint": endpoint.to_dict(),
             }
         )
-    calls = sum(r["calls"] for r in rows)
+    judge_rows = _judge_rows(config, models, len(arms) * len(probeset.cases) * repeats, fetched, options)
+    for row in judge_rows:
+        total_cost = None if total_cost is None or row["cost_usd"] is None else total_cost + row["cost_usd"]
+    calls = sum(r["calls"] for r in rows) + sum(r["calls"] for r in judge_rows)
     passages = sum(len(p) for p in (fetched or {}).values())
     passage_tokens = sum(estimate_tokens(p.text) for ps in (fetched or {}).values() for p in ps)
     return {
@@ -124,6 +127,7 @@ def dry_run(
         "cases": len(probeset.cases),
         "repeats": repeats,
         "arms": rows,
+        "judges": judge_rows,
         "calls": calls,
         "retrievals": len(probeset.cases) * repeats,
         "retrieval": {
@@ -135,7 +139,7 @@ def dry_run(
             "skipped": None if fetched is not None or kind == "none" else f"{NO_FETCH} was given",
         },
         "cost_usd": total_cost,
-        "cost_unknown": [r["cost_unknown"] for r in rows if r["cost_unknown"]],
+        "cost_unknown": [r["cost_unknown"] for r in rows + judge_rows if r["cost_unknown"]],
         "settings": settings,
         "needs_yes": calls > LARGE_PLAN,
         "notes": _notes(kind, fetched is not None, max_tokens, options.batch)
@@ -146,6 +150,46 @@ def dry_run(
             else []
         ),
     }
+
+
+def _judge_rows(
+    config: TargetConfig,
+    models: Sequence[ModelSpec],
+    outputs: int,
+    fetched: dict[str, list[Passage]] | None,
+    options: RunOptions,
+) -> list[dict[str, Any]]:
+    """Each judged check priced: `repeats` judgments of every planned output, each sent the rubric,
+    the passages and an output of at most max_tokens, and answering with at most max_tokens."""
+    from .judging import resolve_judges
+
+    prices = load_prices(config.prices)
+    max_tokens = options.params.max_tokens
+    passage_tokens = max(
+        (sum(estimate_tokens(p.text) for p in found) for found in (fetched or {}).values()), default=0
+    )
+    rows = []
+    for judge in resolve_judges(config.checks, models, config):
+        calls = outputs * judge.config.repeats
+        per_call = estimate_tokens(judge.config.rubric_text) + 100 + passage_tokens + max_tokens
+        protect(judge.model)
+        endpoint = resolve(judge.model)
+        match = prices.match(judge.model, endpoint)
+        tokens = Tokens(per_call * calls, 0, 0, max_tokens * calls)
+        rows.append(
+            {
+                "check": judge.config.name,
+                "model": judge.model.label,
+                "calls": calls,
+                "input_tokens": per_call * calls,
+                "output_tokens_max": max_tokens * calls,
+                "cost_usd": match.price.cost_of(tokens, options.batch) if match.price else None,
+                "price": None if match.price is None else match.price.to_dict(options.batch),
+                "cost_unknown": match.reason,
+                "endpoint": endpoint.to_dict(),
+            }
+        )
+    return rows
 
 
 def check_max_cost(
@@ -159,7 +203,10 @@ def check_max_cost(
     """Before a run with --max-cost: refuse a model without a price (before any retrieval), then
     a plan estimated above the cap; the estimate when it is within."""
     assert options.max_cost is not None
-    refuse_unknown(load_prices(config.prices), models)
+    from .judging import resolve_judges
+
+    judges = [j.model for j in resolve_judges(config.checks, models, config)]
+    refuse_unknown(load_prices(config.prices), [*models, *judges])
     estimate = dry_run(probeset, prompts, models, config, options, fetch=fetch)
     if estimate["cost_usd"] > options.max_cost:
         raise InputError(
@@ -241,11 +288,19 @@ def render_dry_run(result: dict[str, Any]) -> str:
             ],
             ["prompt", "model", "calls", "input tokens (est.)", "output tokens (max)", "cost (est.)"],
         ),
-        "",
-        f"estimated total: {money(result['cost_usd'])}",
     ]
+    if result.get("judges"):
+        rows = [
+            [r["check"], r["model"], f"{r['calls']:,}", f"{r['input_tokens']:,}"]
+            + [f"{r['output_tokens_max']:,}", money(r["cost_usd"])]
+            for r in result["judges"]
+        ]
+        headers = ["judged check", "judge", "calls", "input tokens (est.)", "output tokens (max)"]
+        headers.append("cost (est.)")
+        lines += ["", table(rows, headers)]
+    lines += ["", f"estimated total: {money(result['cost_usd'])}"]
     seen: set[str] = set()
-    for row in result["arms"]:
+    for row in result["arms"] + result.get("judges", []):
         if row["model"] not in seen:
             seen.add(row["model"])
             lines.append(price_sentence(row["model"], row["endpoint"], row["price"], row["cost_unknown"]))

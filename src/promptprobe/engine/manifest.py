@@ -102,6 +102,11 @@ def run_manifest(
         "seed": run.seed,
         "counts": counts,
         "resumes": run.resumes,
+        **(
+            {"judges": [{"check": j.config.name, "model": model_record(j.model)} for j in run.judges]}
+            if getattr(run, "judges", None)
+            else {}
+        ),
         **run.extra_manifest,
     }
 

@@ -35,9 +35,12 @@ class RunParts:
         config: TargetConfig,
         settings: CheckSettings,
         options: Any,  # RunOptions
+        judge_models: list[ModelSpec] | None = None,  # the judged checks' models (engine/judging.py)
     ) -> None:
         self.retriever: Retriever | None = None
         self.checks: list[Any] = []
+        # A judge on an arm's model spec shares its provider; the others get their own.
+        models = list(models) + [m for m in judge_models or [] if m.spec not in {x.spec for x in models}]
         self.providers: dict[str, Provider] = {m.spec: make_provider(m, options.params) for m in models}
         try:
             # A model without a batch API is refused now, before anything is created.

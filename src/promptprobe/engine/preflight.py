@@ -25,7 +25,8 @@ def preflight(
     if retrieved.error is not None and retrieved.error.unreachable:
         raise StartError(f"{retrieved.error}; nothing was run")
     unreachable = parts.unreachable()
-    if unreachable and len(unreachable) == len(parts.providers):
+    arm_specs = {arm.model.spec for arm in plan.arms}  # a judge's model alone does not make a target
+    if unreachable and arm_specs <= set(unreachable):
         raise StartError(f"{'; '.join(unreachable.values())}; nothing was run")
     down = {
         spec: f"{reason}: the model looks down; not called in this run"

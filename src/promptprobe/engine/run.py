@@ -15,9 +15,11 @@ from typing import Any
 
 from .. import endpoints
 from ..checks import CheckSettings
+from ..checks.judge import expect_problems
 from ..config import Precedence, RunSettings, TargetConfig, load_config, settle_repeats
 from ..errors import InputError, ProbeError
 from ..jsonio import iter_jsonl, loads
+from ..judgments import iter_judgments
 from ..models import ModelSpec, model_of
 from ..pack import INDEX
 from ..paths import typed
@@ -28,6 +30,8 @@ from ..providers.base import GenerationParams
 from .backend import Backend, Pass
 from .backends import make_backend
 from .cost import PriceTable, load_prices, refuse_unknown
+from .judge_pass import judge_outputs
+from .judging import add_judge_cost, resolve_judges
 from .manifest import close_run_directory, create_run_directory, run_manifest
 from .parts import RunParts
 from .plan import Arm, Plan, Unit, make_arms, sample_id
@@ -60,6 +64,7 @@ class RunOptions:
     batch: bool = False  # send the calls through the providers' batch APIs
     poll_interval: float = 30.0  # seconds between looks at a batch in progress
     cancel_batches: bool = False  # (resume) cancel the batches still running, submit nothing new
+    judge_concurrency: int | None = None  # judge calls at a time (None: concurrency); 1 judges in a set order
     settings: dict[str, dict[str, Any]] = field(default_factory=dict)  # {name: {value, from}}
 
     def policy(self) -> RetryPolicy:
@@ -151,6 +156,8 @@ def make_plan(
     """What a run will ask, in which order, and where each setting came from; InputError when the
     prompts cannot be filled for the cases, or the plan is larger than LARGE_PLAN calls without --yes."""
     problems = check_prompts(prompts, probeset.cases, config.vars)
+    for judge in config.checks.judges:
+        problems += expect_problems(judge, probeset.cases)
     if problems:
         raise InputError("\n".join(problems))
     if options.batch:
@@ -201,9 +208,10 @@ class ProbeRun:
         self.on_record = on_record
         self.cancel_event = threading.Event()
         self.prices: PriceTable = load_prices(config.prices)
+        self.judges = resolve_judges(self.settings, models, config)
         if options.max_cost is not None:
-            refuse_unknown(self.prices, models)
-        self.parts = RunParts(list(models), config, self.settings, options)
+            refuse_unknown(self.prices, [*models, *(j.model for j in self.judges)])
+        self.parts = RunParts(list(models), config, self.settings, options, [j.model for j in self.judges])
         self.store: RunStore | None = None
         self.skip: Callable[[str], bool] = lambda sid: False
         self.reuse: dict[tuple[str, int], Retrieved] = {}
@@ -278,6 +286,10 @@ class ProbeRun:
             self.finish("interrupted", None)
             raise
         self.detached = list(backend.detached)
+        finished = backend.abort is None and not backend.stopped_by and not self.cancel_event.is_set()
+        if self.judges and finished:
+            stopped = judge_outputs(self, backend)
+            backend.stopped_by = backend.stopped_by or stopped
         return backend
 
     def execute(self) -> RunOutcome:
@@ -368,6 +380,10 @@ class ResumedRun(ProbeRun):
         arms = {(arm.prompt.name, arm.model.label): arm for arm in self.plan.arms}
         for record in iter_jsonl(self.path / "superseded.jsonl"):  # set aside by earlier resumes
             self.spent(arms, record)
+        judge_models = {j.config.name: j.model for j in self.judges}
+        for line in iter_judgments(self.path):  # judgments bought before: --max-cost counts them
+            if line.get("check") in judge_models:
+                add_judge_cost(self.tally, self.prices, judge_models[line["check"]], line)
         if samples_path.is_file():
             with open(samples_path, "rb") as handle:
                 for line in handle:

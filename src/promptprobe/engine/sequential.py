@@ -17,6 +17,7 @@ from ..checks import metrics_for
 from ..config import TargetConfig
 from ..errors import InputError
 from ..jsonio import iter_jsonl
+from ..judgments import JudgmentIndex
 from ..models import ModelSpec
 from ..probeset import ProbeSet
 from ..prompts import PromptVersion
@@ -234,7 +235,9 @@ class SequentialRun(RunFacade):
     def _round_samples(self, round_number: int) -> list[dict[str, Any]]:
         assert self.runner.store is not None
         ids = {sample_id(c.id, round_number, arm) for c in self.runner.plan.cases for arm in self.arms}
-        return [s for s in iter_samples(self.runner.store.path) if s["sample_id"] in ids]
+        samples = [s for s in iter_samples(self.runner.store.path) if s["sample_id"] in ids]
+        index = JudgmentIndex.of(self.runner.store.path, None, self.runner.settings)
+        return samples if index is None else [index.attach(s) for s in samples]
 
     def _settle_resume(self) -> None:
         """A resume re-runs failed samples, but not those of rounds in sequential.jsonl: the rule

@@ -15,6 +15,7 @@ from typing import Any
 from ..counts import ArmCounts, CountsTable
 from ..errors import InputError
 from ..pack import RawUnreadable, read_raw
+from ..views.judged_groups import judged_groups
 from ..views.outputs import GROUPS_PER_PAGE, LOG, SAMPLE_ID, Indexed, groups_of, inline_segments, page_of
 from ..views.overview import arms_of, compare_arms, run_overview, side_by_side
 from ..views.why import explain_scored, phrases, scored_samples
@@ -174,6 +175,7 @@ def _case_view(
         groups = samples.groups(arm_counts.prompt, arm_counts.model, case_id)
         per_page = GROUPS_PER_PAGE if arm is not None else GROUPS_PER_SIDE
         outputs = page_of(counts.run, groups, markers, page if arm is not None else 1, per_page)
+        judged_groups(counts.run, counts.settings, counts.classification, outputs["groups"])
         metrics = {
             name: {"k": cell[0], "n": cell[1], "errors": cell[2]}
             for name, per_case in arm_counts.metrics.items()

@@ -54,12 +54,32 @@ def _usage(arm: ArmCounts) -> dict[str, Any]:
     }
 
 
+def judge_object(judge: Any, manifest: dict[str, Any]) -> dict[str, Any]:
+    """A judged metric's judge: its model (as the run resolved it), judgments per output, rubric."""
+    recorded = next((j["model"] for j in manifest.get("judges") or [] if j.get("check") == judge.name), None)
+    configured = (manifest.get("checks") or {}).get("judges") or []
+    asked = next((j["model"] for j in configured if j["name"] == judge.name), None)
+    # The model the run resolved, unless `probe judge --model` asked another for this layer.
+    model = judge.model
+    if recorded and asked == judge.model:
+        model = recorded.get("name") or recorded.get("spec")
+    return {
+        "model": model,
+        "repeats": judge.repeats,
+        "rubric": judge.rubric,
+        "rubric_sha256": judge.rubric_sha256,
+    }
+
+
 def _arm(arm: ArmCounts, counts: CountsTable, by_tag: bool) -> dict[str, Any]:
     metrics = {
         name: metric_object(per_case, counts.metrics[name].higher_is_better)
         for name, per_case in arm.metrics.items()
         if per_case
     }
+    for judge in counts.settings.judges:  # which judge graded a judged metric, and how often
+        if judge.name in metrics:
+            metrics[judge.name]["judge"] = judge_object(judge, counts.manifest)
     cases = []
     for case_id in counts.case_order:
         states = arm.headers.get(case_id, Counter())
@@ -80,9 +100,17 @@ def _arm(arm: ArmCounts, counts: CountsTable, by_tag: bool) -> dict[str, Any]:
         "errors": arm.errors,
         "error_kinds": dict(arm.error_kinds),
         "check_errors": dict(arm.check_errors),
+        "judge_errors": dict(arm.judge_errors),
         "metrics": metrics,
         "cases": cases,
-        "usage": _usage(arm),
+        "usage": {
+            **_usage(arm),
+            **(
+                {"judge_cost_usd": None if arm.judge_cost_unknown else round(arm.judge_cost, 6)}
+                if counts.settings.judges
+                else {}
+            ),
+        },
     }
     if by_tag:
         result["by_tag"] = _by_tag(arm, counts)
@@ -363,6 +391,13 @@ def _usage_lines(report: dict[str, Any], varying: list[str], fmt: str, width: in
         price_sentence(m["model"], m["endpoint"], m["price"], m["cost_unknown"])
         for m in report.get("models", [])
     ]
+    judged = [arm for arm in report["arms"] if "judge_cost_usd" in arm["usage"]]
+    if judged:
+        names = [" ".join(str(arm[key]) for key in varying) or arm["prompt"] for arm in judged]
+        spent = ", ".join(
+            f"{name} {_cost(arm['usage']['judge_cost_usd'])}" for name, arm in zip(names, judged, strict=True)
+        )
+        out.append(f"judging the outputs cost (not in the cost column): {spent}")
     batched = sum(arm["usage"].get("batch_samples") or 0 for arm in report["arms"])
     if batched:
         out.append(
@@ -390,6 +425,11 @@ def _arm_lines(arm: dict[str, Any], varying: list[str], fmt: str, width: int | N
         out.append(
             f"your check {name} failed on {n} of {arm['samples']} samples; each counts as its "
             "unfavourable outcome (checks.user_errors in samples.jsonl holds each message)."
+        )
+    for name, n in sorted((arm.get("judge_errors") or {}).items()):
+        out.append(
+            f"the judge of {name} failed or gave no readable label on {n} of {arm['samples']} samples; "
+            "each counts as a fail (judgments.jsonl holds each reply and message)."
         )
     if arm.get("by_tag"):
         tag_rows = [

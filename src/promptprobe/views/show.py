@@ -224,6 +224,7 @@ def show(
                         "error": record.get("error"),
                         "visible": _shown(run_dir, record, raw) if raw is not None else None,
                         "text": readable(raw) if raw is not None else None,
+                        **({"judged": record["judged"]} if record.get("judged") else {}),
                     }
                     for record, raw in items
                 ],
@@ -237,6 +238,12 @@ def show(
             body = f"error: {record['error']['message']} (after {record['error']['attempts']} attempts)"
         else:
             body = _shown(run_dir, record, raw)
+        judged = "; ".join(
+            f"{name} {', '.join(label or 'failed' for label in labels)}"
+            for name, labels in (record.get("judged") or {}).items()
+        )
+        if judged:  # what the judges said (their replies: judgments.jsonl, the viewer)
+            body += f"\njudged: {judged}"
         if fmt == "md":
             fence = _fence(body)
             blocks.append(f"### {_title(record)}\n\n{fence}text\n{body}\n{fence}")
