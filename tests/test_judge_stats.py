@@ -19,7 +19,6 @@ from promptprobe.stats.judge import (
     corrected_rate,
     effect_level,
     fleiss_kappa,
-    majority,
     rogan_gladen,
 )
 
@@ -135,13 +134,6 @@ def test_corrected_effect_scales_by_youden_and_keeps_the_sign_of_the_judged_inte
     assert est.interval[0] > 0 and est.interval[1] >= 0.3 / 0.8
     straddling = corrected_effect(0.0, (-0.1, 0.1), acc)
     assert straddling.interval[0] < 0 < straddling.interval[1]
-
-
-def test_majority_never_lets_a_broken_judge_pass_a_sample():
-    assert majority([True, True, None])
-    assert not majority([True, None])  # a tie is a fail
-    assert not majority([None, None, None])
-    assert not majority([])
 
 
 def test_estimate_to_dict_shape():

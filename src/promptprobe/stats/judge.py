@@ -314,11 +314,3 @@ def corrected_effect(effect: float, interval: tuple[float, float], acc: Accuracy
 def effect_level(confidence: float = 0.95) -> float:
     """The level the judged effect's interval must have for `corrected_effect` (half of alpha)."""
     return 1 - (1 - confidence) / 2
-
-
-def majority(judgments: Sequence[Judgment]) -> bool:
-    """A sample passes a judged metric when most of its judgments pass (a failed one is a fail,
-    a tie is a fail): a noisy or broken judge can never make a sample pass."""
-    passes = sum(1 for j in judgments if j is True)
-    return bool(judgments) and passes * 2 > len(judgments)
-
