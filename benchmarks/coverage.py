@@ -7,10 +7,10 @@ the interval, at 95%, holds its target:
 
 | interval | target |
 |---|---|
-| paired effect | the drawn questions' mean B - A (Mantel-Haenszel weights nA·nB/(nA+nB); plain mean with equal repeats) |
+| paired effect | the drawn questions' mean B - A (weights nA·nB/(nA+nB): the plain mean with equal repeats) |
 | unpaired effect | the drawn questions' mean rate under B minus that under A |
 | generalisation | the population's mean B - A (questions like these) |
-| sequential effect | the drawn questions' mean B - A, the run stopped at every round from the 2nd to the cap |
+| sequential effect | the drawn questions' mean B - A, the run stopped at each round from the 2nd to the cap |
 | per arm, Wilson | the drawn questions' rate over the arm's samples (trial-weighted) |
 | per arm, wilson_eff | the population's rate |
 
@@ -34,7 +34,7 @@ import numpy as np
 
 from promptprobe.stats.intervals import clustered_rate
 from promptprobe.stats.sequential import look, stops_and_p_values
-from promptprobe.stats.sequential_effect import sequential_effect
+from promptprobe.stats.sequential_effect import boundary_test, sequential_effect
 from promptprobe.stats.simulation import paired_rates, question_rates
 from promptprobe.stats.verdict import generalisation, paired_verdict, unpaired_verdict
 
@@ -84,11 +84,13 @@ class Cell:
         return self.hits / self.total if self.total else 1.0
 
     def row(self) -> str:
-        error = 1.96 * math.sqrt(max(self.coverage * (1 - self.coverage), 0.25 / self.total) / self.total)
+        # At least the error at the nominal 95%, so that a cell at 100% does not claim none.
+        error = 1.96 * math.sqrt(max(self.coverage * (1 - self.coverage), 0.95 * 0.05) / self.total)
         width = 100 * float(np.median(self.widths)) if self.widths else float("nan")
         return (
-            f"| {self.kind} | {self.design} | {self.icc:g} | {self.rates} | {self.coverage:.1%} ± {error:.1%} "
-            f"| {width:.0f} | {self.points / self.total:.1%} | {self.total} |"
+            f"| {self.kind} | {self.design} | {self.icc:g} | {self.rates} | "
+            f"{self.coverage:.1%} ± {error:.1%} | {width:.0f} | {self.points / self.total:.1%} "
+            f"| {self.total} |"
         )
 
 
@@ -129,8 +131,11 @@ def fixed_cells(replicates: int, rng: np.random.Generator, shapes, rates_list, i
                     kind: Cell(kind, design, icc, label)
                     for kind in ("paired effect", "unpaired effect", "generalisation")
                 }
-                arms = {f"{kind} {arm}": Cell(f"per arm, {kind}", design, icc, f"{arm} at {mean:g}")
-                        for kind in ("Wilson", "wilson_eff") for arm, mean in (("A", mean_a), ("B", mean_b))}
+                arms = {
+                    f"{kind} {arm}": Cell(f"per arm, {kind}", design, icc, f"{arm} at {mean:g}")
+                    for kind in ("Wilson", "wilson_eff")
+                    for arm, mean in (("A", mean_a), ("B", mean_b))
+                }
                 rates_a, rates_b = paired_rates(rng, mean_a, mean_b, icc, (replicates, cases))
                 a = rng.binomial(n_a, rates_a)
                 b = rng.binomial(n_b, rates_b)
@@ -147,7 +152,10 @@ def fixed_cells(replicates: int, rng: np.random.Generator, shapes, rates_list, i
                     key_a = tuple(sorted(zip(ua[t].tolist(), n_a.tolist(), strict=True)))
                     key_b = tuple(sorted(zip(ub[t].tolist(), n_b.tolist(), strict=True)))
                     row["unpaired effect"].add(unpaired(key_a, key_b), own_b[t].mean() - own_a[t].mean())
-                    for arm, counts, rates, mean in (("A", a[t], rates_a[t], mean_a), ("B", b[t], rates_b[t], mean_b)):
+                    for arm, counts, rates, mean in (
+                        ("A", a[t], rates_a[t], mean_a),
+                        ("B", b[t], rates_b[t], mean_b),
+                    ):
                         trials = n_a if arm == "A" else n_b
                         rate = clustered_rate(counts.tolist(), trials.tolist())
                         arms[f"Wilson {arm}"].add(rate.wilson, float((rates * trials).sum() / trials.sum()))
@@ -174,23 +182,45 @@ def sequential_cells(replicates: int, rng: np.random.Generator, designs, rates_l
                 target = (rates_b - rates_a).mean(axis=1)
                 leads, discordant, b_higher = draw_rounds(rng, rates_a, rates_b, cap)
                 stops, _, p_values = stops_and_p_values(discordant, b_higher, ALPHA, cap, 2)
-                by_round = {r: Cell("sequential effect", f"{cases} questions, cap {cap}, stopped by round {r}",
-                                    icc, f"{mean_a:g} vs {mean_b:g}") for r in range(2, cap + 1)}
+                by_round = {
+                    r: Cell(
+                        "sequential effect",
+                        f"{cases} questions, cap {cap}, stopped by round {r}",
+                        icc,
+                        f"{mean_a:g} vs {mean_b:g}",
+                    )
+                    for r in range(2, cap + 1)
+                }
                 for t in range(replicates):
                     stop = int(stops[t]) or cap
                     for r in range(2, cap + 1):
                         at = min(r, stop)
                         decided = bool(stops[t]) and at == stop
-                        needed = [look(discordant[t, :k].tolist(), b_higher[t, :k].tolist(), ALPHA, cap, 2).needed
-                                  for k in range(1, at + 1)] if decided else [None] * at
+                        needed = (
+                            [
+                                look(
+                                    discordant[t, :k].tolist(), b_higher[t, :k].tolist(), ALPHA, cap, 2
+                                ).needed
+                                for k in range(1, at + 1)
+                            ]
+                            if decided
+                            else [None] * at
+                        )
+                        p_value = float(p_values[t]) if decided else 1.0
+                        test = boundary_test(
+                            discordant[t, :at].tolist(), needed, int(leads[t, :at].sum()), cases * at, p_value
+                        )
                         _, interval = sequential_effect(
-                            leads[t, :at].tolist(), [cases] * at, discordant[t, :at].tolist(), needed,
-                            float(p_values[t]) if decided else 1.0, ALPHA,
+                            leads[t, :at].tolist(), [cases] * at, p_value, ALPHA, test
                         )
                         by_round[r].add(interval, target[t])
                 worst = min(by_round.values(), key=lambda c: c.coverage)
-                every = Cell("sequential effect", f"{cases} questions, cap {cap}, every stopping round",
-                             icc, worst.rates)
+                every = Cell(
+                    "sequential effect",
+                    f"{cases} questions, cap {cap}, every stopping round",
+                    icc,
+                    worst.rates,
+                )
                 for c in by_round.values():
                     every.hits += c.hits
                     every.total += c.total

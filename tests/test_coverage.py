@@ -12,7 +12,7 @@ import pytest
 from promptprobe.stats.case_means import population_difference, unpaired_difference
 from promptprobe.stats.confidence_sequence import confidence_sequence
 from promptprobe.stats.sequential import look
-from promptprobe.stats.sequential_effect import sequential_effect
+from promptprobe.stats.sequential_effect import boundary_test, sequential_effect
 from promptprobe.stats.tests import decides
 from promptprobe.stats.verdict import generalisation, paired_verdict, unpaired_verdict
 
@@ -68,7 +68,9 @@ def test_paired_interval_covers_by_enumeration_and_agrees_on_every_outcome(rate_
         verdict = paired_verdict(a, b, ALPHA)
         interval = verdict.interval_at(ALPHA)
         check(interval, verdict.verdict != "indistinguishable")
-        weight = orderings(outcome) * math.prod(binomial(x, 2, rate_a) * binomial(y, 2, rate_b) for x, y in outcome)
+        weight = orderings(outcome) * math.prod(
+            binomial(x, 2, rate_a) * binomial(y, 2, rate_b) for x, y in outcome
+        )
         covered += weight * (interval[0] <= rate_b - rate_a <= interval[1])
     assert covered >= 0.92
 
@@ -83,7 +85,9 @@ def test_generalisation_interval_covers_by_enumeration_and_agrees_with_its_sign_
         b = [(y, 1) for _, y in outcome]
         found = generalisation(a, b, ALPHA)
         check(found.interval, decides(found.p_value, ALPHA))
-        weight = orderings(outcome) * math.prod(binomial(x, 1, rate_a) * binomial(y, 1, rate_b) for x, y in outcome)
+        weight = orderings(outcome) * math.prod(
+            binomial(x, 1, rate_a) * binomial(y, 1, rate_b) for x, y in outcome
+        )
         covered += weight * (found.interval[0] <= rate_b - rate_a <= found.interval[1])
     assert covered >= 0.92
 
@@ -111,12 +115,16 @@ def test_nothing_moved_gives_the_interval_the_rates_allow():
     assert (low, high) == pytest.approx((-high_a, high_b), abs=1e-9)
     verdict = unpaired_verdict([(0, 1)] * 20, [(1, 1)] * 10, ALPHA)
     assert verdict.verdict == "B>A"
-    assert verdict.interval_at(ALPHA) == pytest.approx((1 - math.hypot(high_b, high_a), 1.0), abs=1e-9)  # 10/10: 1 - 0/10's
+    assert verdict.interval_at(ALPHA) == pytest.approx(
+        (1 - math.hypot(high_b, high_a), 1.0), abs=1e-9
+    )  # 10/10: 1 - 0/10's
 
 
 @pytest.mark.parametrize("design", ["paired", "unpaired"])
 def test_zero_of_twenty_against_zero_of_twenty_is_a_narrow_interval_around_zero(design):
-    verdict = (paired_verdict if design == "paired" else unpaired_verdict)([(0, 1)] * 20, [(0, 1)] * 20, ALPHA)
+    verdict = (paired_verdict if design == "paired" else unpaired_verdict)(
+        [(0, 1)] * 20, [(0, 1)] * 20, ALPHA
+    )
     low, high = verdict.interval_at(ALPHA)
     assert verdict.verdict == "indistinguishable"
     assert -0.21 < low < 0 < high < 0.21  # 0/20 vs 0/20: ±20 points (score interval of 0/20)
@@ -176,6 +184,7 @@ def test_sequential_interval_carries_the_uncertainty_of_the_discordant_share():
             break
     assert step.decision == "B>A"
     needed = [look(discordant[:k], b_higher[:k], ALPHA, 17, 2).needed for k in range(1, len(leads) + 1)]
-    estimate, (low, high) = sequential_effect(leads, [12] * len(leads), discordant, needed, step.p_value, ALPHA)
+    test = boundary_test(discordant, needed, sum(leads), 12 * len(leads), step.p_value)
+    estimate, (low, high) = sequential_effect(leads, [12] * len(leads), step.p_value, ALPHA, test)
     assert estimate == pytest.approx(sum(leads) / (12 * len(leads)))
     assert 0 < low < estimate < high

@@ -14,7 +14,6 @@ agree with the test that decides the verdict. It is made to:
 The two ends are always strictly apart: an interval is never a single point.
 """
 
-import math
 from collections.abc import Callable
 
 Bounds = tuple[float, float]
@@ -37,11 +36,14 @@ def agree(
     if (low > 0) if direction > 0 else (high < 0):
         return _apart(low, high)
     tested = test_interval() if callable(test_interval) else test_interval
+    # The estimate stays inside: the end on 0's side never passes it (it lies on side d).
     if direction > 0:
         end = tested[0] if tested is not None and tested[0] > 0 else NEAR_ZERO_SHARE * max(estimate, 1e-6)
+        end = min(end, estimate) if estimate > 0 else end
         low, high = end, max(high, end)
     else:
         end = tested[1] if tested is not None and tested[1] < 0 else NEAR_ZERO_SHARE * min(estimate, -1e-6)
+        end = max(end, estimate) if estimate < 0 else end
         low, high = min(low, end), end
     return _apart(low, high, keep=-direction)
 

@@ -29,6 +29,7 @@ from .distributions import normal_isf, t_isf
 from .intervals import newcombe_from_limits
 
 Counts = tuple[int, int]  # (successes, trials)
+TINY_TAIL = 1e-300
 Bounds = tuple[float, float]
 
 
@@ -94,12 +95,16 @@ def population_difference(a: Sequence[Counts], b: Sequence[Counts], alpha: float
     diffs = [kb / nb - ka / na for ka, na, kb, nb in pairs]
     mean = sum(diffs) / g
     spread = sum((d - mean) ** 2 for d in diffs) / max(1, g - 1)
-    noise = sum(
-        _smoothed(ka, na, 1.0) * (1 - _smoothed(ka, na, 1.0)) / na
-        + _smoothed(kb, nb, 1.0) * (1 - _smoothed(kb, nb, 1.0)) / nb
-        for ka, na, kb, nb in pairs
-    ) / g
+    noise = (
+        sum(
+            _smoothed(ka, na, 1.0) * (1 - _smoothed(ka, na, 1.0)) / na
+            + _smoothed(kb, nb, 1.0) * (1 - _smoothed(kb, nb, 1.0)) / nb
+            for ka, na, kb, nb in pairs
+        )
+        / g
+    )
     if g < 2:
         return (-1.0, 1.0)  # one question says nothing of how others would move
-    half = t_isf(alpha / 2, g - 1) * math.sqrt(max(spread, noise) / g)
+    # A tail of 0 (alpha 5e-324 halved) is the smallest a float quantile search can take.
+    half = t_isf(max(alpha / 2, TINY_TAIL), g - 1) * math.sqrt(max(spread, noise) / g)
     return (max(-1.0, mean - half), min(1.0, mean + half))

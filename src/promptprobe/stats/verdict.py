@@ -46,7 +46,7 @@ class Verdict:
     verdict: str  # "A>B", "B>A" or "indistinguishable"
     effect: Effect
     interval_at: Callable[[float], tuple[float, float] | None]
-    # the test's own interval for B - A at level alpha (a 1 - alpha interval): excludes 0
+    # the interval for B - A at level alpha (a 1 - alpha interval; promptprobe.stats.agreement): excludes 0
     # exactly when decides(p_value, alpha); None where no interval can agree (say why in notes)
 
 
