@@ -20,7 +20,7 @@ times per question; 1, 3, 12 per question in turn); ICC 0, 0.2, 0.5. Each row: c
 Monte Carlo error (1.96 standard errors), the median width in points, the share of intervals that
 are a single point; weakest cells first, then each interval's weakest cell.
 
-    .venv/bin/python benchmarks/coverage.py [--replicates 300] [--sequential-replicates 300] [--rows 25]
+    .venv/bin/python benchmarks/coverage.py [--replicates 150] [--sequential-replicates 80] [--rows 25]
     .venv/bin/python benchmarks/coverage.py --smoke
 """
 
@@ -232,8 +232,8 @@ def sequential_cells(replicates: int, rng: np.random.Generator, designs, rates_l
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--replicates", type=int, default=300, help="probes per fixed-size cell")
-    parser.add_argument("--sequential-replicates", type=int, default=200, help="runs per sequential cell")
+    parser.add_argument("--replicates", type=int, default=150, help="probes per fixed-size cell")
+    parser.add_argument("--sequential-replicates", type=int, default=80, help="runs per sequential cell")
     parser.add_argument("--rows", type=int, default=25, help="weakest cells printed")
     parser.add_argument("--smoke", action="store_true", help="a second's run: a few small cells")
     args = parser.parse_args()

@@ -65,11 +65,7 @@ def apply_sequential(
         design="sequential",
         _sign=sign,
         _interval_at=interval_at,
-        _no_interval=(
-            "the run stopped before its rule did, so the rule's test has no interval yet"
-            if not last.get("stop")
-            else "the rounds disagree about the discordant pairs' share (probability at most alpha)"
-        ),
+        _no_interval="no interval of the rounds agrees with the rule's verdict here",
         test=test,
         p_value=p_value,
         e_value=last.get("e_value"),

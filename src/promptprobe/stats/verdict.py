@@ -1,17 +1,22 @@
 """The verdict rules: which test decides, and what it says, for two arms' per-case counts.
 
-- Paired design (the same questions on both sides): the stratified exact conditional test; the
-  interval beside it is that test inverted (promptprobe.stats.conditional), so it excludes 0
-  exactly when the test decides, at whatever level it is asked for.
+- Paired design (the same questions on both sides): the stratified exact conditional test. The
+  interval beside it covers the drawn questions' weighted mean B - A: Newcombe's interval on the
+  cases' binomial noise (promptprobe.stats.case_means), made to agree with the test
+  (promptprobe.stats.agreement: the decided end, where needed, is the test inverted,
+  promptprobe.stats.conditional), so it excludes 0 exactly when the test decides, at whatever
+  level it is asked for.
 - Unpaired design: the difference of the mean per-case rates, tested by exchanging whole cases
   between the arms when every case was asked equally often (exact: the cases are exchangeable),
   and otherwise by the beta-binomial test over cases (promptprobe.stats.betabinomial: a case
   asked once and one asked 20 times are not exchangeable) together with the case permutation:
-  the larger of the two p-values decides. Its interval is that same test inverted (shifted
-  nulls, promptprobe.stats.inversion), so it excludes 0 exactly when the test decides.
+  the larger of the two p-values decides. Its interval is Newcombe's on the two arms' mean
+  per-case rates, made to agree with the test (the decided end, where needed, is the test
+  inverted with shifted nulls, promptprobe.stats.inversion).
 - Generalisation (paired): the sign test over the cases that moved, conditional on each case's
   total so that it stays exact when the arms' repeats differ (promptprobe.stats.generalisation),
-  "likely" only with at least 5 of them; its interval is that test inverted.
+  "likely" only with at least 5 of them; its interval, for the population's mean B - A, is
+  Student's t over the per-case differences, made to agree with the sign test.
 All differences are B - A: B the candidate, A the baseline. `A>B`/`B>A` say which rate is
 reliably higher, whatever the metric's direction; the direction of a decided verdict is the exact
 sign of the effect shown beside it (promptprobe.stats.effect), never a separate computation.
@@ -24,7 +29,6 @@ from .agreement import agree
 from .betabinomial import TEST as BETA_BINOMIAL_TEST
 from .betabinomial import BetaBinomialTest
 from .case_means import population_difference, unpaired_difference
-from .conditional import METHOD as CONDITIONAL_METHOD
 from .conditional import conditional_interval, model_of
 from .effect import Effect, mantel_haenszel, mean_of_cases
 from .generalisation import ConditionalSignTest
@@ -35,6 +39,10 @@ MIN_MOVED_FOR_GENERALISATION = 5
 PAIRED_TEST = "stratified exact conditional (exact CMH)"
 GENERALISATION_TEST = "sign test over the cases that moved, conditional on each case's total"
 UNPAIRED_TEST = "permutation over cases"
+PAIRED_METHOD = (
+    "Mantel-Haenszel risk difference over cases (Newcombe on the cases' binomial noise; "
+    "the decided end from the exact conditional test inverted)"
+)
 
 Counts = tuple[int, int]  # (successes, trials)
 
@@ -65,7 +73,7 @@ def paired_verdict(
     result = stratified_exact(cases)
     estimate = mantel_haenszel(cases, confidence)
     interval_at = paired_interval(cases, result.p_value, estimate.sign, estimate.estimate)
-    effect = Effect(estimate.estimate, lambda: interval_at(alpha), CONDITIONAL_METHOD, estimate.sign)
+    effect = Effect(estimate.estimate, lambda: interval_at(alpha), PAIRED_METHOD, estimate.sign)
     return Verdict(PAIRED_TEST, result.p_value, word(result.p_value, alpha, effect.sign), effect, interval_at)
 
 
