@@ -166,6 +166,8 @@ def test_confidence_sequence_misses_at_most_alpha_over_every_path():
             if not low <= truth <= high:
                 missed += math.prod(pair[z] for z in path)
         assert missed <= alpha
+    # Not vacuous: rounds where every pair favours B soon exclude 0.
+    assert confidence_sequence([1.0] * 6, alpha)[0] > 0
 
 
 def test_sequential_interval_carries_the_uncertainty_of_the_discordant_share():
