@@ -12,6 +12,7 @@ from conftest import ROOT
 SMALL = {
     "batch_scale.py": ["--samples", "200"],
     "compare_speed.py": ["--pairs", "3"],
+    "coverage.py": ["--smoke"],
     "effect_coverage.py": ["--trials", "20"],
     "export_scale.py": ["--samples", "200"],
     "gate_family.py": ["--trials", "20"],

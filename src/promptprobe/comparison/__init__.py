@@ -13,7 +13,8 @@ and the verdicts (and so the gate) use the adjusted ones. Boschloo's exact p is 
 is affordable and never decides.
 
 `settle` says what a result decided: `verdict`, `worse`, `better_arm`, `decided_by`, and the
-interval beside the verdict, the test's own at the level the verdict was decided at (under
+interval beside the verdict (promptprobe.stats.agreement: one that covers its target, made to agree
+with the verdict), at the level the verdict was decided at (under
 several metrics alpha·p/p_adjusted, so that it excludes 0 exactly when p_adjusted decides);
 `words.describe` then puts every word a reader sees into `words`. The views
 (promptprobe.views.compare, html, the viewer) only lay out the objects built here.

@@ -5,10 +5,8 @@ from pathlib import Path
 from typing import Any
 
 from ..counts import ArmCounts, CountsTable
-from ..stats.effect import DISCORDANT, KT_MIXTURE, discordant_interval
-from ..stats.sequential_interval import METHOD as STAGEWISE
-from ..stats.sequential_interval import Rounds, sequential_interval
-from ..stats.tests import decides
+from ..stats.effect import KT_MIXTURE, discordant_interval
+from ..stats.sequential_effect import METHOD, boundary_test, sequential_effect
 from .settle import effect_sign, settle
 
 
@@ -67,11 +65,7 @@ def apply_sequential(
         design="sequential",
         _sign=sign,
         _interval_at=interval_at,
-        _no_interval=(
-            "the run stopped before its rule did, so the rule's test has no interval yet"
-            if not last.get("stop")
-            else "the rounds disagree about the discordant pairs' share (probability at most alpha)"
-        ),
+        _no_interval="no interval of the rounds agrees with the rule's verdict here",
         test=test,
         p_value=p_value,
         e_value=last.get("e_value"),
@@ -93,38 +87,40 @@ def _sequential_interval(
     decision: str,
     p_value: float,
 ) -> tuple[Any, float, str]:
-    """(interval_at, the estimate, its method) of a sequential run: the exact boundary's stage-wise
-    test inverted, or for a run recorded under the earlier mixture e-value its confidence sequence."""
+    """(interval_at, the estimate, its method) of a sequential run: the rounds' betting confidence
+    sequence (valid at whatever round the run stopped), made to agree with the rule's verdict; the
+    decided end, where the sequence reaches 0, from the rule's own test inverted (the exact
+    boundary's stage-wise test, or for a run recorded under the earlier mixture e-value that
+    mixture's confidence sequence)."""
     last = lines[-1]
+    totals = [_b_higher(line, legacy, swapped) for line in lines]
+    cumulative = [2 * higher - discordant for higher, discordant in totals]
+    leads = [now - before for now, before in zip(cumulative, [0, *cumulative[:-1]], strict=True)]
+    pairs = [line.get("pairs") or 0 for line in lines]
+    stopped = bool(last.get("stop"))
     if "lead" in last:
-        rounds = Rounds(
+        test: Any = boundary_test(
             [line.get("discordant") or 0 for line in lines],
             [line.get("lead_needed") for line in lines],
-            -last["lead"] if swapped else last["lead"],
-            sum(line.get("pairs") or 0 for line in lines),
+            cumulative[-1],
+            sum(pairs),
+            p_value,
         )
-        decided = decision if decision in ("A>B", "B>A") else None
-        found = sequential_interval(rounds, p_value, 0.05, decided) if last.get("stop") else None
+    else:
+        first = rule.get("min_rounds", 1)
+        counted = [t for t, line in zip(totals, lines, strict=True) if line.get("round", 0) >= first]
+        mixture = _mixture(rule.get("mixture"))
 
-        def interval_at(level: float) -> tuple[float, float] | None:
-            if not last.get("stop"):
-                return None
-            at_level = decided if decides(p_value, level) else None
-            return sequential_interval(rounds, p_value, level, at_level)[1]
+        def test(level: float, _: str) -> tuple[float, float] | None:
+            found = discordant_interval(counted, sum(pairs), level, mixture) if counted else None
+            return found[1] if found else None
 
-        estimate = found[0] if found else sequential_interval(rounds, 1.0, 0.05, None)[0]
-        return interval_at, estimate, STAGEWISE
-    counted = [line for line in lines if line.get("round", 0) >= rule.get("min_rounds", 1)]
-    totals = [_b_higher(line, legacy, swapped) for line in counted]
-    pairs = sum(line.get("pairs") or 0 for line in lines)
-    mixture = _mixture(rule.get("mixture"))
-    found_cs = discordant_interval(totals, pairs, 0.05, mixture) if totals else None
+    def interval_at(level: float) -> tuple[float, float] | None:
+        # A run stopped by hand is undecided (p = 1); the sequence is valid at that round too.
+        return sequential_effect(leads, pairs, p_value if stopped else 1.0, level, test)[1]
 
-    def sequence_at(level: float) -> tuple[float, float] | None:
-        answer = discordant_interval(totals, pairs, level, mixture) if totals else None
-        return answer[1] if answer else None
-
-    return sequence_at, (found_cs[0] if found_cs else 0.0), DISCORDANT
+    estimate = sequential_effect(leads, pairs, 1.0, 0.05)[0]
+    return interval_at, estimate, METHOD
 
 
 def _b_higher(line: dict[str, Any], legacy: bool, swapped: bool) -> tuple[int, int]:

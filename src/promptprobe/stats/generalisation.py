@@ -15,10 +15,12 @@ its own footing by its sufficient counts:
   the smaller tail (at theta = 0 with equal repeats, the plain sign test's p exactly). Conditioning
   on which cases moved keeps it exact.
 
-The interval is this test inverted over theta (promptprobe.stats.inversion, so it excludes 0
-exactly when the test decides), each theta shown in points as the mean over cases of the
-difference the model expects, E_theta[b]/nB - E_theta[a]/nA: 0 at theta = 0 and increasing, so
-the sign agrees, and at its ends the largest change the cases' totals allow.
+This test inverted over theta (promptprobe.stats.inversion, so it excludes 0 exactly when the
+test decides) gives the end on 0's side of the interval shown beside a decided line, where the
+t interval of promptprobe.stats.case_means reaches 0 (promptprobe.stats.agreement); each theta
+is shown in points as the mean over cases of the difference the model expects,
+E_theta[b]/nB - E_theta[a]/nA: 0 at theta = 0 and increasing, so the sign agrees, and at its
+ends the largest change the cases' totals allow.
 """
 
 import math

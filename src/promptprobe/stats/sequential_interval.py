@@ -1,4 +1,6 @@
-"""The interval beside a sequential verdict: the exact boundary's stage-wise test, inverted.
+"""The exact boundary's stage-wise test, inverted: the end on 0's side of the interval beside a
+decided sequential verdict, where the rounds' confidence sequence reaches 0
+(promptprobe.stats.sequential_effect; alone it treats the discordant pairs' share as known).
 
 The rule (promptprobe.stats.sequential) watches the lead of the discordant pairs, a fair-coin walk
 under "the arms do not differ" given each round's discordant count, and decides when it crosses

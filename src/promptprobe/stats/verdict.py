@@ -1,17 +1,22 @@
 """The verdict rules: which test decides, and what it says, for two arms' per-case counts.
 
-- Paired design (the same questions on both sides): the stratified exact conditional test; the
-  interval beside it is that test inverted (promptprobe.stats.conditional), so it excludes 0
-  exactly when the test decides, at whatever level it is asked for.
+- Paired design (the same questions on both sides): the stratified exact conditional test. The
+  interval beside it covers the drawn questions' weighted mean B - A: Newcombe's interval on the
+  cases' binomial noise (promptprobe.stats.case_means), made to agree with the test
+  (promptprobe.stats.agreement: the decided end, where needed, is the test inverted,
+  promptprobe.stats.conditional), so it excludes 0 exactly when the test decides, at whatever
+  level it is asked for.
 - Unpaired design: the difference of the mean per-case rates, tested by exchanging whole cases
   between the arms when every case was asked equally often (exact: the cases are exchangeable),
   and otherwise by the beta-binomial test over cases (promptprobe.stats.betabinomial: a case
   asked once and one asked 20 times are not exchangeable) together with the case permutation:
-  the larger of the two p-values decides. Its interval is that same test inverted (shifted
-  nulls, promptprobe.stats.inversion), so it excludes 0 exactly when the test decides.
+  the larger of the two p-values decides. Its interval is Newcombe's on the two arms' mean
+  per-case rates, made to agree with the test (the decided end, where needed, is the test
+  inverted with shifted nulls, promptprobe.stats.inversion).
 - Generalisation (paired): the sign test over the cases that moved, conditional on each case's
   total so that it stays exact when the arms' repeats differ (promptprobe.stats.generalisation),
-  "likely" only with at least 5 of them; its interval is that test inverted.
+  "likely" only with at least 5 of them; its interval, for the population's mean B - A, is
+  Student's t over the per-case differences, made to agree with the sign test.
 All differences are B - A: B the candidate, A the baseline. `A>B`/`B>A` say which rate is
 reliably higher, whatever the metric's direction; the direction of a decided verdict is the exact
 sign of the effect shown beside it (promptprobe.stats.effect), never a separate computation.
@@ -20,9 +25,10 @@ sign of the effect shown beside it (promptprobe.stats.effect), never a separate 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from .agreement import agree
 from .betabinomial import TEST as BETA_BINOMIAL_TEST
 from .betabinomial import BetaBinomialTest
-from .conditional import METHOD as CONDITIONAL_METHOD
+from .case_means import population_difference, unpaired_difference
 from .conditional import conditional_interval, model_of
 from .effect import Effect, mantel_haenszel, mean_of_cases
 from .generalisation import ConditionalSignTest
@@ -33,6 +39,10 @@ MIN_MOVED_FOR_GENERALISATION = 5
 PAIRED_TEST = "stratified exact conditional (exact CMH)"
 GENERALISATION_TEST = "sign test over the cases that moved, conditional on each case's total"
 UNPAIRED_TEST = "permutation over cases"
+PAIRED_METHOD = (
+    "Mantel-Haenszel risk difference over cases (Newcombe on the cases' binomial noise; "
+    "the decided end from the exact conditional test inverted)"
+)
 
 Counts = tuple[int, int]  # (successes, trials)
 
@@ -44,7 +54,7 @@ class Verdict:
     verdict: str  # "A>B", "B>A" or "indistinguishable"
     effect: Effect
     interval_at: Callable[[float], tuple[float, float] | None]
-    # the test's own interval for B - A at level alpha (a 1 - alpha interval): excludes 0
+    # the interval for B - A at level alpha (a 1 - alpha interval; promptprobe.stats.agreement): excludes 0
     # exactly when decides(p_value, alpha); None where no interval can agree (say why in notes)
 
 
@@ -63,30 +73,32 @@ def paired_verdict(
     result = stratified_exact(cases)
     estimate = mantel_haenszel(cases, confidence)
     interval_at = paired_interval(cases, result.p_value, estimate.sign, estimate.estimate)
-    effect = Effect(estimate.estimate, lambda: interval_at(alpha), CONDITIONAL_METHOD, estimate.sign)
+    effect = Effect(estimate.estimate, lambda: interval_at(alpha), PAIRED_METHOD, estimate.sign)
     return Verdict(PAIRED_TEST, result.p_value, word(result.p_value, alpha, effect.sign), effect, interval_at)
 
 
 def paired_interval(
     cases: Sequence[tuple[int, int, int, int]], p_value: float, sign: int, estimate: float
 ) -> Callable[[float], tuple[float, float] | None]:
-    """The stratified exact test inverted, at any level; one model of the cases serves every level."""
+    """The interval beside the paired verdict, at any level: Newcombe's interval on the cases'
+    Mantel-Haenszel-weighted mean rates (promptprobe.stats.case_means), which carries each case's
+    binomial noise, made to agree with the verdict (promptprobe.stats.agreement); the decided end,
+    where that interval reaches 0, is the stratified exact test inverted."""
     model = model_of(cases)
+    weights = [n_a * n_b / (n_a + n_b) if n_a and n_b else 0.0 for _, n_a, _, n_b in cases]
+    a = [(k, n) for k, n, _, _ in cases]
+    b = [(k, n) for _, _, k, n in cases]
     found: dict[float, tuple[float, float]] = {}
+
+    def tested(alpha: float) -> tuple[float, float] | None:
+        low, high = conditional_interval(cases, p_value, alpha, sign, estimate, model).interval
+        return low, high
 
     def interval_at(alpha: float) -> tuple[float, float]:
         if alpha not in found:
-            low, high = conditional_interval(cases, p_value, alpha, sign, estimate, model).interval
-            # Never narrower than Sato's large-sample interval, except across 0 when decided: the
-            # model conditioned on each case's margins does not see how uncertain the per-question
-            # rates are, and alone it covers as little as 79% far from 50% (docs/statistics.md).
-            sato_low, sato_high = mantel_haenszel(cases, alpha=alpha).interval
-            decided = decides(p_value, alpha)
-            if not decided or sign < 0 or sato_low > 0:
-                low = min(low, sato_low)
-            if not decided or sign > 0 or sato_high < 0:
-                high = max(high, sato_high)
-            found[alpha] = (low, high)
+            valid = unpaired_difference(a, b, alpha, weights)
+            direction = sign if decides(p_value, alpha) else 0
+            found[alpha] = agree(valid, estimate, direction, lambda: tested(alpha))
         return found[alpha]
 
     return interval_at
@@ -144,14 +156,19 @@ def unpaired_verdict(
     p = test.p_at(0.0)
     found: dict[float, tuple[float, float] | None] = {}
 
+    def tested(level: float) -> tuple[float, float] | None:
+        # The Welch interval over cases only tells the search where to start.
+        guess = mean_of_cases(a, b, 1 - level).interval
+        return invert(test.p_at, test.estimate, level, guess=guess)
+
     def interval_at(level: float) -> tuple[float, float] | None:
         if level not in found:
-            # The Welch interval over cases only tells the search where to start.
-            guess = mean_of_cases(a, b, 1 - level).interval
-            found[level] = invert(test.p_at, test.estimate, level, guess=guess)
+            direction = effect.sign if decides(p, level) else 0
+            valid = unpaired_difference(a, b, level)
+            found[level] = agree(valid, effect.estimate, direction, lambda: tested(level))
         return found[level]
 
-    method = f"difference of mean per-case rates ({test.name}, inverted)"
+    method = f"difference of mean per-case rates (Newcombe on the cases' binomial noise; {test.name})"
     effect = Effect(effect.estimate, lambda: interval_at(alpha), method, effect.sign)  # read when shown
     return Verdict(test.name, p, word(p, alpha, effect.sign), effect, interval_at)
 
@@ -176,4 +193,9 @@ def generalisation(a: Sequence[Counts], b: Sequence[Counts], alpha: float = 0.05
     p = test.p_value
     mean = sum(diffs) / g if g else 0.0
     likely = test.up + test.down >= MIN_MOVED_FOR_GENERALISATION and decides(p, alpha)
-    return Generalisation(g, test.up, test.down, p, likely, mean, test.interval_at(alpha) if g else None)
+    valid = population_difference(a, b, alpha)
+    if valid is None:
+        return Generalisation(g, test.up, test.down, p, likely, mean, None)
+    direction = ((test.up > test.down) - (test.up < test.down)) if decides(p, alpha) else 0
+    interval = agree(valid, mean, direction, lambda: test.interval_at(alpha))
+    return Generalisation(g, test.up, test.down, p, likely, mean, interval)

@@ -140,8 +140,8 @@ def _sentences(results: list[dict[str, Any]]) -> list[str]:
         if r["words"]["generalise"]:
             out.append(prefix + (f"{r['metric']}: " if family else "") + r["words"]["generalise"])
     out.append(
-        "CI: the test's own interval for B - A (it excludes 0 exactly when the verdict is decided); "
-        "pooled, Newcombe: descriptive, not the test's"
+        "CI: B - A on these questions (it covers the difference and excludes 0 exactly when the verdict "
+        "is decided); pooled, Newcombe: descriptive, not the test's"
         + (
             "; adjusted: each row's interval is at the level its adjusted p decides at (alpha x p / "
             "p adjusted; the JSON's effect.confidence)"
