@@ -182,6 +182,7 @@ def test_no_page_is_wider_than_the_window(site, pages):
         "/", f"/runs/{demo}", f"/runs/{demo}/cases/pay-bitcoin", f"/runs/{demo}/cases/pay-bitcoin?arm=2",
         f"/compare?a={demo}:1&b={demo}:2", f"/runs/{demo}/why?arm=1", f"/runs/{long}",
         f"/compare?a={long}:1&b={long}:2", f"/compare?a={ab}:1&b={long}:2", "/compare",
+        f"/runs/{demo}/search?q=support&failing=1", f"/runs/{long}/search",
     ]  # fmt: skip
     for width, page in pages.items():
         for address in addresses:
@@ -240,3 +241,38 @@ def test_two_arms_of_two_runs_are_chosen_on_the_page(site, pages):
     assert page.locator("section.case").count() == 6  # the union of both probe sets' cases
     sides = page.locator("section.case").first.locator(".armname").all_inner_texts()
     assert sides[0].startswith("A: old") and sides[1].startswith("B: v")  # named by what differs
+
+
+def test_the_search_filters_are_chosen_on_the_page_and_kept_in_its_address(site, pages, browser):
+    """Issue 35: words, failing only, a metric and an arm chosen in the form land in the address,
+    the results are those the page's JSON lists, and the address opened afresh shows the same."""
+    demo = site["demo"]
+    for width, page in pages.items():
+        page.goto(f"{site['url']}/runs/{demo}")
+        page.locator("a.go-search").click()
+        page.wait_for_url(f"**/runs/{demo}/search")
+        page.fill('input[name="q"]', "Support@Acme")
+        page.check('input[name="failing"]')
+        page.select_option('select[name="metric"]', "header_present")
+        page.select_option('select[name="arm"]', "1")
+        page.get_by_role("button", name="search").click()
+        page.wait_for_url("**/search?q=**")
+        address = page.url
+        assert "q=Support%40Acme" in address and "failing=1" in address and "metric=header_present" in address
+        assert "arm=1" in address and "header=" in address  # every field of the form, in the address
+        data = page.request.get(address.replace("/search?", "/search.json?")).json()
+        groups = page.locator("#results .group")
+        assert groups.count() == len(data["results"]) > 0
+        assert int(page.locator("#matched").get_attribute("data-samples")) == data["matched"]["samples"]
+        assert all("support@acme" in text.lower() for text in page.locator("#results pre.raw").all_inner_texts())
+        assert set(page.locator("#results .group").evaluate_all("gs => gs.map(g => g.dataset.header)")) <= {
+            "absent", "misplaced", "empty", "error"}  # failing header_present: never a present header
+        again = browser.new_page(viewport={"width": width, "height": 900})
+        try:
+            again.goto(address)  # a link to this view shows this view
+            assert again.locator("#results .group").count() == groups.count()
+            assert again.locator('input[name="failing"]').is_checked()
+            assert again.input_value('select[name="arm"]') == "1"
+            assert fits(again), width
+        finally:
+            again.close()

@@ -42,7 +42,7 @@ def _price(match: PriceMatch) -> dict[str, Any]:
     return {"price": match.price.to_dict() if match.price else None, "cost_unknown": match.reason}
 
 
-def _usage(arm: ArmCounts) -> dict[str, Any]:
+def usage(arm: ArmCounts) -> dict[str, Any]:
     latencies = list(arm.latencies)
     return {
         "input_tokens": arm.input_tokens,
@@ -82,7 +82,7 @@ def _arm(arm: ArmCounts, counts: CountsTable, by_tag: bool) -> dict[str, Any]:
         "check_errors": dict(arm.check_errors),
         "metrics": metrics,
         "cases": cases,
-        "usage": _usage(arm),
+        "usage": usage(arm),
     }
     if by_tag:
         result["by_tag"] = _by_tag(arm, counts)
