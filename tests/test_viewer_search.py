@@ -105,6 +105,15 @@ def samples_of(run: Path) -> list[dict]:
     return [json.loads(line) for line in (run / "samples.jsonl").read_text().splitlines()]
 
 
+def output_of(run: Path, raw: dict) -> str:
+    """A sample's output read straight from its pack at its recorded offset."""
+    with open(run / raw["pack"], "rb") as pack:
+        pack.seek(raw["offset"])
+        data = pack.read(raw["bytes"])
+    assert hashlib.sha256(data).hexdigest() == raw["sha256"]
+    return data.decode()
+
+
 def brute_force(run: Path, words: str = "", header: str | None = None, prompt: str | None = None,
                 cases: set[str] | None = None) -> set[str]:
     """The sample ids a search should find, read straight from samples.jsonl and the raw files."""
@@ -112,7 +121,7 @@ def brute_force(run: Path, words: str = "", header: str | None = None, prompt: s
                  "invoice": "Can I pay by invoice?"}
     found = set()
     for sample in samples_of(run):
-        text = (run / sample["raw"]["path"]).read_text() if sample.get("raw") else sample["error"]["message"]
+        text = output_of(run, sample["raw"]) if sample.get("raw") else sample["error"]["message"]
         state = "error" if sample.get("error") else sample["header"]["header"]
         if words and words.casefold() not in (text + "\n" + questions[sample["case_id"]] + sample["case_id"]).casefold():
             continue
