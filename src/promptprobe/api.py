@@ -101,7 +101,11 @@ class Comparison:
         results = self.data["results"]
         if len(results) == 1 and not self.data.get("all"):
             return dict(
-                results[0], retrieval_drift=self.data["retrieval_drift"], warnings=self.data["warnings"]
+                results[0],
+                retrieval_drift=self.data["retrieval_drift"],
+                warnings=self.data["warnings"],
+                interim_notes=self.data.get("interim_notes", []),
+                final_notes=self.data.get("final_notes", []),
             )
         return {k: v for k, v in self.data.items() if k != "all"}
 

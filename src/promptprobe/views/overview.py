@@ -64,6 +64,9 @@ def compare_arms(
     return {
         "a": results[0]["a"]["name"] if results else "A",
         "b": results[0]["b"]["name"] if results else "B",
+        "interim": comparison["interim"],
+        "interim_notes": comparison["interim_notes"],
+        "final_notes": comparison["final_notes"],
         "results": results,
         "interval_heading": comparison["interval_heading"],
         "retrieval_drift": comparison["retrieval_drift"],
@@ -81,6 +84,8 @@ def headline(summary: dict[str, Any] | None) -> dict[str, Any] | None:
         "metric": first["metric"],
         "verdict": first["verdict"],
         "kind": words["kind"],
+        "tone": words["tone"],
+        "interim": first["interim"],
         "text": words["badge"],
         "short": words["verdict"],
     }
