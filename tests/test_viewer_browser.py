@@ -10,7 +10,16 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from viewer_support import CHROMIUM, CHROMIUM_ARGS, GOOD, ab_replies, browser_missing, record, serving
+from viewer_support import (
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    GOOD,
+    ab_replies,
+    browser_missing,
+    record,
+    serving,
+    still_running,
+)
 
 from promptprobe.cli import main
 
@@ -276,3 +285,30 @@ def test_the_search_filters_are_chosen_on_the_page_and_kept_in_its_address(site,
             assert fits(again), width
         finally:
             again.close()
+
+
+def test_a_running_fixed_size_run_shows_every_verdict_interim(site, pages):
+    """Issue 35: the verdicts of a fixed-size run still running are marked interim (counted of
+    planned) and grey, not green or red, in the runs list and on the run page, at both widths."""
+    running = site["folder"] / "20991230T000000-running-000000"
+    shutil.copytree(site["folder"] / site["ab"], running)
+    try:
+        with still_running(running, planned=240):
+            for width, page in pages.items():
+                page.goto(site["url"])
+                badge = page.locator(f'[id="run-{running.name}"] .verdict-cell .badge')
+                assert badge.get_attribute("class") == "badge interim", width
+                assert badge.inner_text().startswith("interim, 24 of 240 samples: "), width
+                assert badge.evaluate("b => getComputedStyle(b).backgroundColor") == "rgb(244, 244, 244)"
+                page.goto(f"{site['url']}/runs/{running.name}")
+                badges = page.locator("#verdicts li.badge")
+                assert badges.count() > 0
+                assert set(badges.evaluate_all("bs => bs.map(b => b.className)")) == {"badge interim"}, width
+                note = page.locator("#verdicts .interim-note")
+                assert note.is_visible() and "24 of 240 samples counted" in note.inner_text()
+                # the warning is read before any verdict: it comes first in the page
+                assert note.evaluate("(n) => !!(n.compareDocumentPosition(document.querySelector("
+                                     "'#verdicts li.badge')) & Node.DOCUMENT_POSITION_FOLLOWING)")
+                assert fits(page), width
+    finally:
+        shutil.rmtree(running)
