@@ -7,9 +7,9 @@ back (the output decoded as UTF-8, undecodable bytes as U+FFFD, beside the sha25
 bytes; the header class; the error's kind and message) and the outcome of every metric: 1 or 0,
 empty where the metric does not apply to the case, and for a failed sample the metric's
 unfavourable outcome (as every report counts it), so that a column's mean is the rate the
-report shows. The columns are the same for every run (docs/cli.md lists them): run id, prompt
-sha256 and start time included, every built-in metric (empty where the run lacks it) and the
-run's own [[check]]s together in the last column, `checks`, as one JSON object.
+report shows. The columns are the same for every run (docs/json.md lists them): run id, prompt
+sha256 and start time included, and every built-in metric (empty where the run lacks it); the
+run's own [[check]]s follow, one column each.
 
 Rows are streamed in the order the samples were recorded: memory does not grow with the run.
 In CSV (RFC 4180: rows end in CRLF), every text cell is quoted and one that a spreadsheet would
@@ -60,17 +60,15 @@ FIXED = [
     "input_tokens",
     "output_tokens",
 ]
-# Every built-in metric has its column in every export (empty where the run lacks it), and the
-# run's own [[check]]s share one last column: the columns are the same whatever the run.
+# Every built-in metric has its column in every export (empty where the run lacks it): the columns
+# are the same whatever the run, and the run's own [[check]]s follow, one column each, by name.
 METRIC_COLUMNS = list(METRICS)
-CHECKS_COLUMN = "checks"
-COLUMNS = FIXED + METRIC_COLUMNS + [CHECKS_COLUMN]
+COLUMNS = FIXED + METRIC_COLUMNS
 # Left out of the terminal table: long text, and what the other columns already say.
 NOT_IN_TABLE = {
     "run_id",
     "prompt_sha256",
     "started_at",
-    CHECKS_COLUMN,
     "arm",
     "model_spec",
     "endpoint",
@@ -123,7 +121,7 @@ class SampleRows:
         self.settings = settings_of(run_dir, manifest, self.number)
         self.metrics = metrics_for(self.settings)
         self.user_checks = [name for name in self.metrics if name not in METRICS]
-        self.columns = COLUMNS
+        self.columns = COLUMNS + self.user_checks
         self.run_id = run_dir.name
         self.prompt_sha256 = {p["name"]: p.get("sha256") for p in manifest.get("prompts") or []}
         self.arms = {(a["prompt"], a["model"]): a.get("arm") for a in manifest["arms"]}
@@ -202,8 +200,8 @@ class SampleRows:
         for name in METRIC_COLUMNS:
             metric = self.metrics.get(name)
             row[name] = None if metric is None else self._outcome(name, record, case)
-        checks = {name: self._outcome(name, record, case) for name in self.user_checks}
-        row[CHECKS_COLUMN] = checks or None
+        for name in self.user_checks:
+            row[name] = self._outcome(name, record, case)
         return row
 
 
@@ -229,8 +227,6 @@ class _CsvLines:
 def csv_cell(value: Any) -> Any:
     if value is None:
         return ""
-    if isinstance(value, dict):  # the run's own checks: one JSON object in one cell
-        return neutralise(dumps_line(value).decode("utf-8").rstrip("\n"))
     if isinstance(value, list):
         value = TAG_SEPARATOR.join(value)
     return neutralise(value)
