@@ -8,6 +8,7 @@ distinct output (by sha256) is read once, through the run's raw reader, and kept
 A search then scans the distinct outputs for the words and the samples for the filters.
 """
 
+import os
 import threading
 from array import array
 from collections import Counter
@@ -51,7 +52,12 @@ class SearchIndex:
         self.fails: list[int] = []  # bit i: fails metric i
         self.applies: list[int] = []  # bit i: metric i applies
         self.texts: list[str] = []  # each distinct output (or error), case-folded
-        self.first: list[dict[str, Any]] = []  # the record each distinct output was first seen in
+        # Where the record each distinct output was first seen in lies in samples.jsonl (start,
+        # length; -1: kept whole in `kept`, a reclassified run's): a result re-reads it to show it.
+        self.first_start = array("q")
+        self.first_length = array("I")
+        self.kept: dict[int, dict[str, Any]] = {}
+        self.line: tuple[int, int] | None = None  # the line of the record being indexed
         self.known: dict[tuple[str, ...], int] = {}
         self.offset = 0
         self.classification = counts.classification
@@ -72,6 +78,7 @@ class SearchIndex:
                 # line), and again only when the file has changed.
                 if self.built != (counts.classification, size):
                     self._start(counts)
+                    self.line = None  # merged records: no line of their own to re-read
                     self._feed(merged_samples(self.run, counts.classification, lambda message: None))
                     self.built = (counts.classification, size)
                 self.counts = counts
@@ -92,6 +99,7 @@ class SearchIndex:
         for line in handle:
             if not line.endswith(b"\n") or (limit is not None and given >= limit):
                 break  # still being written, or enough for this time: for the next update
+            start = self.offset
             self.offset += len(line)
             if line.strip():
                 try:
@@ -99,6 +107,7 @@ class SearchIndex:
                 except ValueError:
                     continue  # the counts say which line is damaged; a search skips it
                 given += 1
+                self.line = (start, len(line))
                 yield record
 
     def _feed(self, records: Iterable[dict[str, Any]]) -> None:
@@ -151,17 +160,27 @@ class SearchIndex:
         else:
             data = read_bytes(self.run, record)
             text = data.decode("utf-8", "replace") if data is not None else ""
-        self.known[key] = len(self.texts)
+        at = self.known[key] = len(self.texts)
         self.texts.append(fold(text))
-        # Only what a result shows of it: the records themselves would hold every field of each.
-        self.first.append(
-            {
-                "raw": {"sample_id": record["sample_id"], "raw": record.get("raw")},  # as read_bytes reads it
-                "header": {k: header.get(k) for k in ("header", "where", "line")},
-                "error": {"kind": error.get("kind"), "message": error.get("message")} if error else None,
-            }
-        )
-        return self.known[key]
+        if self.line is not None:
+            self.first_start.append(self.line[0])
+            self.first_length.append(self.line[1])
+        else:
+            self.first_start.append(-1)
+            self.first_length.append(0)
+            self.kept[at] = record
+        return at
+
+    def first(self, output: int) -> dict[str, Any]:
+        """The record a distinct output was first seen in (re-read at its place in samples.jsonl)."""
+        start = self.first_start[output]
+        if start < 0:
+            return self.kept[output]
+        fd = os.open(self.run / "samples.jsonl", os.O_RDONLY)
+        try:
+            return loads(os.pread(fd, self.first_length[output], start))
+        finally:
+            os.close(fd)
 
     def _case_text(self, at: int) -> str:
         case_id = self.case_ids[at]
@@ -233,10 +252,10 @@ def _shown(
 ) -> dict[str, Any]:
     """One result group as a page shows it: its case, arm, count and output (read and made visible)."""
     case_at, arm_at, output = key
-    first = index.first[output]
-    error = first["error"]
-    header = first["header"] or {}
-    raw = first["raw"]["raw"] or {}
+    first = index.first(output)
+    error = first.get("error")
+    header = first.get("header") or {}
+    raw = first.get("raw") or {}
     case_id = index.case_ids[case_at]
     shaped = {
         "count": count,
@@ -247,7 +266,7 @@ def _shown(
         "bytes": None if error else raw.get("bytes"),
         "error": f"{error.get('kind')}: {error.get('message')}" if error else None,
         "sample_ids": sample_ids,
-        "_raw": None if error else first["raw"],
+        "_raw": None if error else {"sample_id": first["sample_id"], "raw": first.get("raw")},
     }
     question = index.counts.cases[case_id].question
     return {
