@@ -182,44 +182,46 @@ class SearchIndex:
         finally:
             os.close(fd)
 
-    def _case_text(self, at: int) -> str:
-        case_id = self.case_ids[at]
-        return fold(case_id + "\n" + self.counts.cases[case_id].question)
 
-    def matching(self, filters: dict[str, Any]) -> list[int]:
-        """The positions of the samples that pass every filter, in recorded order (the caller
-        holds the lock)."""
-        words = fold(filters.get("q") or "").strip()
-        cases = set(range(len(self.case_ids)))
-        if filters.get("tag"):
-            tag = filters["tag"]
-            cases = {i for i in cases if tag in self.counts.cases[self.case_ids[i]].tags}
-        texts: set[int] | None = None
-        if words:
-            questions = {i for i in cases if words in self._case_text(i)}
-            texts = {i for i, text in enumerate(self.texts) if words in text}
-        else:
-            questions = set()
-        bit = (1 << self.metric_names.index(filters["metric"])) if filters.get("metric") else 0
-        state = HEADER_CLASSES.index(filters["header"]) if filters.get("header") else None
-        arm = filters.get("arm")
-        failing = bool(filters.get("failing"))
-        found = []
-        for i in range(len(self.sample_ids)):
-            if self.case[i] not in cases:
-                continue
-            if arm is not None and self.arm[i] != arm - 1:
-                continue
-            if state is not None and self.state[i] != state:
-                continue
-            if bit and not self.applies[i] & bit:
-                continue
-            if failing and not (self.fails[i] & bit if bit else self.fails[i]):
-                continue
-            if texts is not None and self.output[i] not in texts and self.case[i] not in questions:
-                continue
-            found.append(i)
-        return found
+def _case_text(index: SearchIndex, at: int) -> str:
+    case_id = index.case_ids[at]
+    return fold(case_id + "\n" + index.counts.cases[case_id].question)
+
+
+def matching(index: SearchIndex, filters: dict[str, Any]) -> list[int]:
+    """The positions of the samples that pass every filter, in recorded order (the caller
+    holds the lock)."""
+    words = fold(filters.get("q") or "").strip()
+    cases = set(range(len(index.case_ids)))
+    if filters.get("tag"):
+        tag = filters["tag"]
+        cases = {i for i in cases if tag in index.counts.cases[index.case_ids[i]].tags}
+    texts: set[int] | None = None
+    if words:
+        questions = {i for i in cases if words in _case_text(index, i)}
+        texts = {i for i, text in enumerate(index.texts) if words in text}
+    else:
+        questions = set()
+    bit = (1 << index.metric_names.index(filters["metric"])) if filters.get("metric") else 0
+    state = HEADER_CLASSES.index(filters["header"]) if filters.get("header") else None
+    arm = filters.get("arm")
+    failing = bool(filters.get("failing"))
+    found = []
+    for i in range(len(index.sample_ids)):
+        if index.case[i] not in cases:
+            continue
+        if arm is not None and index.arm[i] != arm - 1:
+            continue
+        if state is not None and index.state[i] != state:
+            continue
+        if bit and not index.applies[i] & bit:
+            continue
+        if failing and not (index.fails[i] & bit if bit else index.fails[i]):
+            continue
+        if texts is not None and index.output[i] not in texts and index.case[i] not in questions:
+            continue
+        found.append(i)
+    return found
 
 
 def grouped(index: SearchIndex, positions: list[int]) -> list[tuple[tuple[int, int, int], int]]:
@@ -284,7 +286,7 @@ def search_view(
     """The search page's view object: the filters, what they can be, and one page of results."""
     with index.lock:  # one state of the index for the whole page
         counts = index.counts
-        positions = index.matching(filters)
+        positions = matching(index, filters)
         groups = grouped(index, positions)
         pages = max(1, -(-len(groups) // RESULTS_PER_PAGE))
         page = min(max(1, page), pages)
