@@ -1,6 +1,7 @@
 """How fast `probe view` opens a 100,000-sample run, and how much memory it takes, against
 `probe report` on the same run (benchmarks/synthetic.py makes it: 20 cases x 2 arms x 2,500
-repeats).
+repeats); then the search page over a run of as many samples whose every output is distinct (its
+own bytes and sha256: the index reads each one), in a viewer of its own.
 
 The viewer runs as `probe view WORK --port 0` in its own process; each figure is the wall time of
 one HTTP request from this process, and the memory is the viewer process's peak resident size
@@ -24,6 +25,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from urllib.parse import urlencode
 
 import httpx
 
@@ -64,6 +66,89 @@ def with_raw_files(run: Path) -> None:
         header = sample["header"]
         text = "[[NO_ANSWER]]\nsorry" if header.get("declared") == "no_answer" else texts[header["header"]]
         (run / sample["raw"]["path"]).write_text(text)
+
+
+RARE = "refund-policy"  # in one output of every 1,000
+
+
+def with_distinct_outputs(run: Path) -> None:
+    """Every sample its own output (its own raw file, bytes and sha256), as a real run's are."""
+    openings = {"present": "[[ANSWER]]\n", "absent": "", "misplaced": "Sorry.\n[[NO_ANSWER]]\n"}
+    lines = []
+    for number, line in enumerate((run / "samples.jsonl").read_bytes().splitlines()):
+        sample = json.loads(line)
+        rare = f" See the {RARE} page." if number % 1000 == 7 else ""
+        ticket = number * 7919 % 100003
+        opening = openings[sample["header"]["header"]]
+        text = f"{opening}Answer {number} to {sample['case_id']}: ticket {ticket}.{rare}\n"
+        data = text.encode()
+        (run / sample["raw"]["path"]).write_bytes(data)
+        sample["raw"].update(sha256=hashlib.sha256(data).hexdigest(), bytes=len(data))
+        lines.append(json.dumps(sample))
+    (run / "samples.jsonl").write_text("\n".join(lines) + "\n")
+
+
+def search_figures(work: Path, samples: int) -> list[tuple[str, str]]:
+    """The search page over a run whose every output is distinct (a viewer of its own)."""
+    runs = work / "search-runs"
+    run = make_run(runs / "20261130T000000-synthetic-000002", samples)
+    with_distinct_outputs(run)
+    rows: list[tuple[str, str]] = []
+    viewer = subprocess.Popen(
+        [PROBE, "view", str(runs), "--port", "0"],
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        base = re.search(r"at (http://\S+)/ ", viewer.stderr.readline()).group(1)
+        rid = run.name
+        with httpx.Client(base_url=base, timeout=120) as client:
+            while client.get(f"/runs/{rid}.json").json()["counting"]:
+                time.sleep(0.2)  # counted first, as a run page opened before a search has it
+            counted = time.perf_counter()
+            first = f"/runs/{rid}/search.json?{urlencode({'q': RARE})}"
+            seconds, answer = timed_get(client, first)
+            indexing = answer.json()["indexing"]
+            shown = f"{indexing['percent']}% indexed" if indexing else "all indexed"
+            rows.append(("search, first, as soon as the run is counted", f"{seconds:.3f} s ({shown})"))
+            while client.get(first).json()["indexing"]:
+                time.sleep(0.5)  # as the page's own polling goes on
+            rows.append(
+                (
+                    f"search index whole ({samples:,} distinct outputs, each read once)",
+                    f"{time.perf_counter() - counted:.1f} s after the run was counted",
+                )
+            )
+            searches = [
+                ("search: a rare phrase", {"q": RARE}),
+                (f"search: words in {samples:,} outputs and the questions", {"q": "ticket 4242"}),
+                (
+                    "search: failing only on header_present, one arm",
+                    {"failing": 1, "metric": "header_present", "arm": 2},
+                ),
+                (
+                    "search: words, failing only, header misplaced",
+                    {"q": "answer 9", "failing": 1, "header": "misplaced"},
+                ),
+                ("search: a word in every output", {"q": "ticket"}),
+            ]
+            for label, params in searches:
+                seconds, answer = timed_get(client, f"/runs/{rid}/search.json?{urlencode(params)}")
+                matched = answer.json()["matched"]["samples"]
+                rows.append((label, f"{seconds:.3f} s ({matched:,} samples match)"))
+            seconds, answer = timed_get(client, f"/runs/{rid}/search?{urlencode({'q': 'ticket'})}")
+            rows.append(
+                (
+                    "search page (HTML, first 20 groups)",
+                    f"{seconds:.3f} s ({len(answer.content) / 1024:.0f} KB)",
+                )
+            )
+        rows.append(("probe view with the search index: peak memory", f"{peak_mb(viewer.pid):.0f} MB"))
+    finally:
+        viewer.terminate()
+        viewer.wait(timeout=30)
+    return rows
 
 
 def measure(work: Path, samples: int) -> list[tuple[str, str]]:
@@ -133,7 +218,7 @@ def measure(work: Path, samples: int) -> list[tuple[str, str]]:
         viewer.terminate()
         viewer.wait(timeout=30)
     rows.append(("probe view over an empty runs directory: peak memory", f"{empty_viewer_mb(work):.0f} MB"))
-    return rows
+    return rows + search_figures(work, samples)
 
 
 def empty_viewer_mb(work: Path) -> float:

@@ -297,7 +297,7 @@ def test_names_survive_a_resume_and_decide_a_sequential_run(workspace):
 
 def test_an_incident_attachment_names_the_model_and_its_spec(named_run):
     text = invoke("export", named_run, "--case", "c1", "--format", "md").stdout
-    assert "| model | helpdesk (openai:m@http://127.0.0.1:" in text and "| model | other (openai:n@" in text
+    assert "- model helpdesk (openai:m@http://127.0.0.1:" in text and "- model other (openai:n@" in text
 
 
 def test_an_arm_compared_with_itself_says_so(two_runs):

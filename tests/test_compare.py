@@ -178,7 +178,8 @@ def test_reversed_case_order_across_runs_is_paired(tmp_path):
     # 14/15 against 24/25: a 3-point difference needs over a thousand samples per arm.
     assert 1000 < data["n_needed_per_arm"] < 1400 and data["repeats_needed"]["design"] == "paired"
     everything = json.loads(compare_cli(str(first), str(second), "--all", "--format", "json").stdout)
-    assert list(everything) == ["results", "family", "interval_heading", "retrieval_drift", "not_compared", "warnings"]
+    assert list(everything) == ["interim", "interim_notes", "final_notes", "results", "family", "interval_heading",
+                                "retrieval_drift", "not_compared", "warnings"]
     assert [r["metric"] for r in everything["results"]][:3] == ["header_present", "header_absent", "header_misplaced"]
     assert all(set(r) >= {"metric", "verdict", "worse", "higher_is_better"} for r in everything["results"])
 

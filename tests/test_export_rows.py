@@ -8,6 +8,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import stat
 import sys
 import tracemalloc
@@ -80,10 +81,11 @@ def test_the_csv_export_has_readable_columns_and_neutralised_formulas(run_dir, t
         rows = {row["case_id"]: row for row in csv.DictReader(handle)}
     assert set(rows) == {*OUTPUTS, "broken"}
     first = rows["plain"]
-    assert list(first)[:19] == ["sample_id", "arm", "prompt", "model", "model_spec", "endpoint", "endpoint_from",
-                                "case_id", "question", "tags", "repeat", "header", "output", "raw_sha256",
-                                "error_kind", "error", "latency_ms", "input_tokens", "output_tokens"]
+    assert list(first) == documented_columns()
     assert (first["prompt"], first["model"], first["arm"], first["repeat"]) == ("v1", "desk", "1", "1")
+    assert first["run_id"] == run_dir.name and first["started_at"].startswith("20")
+    assert first["prompt_sha256"] == hashlib.sha256((run_dir / "prompts" / "v1.md").read_bytes()).hexdigest()
+    assert first["retrieval_hit"] == ""  # a metric the run lacks: an empty cell
     assert first["model_spec"].startswith("openai:m@http://127.0.0.1:") and first["endpoint"].endswith("/v1")
     assert first["endpoint_from"] == "spec"
     assert first["output"] == OUTPUTS["plain"] and first["header"] == "present"
@@ -128,7 +130,25 @@ def test_a_selection_that_matches_nothing_is_exit_2_and_writes_no_file(run_dir, 
     one = export(run_dir, "--case", "plus", "--format", "csv").stdout
     assert len(list(csv.DictReader(io.StringIO(one)))) == 1
     none = export(run_dir, "--header", "misplaced", "--format", "csv").stdout
-    assert none.startswith("sample_id,arm,") and len(none.splitlines()) == 1  # the columns alone
+    assert none.startswith("run_id,sample_id,arm,") and len(none.splitlines()) == 1  # the columns alone
+
+
+def documented_columns() -> list[str]:
+    """The export's columns as docs/json.md lists them, in order."""
+    text = (ROOT / "docs" / "json.md").read_text(encoding="utf-8")
+    section = text[text.index("## `probe export --format jsonl|csv`"):]
+    table = section[section.index("| column | value |"):].split("\n\n")[0].splitlines()[2:]
+    return [name for row in table for name in re.findall(r"`([a-z_0-9]+)`", row.split(" | ")[0])]
+
+
+def test_the_columns_are_the_same_whatever_the_run(run_dir, tmp_path):
+    """Another run (synthetic: must_retrieve and expect on every case, no tags) has exactly the
+    columns docs/json.md lists, as this one does: exports of different runs stack."""
+    other = make_run_with_outputs(tmp_path / "other", 8)
+    heads = [next(csv.reader(io.StringIO(next(iter_rows(run, "csv"))))) for run in (run_dir, other)]
+    assert heads[0] == heads[1] == documented_columns()
+    row = json.loads(next(iter_rows(other, "jsonl")))
+    assert row["retrieval_hit"] in (0, 1) and row["run_id"] == other.name
 
 
 def test_neutralise_follows_owasp():

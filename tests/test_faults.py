@@ -387,7 +387,7 @@ def test_a_lone_surrogate_in_a_reply_is_kept_and_every_json_view_reads_it(tmp_pa
     exported = CliRunner().invoke(main, ["export", str(run), "--format", "json"])
     assert shown.exit_code == 0 and exported.exit_code == 0, shown.output + exported.output
     assert json.loads(shown.stdout)["samples"][0]["text"] == "[[ANSWER]]\nx\ufffd\ufffd\ufffdy"
-    (item,) = json.loads(exported.stdout)["samples"]
+    (item,) = json.loads(exported.stdout)["cases"][0]["arms"][0]["groups"]
     assert base64.b64decode(item["raw_base64"]) == read_raw(run, sample)
 
 

@@ -883,9 +883,9 @@ def test_nothing_printed_carries_a_control_sequence_and_json_keeps_the_text(tmp_
             printed[" ".join(args[:1] + args[2:4])] = done.stdout + done.stderr
     assert {name: controls_in(text) for name, text in printed.items() if controls_in(text)} == {}
     exported = json.loads(CliRunner().invoke(main, ["export", run, "--format", "json"]).stdout)
-    sample = exported["samples"][0]
-    assert sample["raw_text"] == HOSTILE_TEXT  # JSON output: the same text, its controls escaped
-    assert sample["sample"]["response"]["model"] == "m\x1b]0;model\x07"
+    group = exported["cases"][0]["arms"][0]["groups"][0]
+    assert group["raw_text"] == HOSTILE_TEXT  # JSON output: the same text, its controls escaped
+    assert group["samples"][0]["response"]["model"] == "m\x1b]0;model\x07"
     assert "]52;c;cm0g" in CliRunner().invoke(main, ["export", run]).stdout  # shown, its ESC spelled out
 
 
@@ -894,7 +894,7 @@ def test_a_file_written_with_o_keeps_the_exact_bytes(tmp_path):
         outcome, samples = probe(tmp_path, spec("openai", server.url), cases=1)
     target = tmp_path / "export.json"
     assert CliRunner().invoke(main, ["export", str(outcome.path), "--format", "json", "-o", str(target)]).exit_code == 0
-    assert json.loads(target.read_text())["samples"][0]["raw_text"] == HOSTILE_TEXT
+    assert json.loads(target.read_text())["cases"][0]["arms"][0]["groups"][0]["raw_text"] == HOSTILE_TEXT
 
 
 SPEC_WITH_ESCAPE = "openai:a\x1b]0;t\x07@http://127.0.0.1:9/v1"

@@ -56,7 +56,10 @@ def test_show_filters_and_makes_invisible_characters_visible(run_dir):
     result = CliRunner().invoke(main, ["show", str(run_dir), "--header", "misplaced"])
     assert result.exit_code == 0, result.output
     blocks = result.output.strip().split("\n\n== ")
-    assert [b.removeprefix("== ").split()[0] for b in blocks] == ["bom.r1.a1", "fence.r1.a1"]
+    assert [b.removeprefix("== ").split()[0] for b in blocks] == ["bom.r1.a1", "fence.r1.a1", "provenance"]
+    prompt_sha = hashlib.sha256((ROOT / "prompts" / "always-header.md").read_bytes()).hexdigest()
+    assert f"prompt always-header (sha256 {prompt_sha})" in blocks[2]
+    assert "/v1 (from spec)" in blocks[2] and "probe set p (sha256 " in blocks[2]
     assert "header misplaced, leading_whitespace on line 1" in blocks[0]
     assert blocks[0].splitlines()[1:] == ["⟨U+FEFF BOM⟩[[NO_ANSWER]]␍", "Not covered.··␍"]  # no ␄: ends with a newline
     errors = CliRunner().invoke(main, ["show", str(run_dir), "--header", "error"])
@@ -68,18 +71,19 @@ def test_show_filters_and_makes_invisible_characters_visible(run_dir):
 def test_export_md_and_json_keep_exact_bytes(run_dir):
     md = CliRunner().invoke(main, ["export", str(run_dir), "--case", "fence"])
     assert md.exit_code == 0, md.output
-    assert "## fence.r1.a1" in md.output and "| question | q fence |" in md.output
-    assert '"where": "fenced"' in md.output
+    assert "## Case `fence`" in md.output and "\n> q fence\n" in md.output
+    assert "Samples: `fence.r1.a1`" in md.output and "header misplaced, fenced on line 3" in md.output
     assert "````text\nSorry.\n```\n[[NO_ANSWER]]\n```␄\n````" in md.output  # fence longer than the output's
     data = json.loads(CliRunner().invoke(main, ["export", str(run_dir), "--format", "json"]).output)
-    by_id = {item["sample"]["sample_id"]: item for item in data["samples"]}
-    assert set(by_id) == {"bom.r1.a1", "fence.r1.a1", "plain.r1.a1", "broken.r1.a1"}
+    by_case = {case["case_id"]: case["arms"][0]["groups"] for case in data["cases"]}
+    assert set(by_case) == {"bom", "fence", "plain", "broken"}
     for key, text in OUTPUTS.items():
-        assert base64.b64decode(by_id[f"{key}.r1.a1"]["raw_base64"]) == text.encode()
-        assert by_id[f"{key}.r1.a1"]["raw_text"] == text
-    assert by_id["broken.r1.a1"]["raw_text"] is None
-    assert by_id["broken.r1.a1"]["sample"]["error"]["kind"] == "http_status"
-    assert by_id["bom.r1.a1"]["retrieval"]["passages"] == []
+        (group,) = by_case[key]
+        assert group["sample_ids"] == [f"{key}.r1.a1"] and group["samples"][0]["sample_id"] == f"{key}.r1.a1"
+        assert base64.b64decode(group["raw_base64"]) == text.encode() and group["raw_text"] == text
+    (broken,) = by_case["broken"]
+    assert broken["raw_text"] is None and broken["error"]["kind"] == "http_status"
+    assert {c["case_id"]: c["passages"] for c in data["cases"]}["bom"] == [{"repeats": [1], "passages": [], "error": None}]
 
 
 def test_classify_run_offline_with_other_markers(run_dir):
@@ -120,10 +124,10 @@ def test_show_and_export_follow_the_latest_reclassification(run_dir):
     assert "fence.r1.a1" not in misplaced.output
     data = json.loads(CliRunner().invoke(main, ["export", str(run_dir), "--case", "fence", "--format", "json"]).stdout)
     assert data["classification"] == 1
-    assert data["samples"][0]["sample"]["header"]["header"] == "present"
-    assert data["samples"][0]["sample"]["header"]["declared"] == "no_answer"
+    group = data["cases"][0]["arms"][0]["groups"][0]
+    assert group["header"]["header"] == "present" and group["header"]["declared"] == "no_answer"
     md = CliRunner().invoke(main, ["export", str(run_dir), "--case", "fence"]).stdout
-    assert "classification 1 (an offline reclassification)" in md and '"header": "present"' in md
+    assert "classification 1 (an offline reclassification)" in md and "header present," in md
 
 
 def test_every_reader_warns_of_a_torn_last_line(run_dir):
@@ -175,13 +179,13 @@ def test_show_and_export_name_the_bytes_that_are_not_utf8(tmp_path):
     assert f"sha256 {hashlib.sha256(data).hexdigest()}" in text
     exported = CliRunner().invoke(main, ["export", str(run), "--format", "json"])
     assert exported.exit_code == 0, exported.output
-    item = json.loads(exported.stdout)["samples"][0]
+    item = json.loads(exported.stdout)["cases"][0]["arms"][0]["groups"][0]
     assert base64.b64decode(item["raw_base64"]) == data
     assert item["raw_text"] == data.decode("utf-8", "replace")
 
 
-def test_a_question_with_line_endings_stays_in_its_markdown_table_row(tmp_path):
-    # CommonMark ends a line at a lone CR too: a question written with CR or CRLF must not end the row.
+def test_a_question_with_line_endings_stays_in_its_markdown_quote(tmp_path):
+    # CommonMark ends a line at a lone CR too: every line of a question written with CR or CRLF is quoted.
     (tmp_path / "p.toml").write_text('[[case]]\nid = "cr"\nquestion = "first | part\\rsecond\\r\\nthird\\nfourth"\n')
     probeset = load_probeset(tmp_path / "p.toml")
     with LocalServer(lambda request: Reply("[[ANSWER]]\nok\n")) as server:
@@ -190,4 +194,4 @@ def test_a_question_with_line_endings_stays_in_its_markdown_table_row(tmp_path):
                         RunOptions(runs_dir=tmp_path / "runs")).path
     md = CliRunner().invoke(main, ["export", str(run)])
     assert md.exit_code == 0, md.output
-    assert "| question | first \\| part second third fourth |\n" in md.output
+    assert "\n> first | part\n> second\n> third\n> fourth\n" in md.output

@@ -10,7 +10,16 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from viewer_support import CHROMIUM, CHROMIUM_ARGS, GOOD, ab_replies, browser_missing, record, serving
+from viewer_support import (
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    GOOD,
+    ab_replies,
+    browser_missing,
+    record,
+    serving,
+    still_running,
+)
 
 from promptprobe.cli import main
 
@@ -182,6 +191,7 @@ def test_no_page_is_wider_than_the_window(site, pages):
         "/", f"/runs/{demo}", f"/runs/{demo}/cases/pay-bitcoin", f"/runs/{demo}/cases/pay-bitcoin?arm=2",
         f"/compare?a={demo}:1&b={demo}:2", f"/runs/{demo}/why?arm=1", f"/runs/{long}",
         f"/compare?a={long}:1&b={long}:2", f"/compare?a={ab}:1&b={long}:2", "/compare",
+        f"/runs/{demo}/search?q=support&failing=1", f"/runs/{long}/search",
     ]  # fmt: skip
     for width, page in pages.items():
         for address in addresses:
@@ -240,3 +250,65 @@ def test_two_arms_of_two_runs_are_chosen_on_the_page(site, pages):
     assert page.locator("section.case").count() == 6  # the union of both probe sets' cases
     sides = page.locator("section.case").first.locator(".armname").all_inner_texts()
     assert sides[0].startswith("A: old") and sides[1].startswith("B: v")  # named by what differs
+
+
+def test_the_search_filters_are_chosen_on_the_page_and_kept_in_its_address(site, pages, browser):
+    """Issue 35: words, failing only, a metric and an arm chosen in the form land in the address,
+    the results are those the page's JSON lists, and the address opened afresh shows the same."""
+    demo = site["demo"]
+    for width, page in pages.items():
+        page.goto(f"{site['url']}/runs/{demo}")
+        page.locator("a.go-search").click()
+        page.wait_for_url(f"**/runs/{demo}/search")
+        page.fill('input[name="q"]', "Support@Acme")
+        page.check('input[name="failing"]')
+        page.select_option('select[name="metric"]', "header_present")
+        page.select_option('select[name="arm"]', "1")
+        page.get_by_role("button", name="search").click()
+        page.wait_for_url("**/search?q=**")
+        address = page.url
+        assert "q=Support%40Acme" in address and "failing=1" in address and "metric=header_present" in address
+        assert "arm=1" in address and "header=" in address  # every field of the form, in the address
+        data = page.request.get(address.replace("/search?", "/search.json?")).json()
+        groups = page.locator("#results .group")
+        assert groups.count() == len(data["results"]) > 0
+        assert int(page.locator("#matched").get_attribute("data-samples")) == data["matched"]["samples"]
+        assert all("support@acme" in text.lower() for text in page.locator("#results pre.raw").all_inner_texts())
+        assert set(page.locator("#results .group").evaluate_all("gs => gs.map(g => g.dataset.header)")) <= {
+            "absent", "misplaced", "empty", "error"}  # failing header_present: never a present header
+        again = browser.new_page(viewport={"width": width, "height": 900})
+        try:
+            again.goto(address)  # a link to this view shows this view
+            assert again.locator("#results .group").count() == groups.count()
+            assert again.locator('input[name="failing"]').is_checked()
+            assert again.input_value('select[name="arm"]') == "1"
+            assert fits(again), width
+        finally:
+            again.close()
+
+
+def test_a_running_fixed_size_run_shows_every_verdict_interim(site, pages):
+    """Issue 35: the verdicts of a fixed-size run still running are marked interim (counted of
+    planned) and grey, not green or red, in the runs list and on the run page, at both widths."""
+    running = site["folder"] / "20991230T000000-running-000000"
+    shutil.copytree(site["folder"] / site["ab"], running)
+    try:
+        with still_running(running, planned=240):
+            for width, page in pages.items():
+                page.goto(site["url"])
+                badge = page.locator(f'[id="run-{running.name}"] .verdict-cell .badge')
+                assert badge.get_attribute("class") == "badge interim", width
+                assert badge.inner_text().startswith("interim, 24 of 240 samples: "), width
+                assert badge.evaluate("b => getComputedStyle(b).backgroundColor") == "rgb(244, 244, 244)"
+                page.goto(f"{site['url']}/runs/{running.name}")
+                badges = page.locator("#verdicts li.badge")
+                assert badges.count() > 0
+                assert set(badges.evaluate_all("bs => bs.map(b => b.className)")) == {"badge interim"}, width
+                note = page.locator("#verdicts .interim-note")
+                assert note.is_visible() and "24 of 240 samples counted" in note.inner_text()
+                # the warning is read before any verdict: it comes first in the page
+                assert note.evaluate("(n) => !!(n.compareDocumentPosition(document.querySelector("
+                                     "'#verdicts li.badge')) & Node.DOCUMENT_POSITION_FOLLOWING)")
+                assert fits(page), width
+    finally:
+        shutil.rmtree(running)

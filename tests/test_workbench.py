@@ -321,7 +321,7 @@ def test_export_rows_load_in_csv_and_json_with_the_reports_rates(tmp_path, demo_
             )
     written = tmp_path / "rows.csv"
     assert CliRunner().invoke(main, ["export", str(run), "-o", str(written)]).exit_code == 0
-    assert written.read_text().startswith("sample_id,arm,prompt")  # the suffix picked csv
+    assert written.read_text().startswith("run_id,sample_id,arm,prompt")  # the suffix picked csv
     assert oct(written.stat().st_mode & 0o777) == "0o600"
 
 

@@ -131,3 +131,24 @@ def serving(runs_dir: Path, warm: bool = False) -> Iterator[str]:
     finally:
         server.should_exit = True
         thread.join(timeout=10)
+
+
+@contextmanager
+def still_running(run: Path, planned: int) -> Iterator[Path]:
+    """The run made one still being written: its manifest says running with `planned` samples, and
+    its lock is held (as a live `probe run` holds it) until the block ends."""
+    import fcntl
+    import json
+    import os
+
+    manifest = json.loads((run / "manifest.json").read_text())
+    manifest.update(status="running", finished=None, counts={**manifest["counts"], "planned": planned})
+    (run / "manifest.json").write_text(json.dumps(manifest))
+    with open(run / ".lock", "w") as lock:
+        lock.write(str(os.getpid()))
+        lock.flush()
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield run
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)

@@ -101,7 +101,11 @@ class Comparison:
         results = self.data["results"]
         if len(results) == 1 and not self.data.get("all"):
             return dict(
-                results[0], retrieval_drift=self.data["retrieval_drift"], warnings=self.data["warnings"]
+                results[0],
+                retrieval_drift=self.data["retrieval_drift"],
+                warnings=self.data["warnings"],
+                interim_notes=self.data.get("interim_notes", []),
+                final_notes=self.data.get("final_notes", []),
             )
         return {k: v for k, v in self.data.items() if k != "all"}
 
@@ -238,11 +242,13 @@ def load(run_ref: str | Path, runs_dir: str | Path | None = None) -> Run:
     """A run by reference: a directory, its id, a unique prefix of the id, `latest`, `latest~N`."""
     from .engine.store import load_manifest
     from .runref import _info
+    from .views.runs import with_verdicts
 
     path = _where(run_ref, runs_dir)
     info = _info(path)
     if info is None:
         raise InputError(f"{path}: not a readable run")
+    (info,) = with_verdicts([info])  # its line of `probe runs`, verdict included
     return Run(path, info.to_dict(), load_manifest(path))
 
 

@@ -1508,6 +1508,7 @@ def show(
 @click.argument("run_ref", metavar="RUN")
 @_sample_filters
 @runs_dir_option
+@click.option("--arm", "arm", metavar="SELECTOR", help="Only this arm: N, prompt=NAME and/or model=NAME.")
 @output_options(("md", "json", "jsonl", "csv", "table"), default="md")
 @handle_errors
 def export(
@@ -1516,22 +1517,24 @@ def export(
     case: str | None,
     header: str | None,
     runs_dir: Path | None,
+    arm: str | None,
     fmt: str,
     output: Path | None,
 ) -> None:
-    """An incident attachment (md, json): question, retrieval, classification and the exact raw
-    output; or one row per sample (jsonl, csv, table) for pandas, DuckDB, Datasette or a
-    spreadsheet: arm names, question, tags, output text and its sha256, header, error and every
-    metric. CSV cells a spreadsheet would run as a formula get a leading ' (OWASP)."""
+    """An incident file (md, json): per case the question, expected outcome, passages, failed
+    metrics and the outputs grouped by identical bytes with their counts and sample ids, with the
+    run's provenance; or one row per sample (jsonl, csv, table; a fixed set of columns, listed
+    in docs/cli.md) for pandas, DuckDB, Datasette or a spreadsheet. CSV cells a spreadsheet would
+    run as a formula get a leading ' (OWASP)."""
     run_dir = resolve_run(run_ref, runs_dir)
     if fmt in ("jsonl", "csv", "table"):
         from .views.rows import iter_rows
 
-        emit_stream(iter_rows(run_dir, fmt, sample, case, header), output)
+        emit_stream(iter_rows(run_dir, fmt, sample, case, header, arm), output)
         return
-    from .views.show import export as export_samples
+    from .views.incident import export as export_samples
 
-    emit(export_samples(run_dir, sample, case, header, fmt), output, newline=False)
+    emit(export_samples(run_dir, sample, case, header, fmt, arm), output, newline=False)
 
 
 # -- judge / label --------------------------------------------------------------------------
@@ -1707,11 +1710,10 @@ def runs(limit: int | None, runs_dir: Path | None, fmt: str, output: Path | None
     """The runs of the runs directory, newest first: id, probe set, arms, status, samples,
     errors, created. Any command that takes a RUN takes an id from here, a unique prefix of
     one, latest or latest~N."""
-    from .runref import list_runs
     from .runref import runs_dir as folder_of
-    from .views.runs import render_runs
+    from .views.runs import render_runs, runs_view
 
-    found = list_runs(runs_dir, limit)
+    found = runs_view(runs_dir, limit)
     if not found and fmt != "json":
         emit(f"no runs in {folder_of(runs_dir)}", output)
         return

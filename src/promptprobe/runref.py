@@ -39,6 +39,7 @@ class RunInfo:
     created: str
     pairs: tuple[tuple[str, str], ...] = ()  # each arm's (prompt, model name), in arm order
     sequential: bool = False  # rounds until decided: `planned` is a cap, not a target
+    verdict: dict[str, Any] | None = None  # a two-arm run's headline verdict (views/runs.py)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -51,6 +52,7 @@ class RunInfo:
             "planned": self.planned,
             "errors": self.errors,
             "created": self.created,
+            "verdict": self.verdict,
         }
 
 

@@ -23,7 +23,8 @@ Modules: `side` (an arm's counts on a metric, paired or not), `selectors` and `p
 `metric` (one metric compared), `settle` (what it decided, the interval beside it), `family`
 (several metrics adjusted together), `hints` (what an undecided verdict would need), `sequential`
 (a run stopped on its rule), `drift` (retrieval drift), `rates` (one arm's rate and intervals),
-`words` (every word a reader sees), `runs` (two runs' arms compared: the entry point).
+`words` (every word a reader sees), `interim` (whether the verdicts are final yet: a fixed-size
+run still running is not), `runs` (two runs' arms compared: the entry point).
 """
 
 from .family import adjust

@@ -8,6 +8,7 @@ from ..errors import InputError
 from .drift import drift
 from .family import adjust, joint_patterns
 from .hints import add_hints
+from .interim import interim_of, mark_interim_verdicts
 from .metric import compare_sides
 from .pairs import Pair, pair_arms
 from .selectors import parse_selector
@@ -118,6 +119,7 @@ def compare_tables(
         result["a"]["classification"] = counts_a.classification
         result["b"]["classification"] = counts_b.classification
     return {
+        **mark_interim_verdicts(results, [counts_a] if counts_b is counts_a else [counts_a, counts_b]),
         "results": results,
         "family": len(results),
         "interval_heading": interval_heading(results),  # the interval column's level, said once
@@ -132,8 +134,9 @@ def compare_tables(
 
 
 def _unfinished(counts: CountsTable) -> list[str]:
-    """A run that is not complete is compared on what it has recorded so far: said beside it."""
-    if counts.state == "complete":
+    """A run that is not complete is compared on what it has recorded so far: said beside it (a
+    run still running says so in its interim note instead)."""
+    if counts.state == "complete" or interim_of(counts) is not None:
         return []
     how = "still running" if counts.state == "running" else f"{counts.state}, not complete"
     of = f" of {counts.planned}" if counts.planned else ""

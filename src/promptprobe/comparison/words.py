@@ -199,6 +199,7 @@ def describe(result: dict[str, Any]) -> None:
         "sentence": sentence(result),
         "generalise": generalise_sentence(result),
         "badge": f"{headline}: {in_points(effect['estimate'])}, {interval_words(result)}",
+        "tone": kind,  # how a page colours it: `interim` (no colour) while a run is not final
         "failure": failure_line(result) if result["worse"] else None,
         "cells": {  # the table's columns
             "estimate": points(effect["estimate"]),
@@ -206,3 +207,14 @@ def describe(result: dict[str, Any]) -> None:
             "pooled": f"{points(result['diff'])} ({'..'.join(map(points, result['newcombe']))})",
         },
     }
+
+
+def mark_interim(result: dict[str, Any], counted: str) -> None:
+    """A verdict of a run that is not final yet (`counted`: e.g. `33 of 720 samples`): flagged, its
+    words saying so first, and coloured as neither better nor worse."""
+    words = result["words"]
+    result["interim"] = True
+    words["tone"] = "interim"
+    words["verdict"] = f"{words['verdict']} (interim)"
+    words["badge"] = f"interim, {counted}: {words['badge']}"
+    words["sentence"] = f"Interim ({counted}; not a result until the run ends): {words['sentence']}"

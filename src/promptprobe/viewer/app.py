@@ -69,6 +69,13 @@ def why_url(run_id: str, arm: int, metric: str, phrase: str | None = None, page:
     return f"/runs/{quote(run_id)}/why" + _query(arm=arm, metric=metric, phrase=phrase, page=page)
 
 
+def search_url(run_id: str, filters: dict[str, Any] | None = None, page: int = 1) -> str:
+    given = {k: v for k, v in (filters or {}).items() if v not in (None, "", False)}
+    if given.get("failing") is True:
+        given["failing"] = 1
+    return f"/runs/{quote(run_id)}/search" + _query(**given, page=page)
+
+
 def compare_url(a: str | None = None, b: str | None = None, metric: str | None = None, page: int = 1) -> str:
     return "/compare" + _query(a=a, b=b, metric=metric, page=page)
 
@@ -141,6 +148,7 @@ class Viewer:
             raw_url=raw_url,
             why_url=why_url,
             compare_url=compare_url,
+            search_url=search_url,
             cell_link=lambda run_id: lambda case_id, arm: case_url(run_id, case_id, arm),
             raw_link=lambda run_id, arm, case_id: lambda sample_id: raw_url(run_id, sample_id, arm, case_id),
             phrase_link=lambda run_id, arm, metric: lambda phrase: why_url(run_id, arm, metric, phrase),
@@ -179,10 +187,12 @@ class Viewer:
         return self.render(request, "viewer_problem.html.j2", {"error": message}, status)
 
     def warm_forever(self) -> None:
-        """Count every run in the background, newest first, so its page opens without waiting."""
+        """Count every run in the background, newest first, so its page opens without waiting, and
+        index the newest for search."""
         while not self.stop.is_set():
             try:
                 self.runs.warm()
+                pages.index_newest(self.runs)
             except Exception as exc:  # the loop goes on: a page counts its run itself and says why not
                 warn(f"probe view: counting runs in the background: {exc}")
             self.stop.wait(WARM_EVERY)
@@ -300,6 +310,17 @@ def why_handler(request: Request) -> Response:
     return viewer.page(request, "viewer_why.html.j2", build, request.url.path.endswith(".json"))
 
 
+def search_handler(request: Request) -> Response:
+    viewer = _viewer(request)
+    run_id = request.path_params["run_id"]
+    params = {k: request.query_params.get(k) for k in ("q", "failing", "header", "tag", "metric", "arm")}
+
+    def build() -> dict[str, Any]:
+        return pages.search_page(viewer.runs, run_id, params, _int(request, "page") or 1)
+
+    return viewer.page(request, "viewer_search.html.j2", build, request.url.path.endswith(".json"))
+
+
 def script_handler(request: Request) -> Response:
     return _send(request, (STATIC / "viewer.js").read_bytes(), "text/javascript; charset=utf-8")
 
@@ -321,6 +342,8 @@ ROUTES = [
     Route("/compare", compare_handler),
     Route("/compare.json", compare_handler),
     Route("/static/viewer.js", script_handler),
+    Route("/runs/{run_id}/search", search_handler),
+    Route("/runs/{run_id}/search.json", search_handler),
     Route("/runs/{run_id}/why", why_handler),
     Route("/runs/{run_id}/why.json", why_handler),
     Route("/runs/{run_id}/cases/{case_id}/incident.md", incident_handler),

@@ -17,7 +17,9 @@ from ..errors import InputError
 from ..pack import RawUnreadable, read_raw
 from ..views.judged_groups import judged_groups
 from ..views.outputs import GROUPS_PER_PAGE, LOG, SAMPLE_ID, Indexed, groups_of, inline_segments, page_of
-from ..views.overview import arms_of, compare_arms, run_overview, side_by_side
+from ..views.overview import arms_of, compare_arms, headline, run_overview, side_by_side
+from ..views.provenance import provenance
+from ..views.search import SearchIndex, check_filters, search_view
 from ..views.why import explain_scored, phrases, scored_samples
 from .runs import RunsDir, manifest_line
 
@@ -72,17 +74,6 @@ def run_line(counts: CountsTable) -> dict[str, Any]:
     """A run's line of the runs page, from its counts (the run page's own numbers)."""
     overview = overview_of(counts)
     report = overview["report"]
-    summary = overview["verdicts"]
-    headline = None
-    if summary and summary["results"]:
-        first = summary["results"][0]
-        words = first["words"]
-        headline = {
-            "metric": first["metric"],
-            "verdict": first["verdict"],
-            "kind": words["kind"],
-            "text": words["badge"],
-        }
     return {
         "id": counts.run.name,
         "probeset": report["probeset"],
@@ -92,7 +83,7 @@ def run_line(counts: CountsTable) -> dict[str, Any]:
         "errors": sum(arm["errors"] for arm in report["arms"]),
         "created": str(counts.manifest.get("created") or ""),
         "arms": [{"index": a["index"], "name": a["name"]} for a in overview["arms"]],
-        "verdict": headline,
+        "verdict": headline(overview["verdicts"]),
         "problems": list(report["warnings"]),
     }
 
@@ -182,8 +173,11 @@ def _case_view(
             if (cell := per_case.get(case_id))
         }
         sides.append({"arm": entry, "metrics": metrics, "outputs": outputs})
+    names = {a["index"]: a["name"] for a in arms}
+    shown = [arm] if arm is not None else list(names)
     return {
         "run": run_id,
+        "provenance": provenance(counts, shown, names),
         "case": {
             "case_id": case.id,
             "question": case.question,
@@ -243,6 +237,13 @@ def compare_page(
             view["metric"], page, groups_per_side=GROUPS_PER_SIDE, summary=summary,
         )),
     )[2]  # fmt: skip
+    view["provenance"] = [
+        provenance(counts, [number], {number: side["name"]})
+        for counts, number, side in (
+            (counts_a, side_a[1], view["comparison"]["a"]),
+            (counts_b, side_b[1], view["comparison"]["b"]),
+        )
+    ]
     view["problems"] = list(counts_a.warnings) + (list(counts_b.warnings) if counts_b is not counts_a else [])
     return view
 
@@ -275,6 +276,7 @@ def why_page(
     keep = contains if wanted else None
     return {
         "run": run_id,
+        "provenance": provenance(counts, [index], {index: arms[index - 1]["name"]}),
         "arms": arms,
         "arm": index,
         "metric": metric,
@@ -286,10 +288,70 @@ def why_page(
     }
 
 
+MAX_INDEXED = 4  # runs whose search index is kept at once
+# Samples a search page indexes itself before it answers from what is indexed (a few tenths of a
+# second); the background indexes the rest, as many at a time, letting pages in between.
+PAGE_INDEX_SAMPLES = 2_000
+INDEX_CHUNK = 500
+_INDEXES: OrderedDict[Path, SearchIndex] = OrderedDict()
+_INDEXES_LOCK = threading.Lock()
+
+
+def _index_of(counts: CountsTable, limit: int | None, wait: bool = True) -> tuple[SearchIndex, int]:
+    """The run's search index, brought up to the counts by at most `limit` more samples (built on
+    first use; `wait=False`: none while the background is at it), and the bytes of
+    samples.jsonl it has still to read."""
+    with _INDEXES_LOCK:
+        index = _INDEXES.get(counts.run)
+        if index is None:
+            index = _INDEXES[counts.run] = SearchIndex(counts)
+        _INDEXES.move_to_end(counts.run)
+        while len(_INDEXES) > MAX_INDEXED:
+            _INDEXES.popitem(last=False)
+    return index, index.update(counts, limit, wait)
+
+
+def index_newest(runs: RunsDir) -> None:
+    """Index the newest runs for search (the background's, after counting them), so that a
+    search finds every output without waiting for them to be read."""
+    for run_id in runs.ids()[:MAX_INDEXED]:
+        if run_id not in runs.summaries:
+            continue  # not counted yet
+        try:
+            _, counts = runs.counts(run_id)
+            while _index_of(counts, INDEX_CHUNK)[1]:
+                pass
+        except (InputError, OSError):
+            continue  # a run that cannot be counted says why on its own page and line
+
+
+def search_page(runs: RunsDir, run_id: str, params: dict[str, str | None], page: int) -> dict[str, Any]:
+    """A run's samples that match a text search and filters, grouped by identical output."""
+    _, counts = _counted(runs, run_id)
+    try:
+        filters = check_filters(counts, params, len(counts.arms))
+    except ValueError as exc:
+        raise InputError(str(exc)) from None
+    arms = arms_of(counts)
+    index, left = _index_of(counts, PAGE_INDEX_SAMPLES, wait=False)
+    view = search_view(index, arms, filters, page)
+    size = index.offset + left
+    # Not all read yet: the results are of what is, said to be so; the page follows the index.
+    view["indexing"] = (
+        {"read_bytes": index.offset, "of_bytes": size, "percent": 100 * index.offset // size}
+        if left
+        else None
+    )
+    view["live"] = bool(left) or counts.state == "running"
+    names = {a["index"]: a["name"] for a in arms}
+    view["provenance"] = provenance(counts, [filters["arm"]] if filters["arm"] else list(names), names)
+    return view
+
+
 def incident(runs: RunsDir, run_id: str, case_id: str, fmt: str) -> str:
     """`probe export RUN --case ID` (markdown or JSON): the incident attachment of one case."""
     from ..redaction import SCRUBBER
-    from ..views.show import export
+    from ..views.incident import export
 
     path = runs.path_of(run_id)
     if path is None:

@@ -16,9 +16,9 @@ GREEN, RED, RESET = "\x1b[32m", "\x1b[31m", "\x1b[0m"
 
 def _verdict_cell(result: dict[str, Any], color: bool) -> str:
     words = result["words"]
-    if not color or words["kind"] == "same":
+    if not color or words["tone"] not in ("better", "worse"):  # an interim verdict is never coloured
         return words["verdict"]
-    return f"{RED if words['kind'] == 'worse' else GREEN}{words['verdict']}{RESET}"
+    return f"{RED if words['tone'] == 'worse' else GREEN}{words['verdict']}{RESET}"
 
 
 def _classified(side: dict[str, Any]) -> str:
@@ -38,7 +38,11 @@ def render_comparison(
     results = comparison["results"]
     if not results:
         return "no metric has samples on both sides"
-    out = _arms_lines(results)
+    # Before the table, so that nobody reads a verdict of a running run without it.
+    out = [f"INTERIM: {note}" for note in comparison.get("interim_notes") or []]
+    out += [f"FINAL: {note}" for note in comparison.get("final_notes") or []]
+    out += [""] if out else []
+    out += _arms_lines(results)
     heading = comparison.get("interval_heading") or interval_heading(results)
     out.append(_metrics_table(results, heading, fmt, width, color and fmt == "table"))
     out.append("")
@@ -208,9 +212,11 @@ def _notes(comparison: dict[str, Any], results: list[dict[str, Any]]) -> list[st
         for r in results
         for n in r.get("notes", [])
     )
-    return [f"note: {note}" for note in notes] + [
-        f"warning: {warning}" for warning in comparison.get("warnings") or []
-    ]
+    return (
+        [f"note: {note}" for note in notes]
+        + [f"warning: {warning}" for warning in comparison.get("warnings") or []]
+        + [f"warning: interim: {note}" for note in comparison.get("interim_notes") or []]
+    )
 
 
 def failure_line(result: dict[str, Any]) -> str:

@@ -12,6 +12,7 @@ from typing import Any, Protocol
 from ..comparison import compare_tables
 from ..counts import ArmCounts, CountsTable
 from .outputs import inline_segments, page_of
+from .provenance import provenance
 from .report import build_report
 
 CASES_PER_PAGE = 10
@@ -63,11 +64,38 @@ def compare_arms(
     return {
         "a": results[0]["a"]["name"] if results else "A",
         "b": results[0]["b"]["name"] if results else "B",
+        "interim": comparison["interim"],
+        "interim_notes": comparison["interim_notes"],
+        "final_notes": comparison["final_notes"],
         "results": results,
         "interval_heading": comparison["interval_heading"],
         "retrieval_drift": comparison["retrieval_drift"],
         "warnings": comparison["warnings"],
     }
+
+
+def headline(summary: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A two-arm run's verdict in a few words: its first metric's (the runs list's column)."""
+    if not summary or not summary["results"]:
+        return None
+    first = summary["results"][0]
+    words = first["words"]
+    return {
+        "metric": first["metric"],
+        "verdict": first["verdict"],
+        "kind": words["kind"],
+        "tone": words["tone"],
+        "interim": first["interim"],
+        "text": words["badge"],
+        "short": words["verdict"],
+    }
+
+
+def run_headline(counts: CountsTable) -> dict[str, Any] | None:
+    """The headline verdict of a run of exactly two arms with samples (None otherwise)."""
+    if len(counts.arms) != 2 or not counts.recorded:
+        return None
+    return headline(compare_arms(counts, counts.arms[0], counts, counts.arms[1]))
 
 
 def grid(counts: CountsTable) -> list[dict[str, Any]]:
@@ -120,6 +148,7 @@ def run_overview(counts: CountsTable, verdicts: bool = True) -> dict[str, Any]:
         "cases": [{"case_id": c.id, "question": c.question} for c in counts.probeset.cases],
         "verdicts": summary,
         "grid": grid(counts),
+        "provenance": provenance(counts, names={a["index"]: a["name"] for a in arms}),
         "metrics": {
             name: {"higher_is_better": rule.higher_is_better, "description": rule.description}
             for name, rule in counts.metrics.items()

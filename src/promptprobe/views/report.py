@@ -42,7 +42,7 @@ def _price(match: PriceMatch) -> dict[str, Any]:
     return {"price": match.price.to_dict() if match.price else None, "cost_unknown": match.reason}
 
 
-def _usage(arm: ArmCounts) -> dict[str, Any]:
+def usage(arm: ArmCounts) -> dict[str, Any]:
     latencies = list(arm.latencies)
     return {
         "input_tokens": arm.input_tokens,
@@ -104,7 +104,7 @@ def _arm(arm: ArmCounts, counts: CountsTable, by_tag: bool) -> dict[str, Any]:
         "metrics": metrics,
         "cases": cases,
         "usage": {
-            **_usage(arm),
+            **usage(arm),
             **(
                 {"judge_cost_usd": None if arm.judge_cost_unknown else round(arm.judge_cost, 6)}
                 if counts.settings.judges

@@ -7,7 +7,9 @@ back (the output decoded as UTF-8, undecodable bytes as U+FFFD, beside the sha25
 bytes; the header class; the error's kind and message) and the outcome of every metric: 1 or 0,
 empty where the metric does not apply to the case, and for a failed sample the metric's
 unfavourable outcome (as every report counts it), so that a column's mean is the rate the
-report shows.
+report shows. The columns are the same for every run (docs/json.md lists them): run id, prompt
+sha256 and start time included, and every built-in metric (empty where the run lacks it); the
+run's own [[check]]s follow, one column each.
 
 Rows are streamed in the order the samples were recorded: memory does not grow with the run.
 In CSV (RFC 4180: rows end in CRLF), every text cell is quoted and one that a spreadsheet would
@@ -22,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import endpoints
-from ..checks import metrics_for
+from ..checks import METRICS, metrics_for
 from ..counts import build_counts, classifications, merged_samples, settings_of
 from ..engine.cost import usage_tokens
 from ..engine.store import load_manifest
@@ -30,13 +32,16 @@ from ..errors import InputError
 from ..jsonio import dumps_line, warn
 from ..pack import RawReader
 from ..probeset import parse_probeset
+from .outcomes import outcome
 from .show import HEADER_CLASSES
 from .tables import table
 
 FIXED = [
+    "run_id",
     "sample_id",
     "arm",
     "prompt",
+    "prompt_sha256",
     "model",
     "model_spec",
     "endpoint",
@@ -45,6 +50,7 @@ FIXED = [
     "question",
     "tags",
     "repeat",
+    "started_at",
     "header",
     "output",
     "raw_sha256",
@@ -54,8 +60,15 @@ FIXED = [
     "input_tokens",
     "output_tokens",
 ]
+# Every built-in metric has its column in every export (empty where the run lacks it): the columns
+# are the same whatever the run, and the run's own [[check]]s follow, one column each, by name.
+METRIC_COLUMNS = list(METRICS)
+COLUMNS = FIXED + METRIC_COLUMNS
 # Left out of the terminal table: long text, and what the other columns already say.
 NOT_IN_TABLE = {
+    "run_id",
+    "prompt_sha256",
+    "started_at",
     "arm",
     "model_spec",
     "endpoint",
@@ -84,7 +97,12 @@ class SampleRows:
     """The columns of a run's export and its rows, read in one streaming pass."""
 
     def __init__(
-        self, run_dir: Path, sample: str | None = None, case: str | None = None, header: str | None = None
+        self,
+        run_dir: Path,
+        sample: str | None = None,
+        case: str | None = None,
+        header: str | None = None,
+        arm: str | None = None,
     ) -> None:
         manifest = load_manifest(run_dir)
         probeset = parse_probeset(
@@ -102,22 +120,29 @@ class SampleRows:
         self.number = numbers[-1] if numbers else None
         self.settings = settings_of(run_dir, manifest, self.number)
         self.metrics = metrics_for(self.settings)
-        self.applicable = [
-            name
-            for name, m in self.metrics.items()
-            if any(m.applies(c, self.settings) for c in self.cases.values())
-        ]
-        self.columns = FIXED + self.applicable
+        self.user_checks = [name for name in self.metrics if name not in METRICS]
+        self.columns = COLUMNS + self.user_checks
+        self.run_id = run_dir.name
+        self.prompt_sha256 = {p["name"]: p.get("sha256") for p in manifest.get("prompts") or []}
         self.arms = {(a["prompt"], a["model"]): a.get("arm") for a in manifest["arms"]}
         self.specs = {m.get("name") or m["spec"]: m["spec"] for m in manifest.get("models", [])}
         self.went = endpoints.of_run(manifest)  # by spec: where each model's calls went, as recorded
         # Where a user's check applies is told by its outputs (the counts' rule for failed samples).
-        self.check_applies = build_counts(run_dir).check_applies if self.settings.user else {}
+        counts = build_counts(run_dir) if self.settings.user or arm is not None else None
+        self.check_applies = counts.check_applies if counts is not None and self.settings.user else {}
+        self.arm = None
+        if counts is not None and arm is not None:
+            from .incident import chosen_arm
+
+            picked = counts.arms[(chosen_arm(run_dir, counts, arm) or 1) - 1]
+            self.arm = (picked.prompt, picked.model)
 
     def _wanted(self, record: dict[str, Any]) -> bool:
         if self.sample and record["sample_id"] != self.sample:
             return False
         if self.case and record["case_id"] != self.case:
+            return False
+        if self.arm is not None and (record["prompt"], record["model"]) != self.arm:
             return False
         state = "error" if record.get("error") else (record.get("header") or {}).get("header")
         return not self.header or state == self.header
@@ -149,9 +174,11 @@ class SampleRows:
         went = self.went.get(spec)
         output, sha256 = self._output(record)
         row: dict[str, Any] = {
+            "run_id": self.run_id,
             "sample_id": record["sample_id"],
             "arm": self.arms.get((record["prompt"], record["model"])),
             "prompt": record["prompt"],
+            "prompt_sha256": self.prompt_sha256.get(record["prompt"]),
             "model": record["model"],
             "model_spec": spec,
             "endpoint": went.url if went else None,
@@ -160,6 +187,7 @@ class SampleRows:
             "question": case.question if case else None,
             "tags": list(case.tags) if case else [],
             "repeat": record["repeat"],
+            "started_at": record.get("started_at"),
             "header": (record.get("header") or {}).get("header") if not error else "error",
             "output": output,
             "raw_sha256": sha256,
@@ -169,21 +197,16 @@ class SampleRows:
             "input_tokens": tokens_in,
             "output_tokens": tokens_out,
         }
-        outcomes = record.get("outcomes") or {}
-        for name in self.applicable:
-            metric = self.metrics[name]
-            if case is None or not metric.applies(case, self.settings):
-                row[name] = None
-            elif error and self.check_applies.get(name, {}).get(record["case_id"]) is False:
-                row[name] = None  # a check that returned None for every output of this case
-            elif error:
-                row[name] = 0 if metric.higher_is_better else 1
-            elif name in outcomes:
-                row[name] = int(bool(outcomes[name]))
-            else:
-                outcome = metric.outcome(record, case, self.settings)  # None: a check that does not apply
-                row[name] = None if outcome is None else int(bool(outcome))
+        for name in METRIC_COLUMNS:
+            metric = self.metrics.get(name)
+            row[name] = None if metric is None else self._outcome(name, record, case)
+        for name in self.user_checks:
+            row[name] = self._outcome(name, record, case)
         return row
+
+
+    def _outcome(self, name: str, record: dict[str, Any], case: Any) -> int | None:
+        return outcome(name, self.metrics[name], record, case, self.settings, self.check_applies)
 
 
 class _CsvLines:
@@ -210,12 +233,17 @@ def csv_cell(value: Any) -> Any:
 
 
 def iter_rows(
-    run_dir: Path, fmt: str, sample: str | None = None, case: str | None = None, header: str | None = None
+    run_dir: Path,
+    fmt: str,
+    sample: str | None = None,
+    case: str | None = None,
+    header: str | None = None,
+    arm: str | None = None,
 ) -> Iterator[str]:
     """The export as pieces of text, one row at a time (`jsonl`, `csv`), or the terminal table
     (`table`: the short columns). Nothing is yielded before the first row is found, so a
     selection that matches nothing fails before anything is written."""
-    rows = SampleRows(run_dir, sample, case, header)
+    rows = SampleRows(run_dir, sample, case, header, arm)
     if fmt == "table":
         shown = [c for c in rows.columns if c not in NOT_IN_TABLE]
         body = [["-" if row[c] is None else row[c] for c in shown] for row in rows]

@@ -2,16 +2,18 @@
 view at 100 columns (the id already holds the probe set and the time, so those go first)."""
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from ..jsonio import dumps_pretty
 from ..runref import RunInfo
 from .tables import fit_table, table, terminal_width, wrap_cell
 
-HEADERS = ["id", "probe set", "arms", "status", "samples", "errors", "created"]
+HEADERS = ["id", "probe set", "arms", "status", "samples", "errors", "created", "verdict"]
 MIN_ARMS_WIDTH = 16
 WRAPPED_ARMS = 30  # the arms wrap to this width before other columns are left out
 DROPPABLE = ("created", "probe set")
+VERDICT_WIDTH = 14  # the verdict folds to this in the plain table
 
 
 def arms_cell(pairs: Sequence[tuple[str, str]], width: int | None = None) -> str:
@@ -47,7 +49,44 @@ def _row(info: RunInfo) -> list[Any]:
         _samples(info),
         info.errors,
         info.created.replace("T", " ")[:19],
+        verdict_cell(info.verdict, VERDICT_WIDTH),
     ]
+
+
+def verdict_cell(verdict: dict[str, Any] | None, width: int | None = None) -> str:
+    """`always-header better` (on the run's first metric, header_present; JSON names it), folded
+    to `width`; `-` for a run that is not two arms with samples."""
+    if not verdict:
+        return "-"
+    return verdict["short"] if width is None else wrap_cell(verdict["short"], width)
+
+
+def with_verdicts(found: list[RunInfo]) -> list[RunInfo]:
+    """The runs, each two-arm run with its headline verdict (counted: one pass over its samples);
+    a run that cannot be counted keeps none."""
+    from dataclasses import replace
+
+    from ..counts import build_counts
+    from ..errors import InputError
+    from .overview import run_headline
+
+    out = []
+    for info in found:
+        verdict = None
+        if len(info.pairs) == 2 and info.samples:
+            try:
+                verdict = run_headline(build_counts(info.path, on_warning=lambda message: None))
+            except InputError:
+                verdict = None  # its problems are `probe report`'s to say
+        out.append(replace(info, verdict=verdict))
+    return out
+
+
+def runs_view(folder: str | Path | None = None, limit: int | None = None) -> list[RunInfo]:
+    """`probe runs`: the runs of a runs directory, newest first, with their headline verdicts."""
+    from ..runref import list_runs
+
+    return with_verdicts(list_runs(folder, limit))
 
 
 def _width(text: str) -> int:
@@ -56,18 +95,25 @@ def _width(text: str) -> int:
 
 def render_runs(found: list[RunInfo], fmt: str = "table", width: int | None = None) -> str:
     """The runs as JSON (`{"runs": [...]}`), a markdown table, or a plain table no wider than
-    the terminal: the arms wrap (to no less than 30 columns), then `created` and `probe set`
-    (both in the id) are left out, then the arms wrap further; a long spec breaks after `@`
-    or `/`."""
+    the terminal (the verdict folded to 14 columns): the arms wrap (to no less than 30 columns),
+    then `created` and `probe set` (both in the id) are left out, then the verdict, then the arms
+    wrap further; a long spec breaks after `@` or `/`."""
     if fmt == "json":
         return dumps_pretty({"runs": [info.to_dict() for info in found]})
     rows = [_row(info) for info in found]
     if fmt != "table":
+        for row, info in zip(rows, found, strict=True):
+            row[-1] = verdict_cell(info.verdict)
         return table(rows, HEADERS, fmt)
     limit = width or terminal_width()
     arms = HEADERS.index("arms")
     natural = max(len(row[arms]) for row in rows)
-    choices = (HEADERS, [h for h in HEADERS if h != "created"], [h for h in HEADERS if h not in DROPPABLE])
+    choices = (
+        HEADERS,
+        [h for h in HEADERS if h != "created"],
+        [h for h in HEADERS if h not in DROPPABLE],
+        [h for h in HEADERS if h not in DROPPABLE and h != "verdict"],  # `probe runs --json` keeps it
+    )
     for last, kept in enumerate(choices, 1 - len(choices)):
         columns = [HEADERS.index(name) for name in kept]
         others = [i for i in columns if i != arms]

@@ -1,18 +1,17 @@
-"""Showing and exporting recorded samples: for reading raw outputs and for incident write-ups."""
+"""Showing recorded samples: raw outputs with invisible characters made visible (the incident
+file, which exports them, is views/incident.py)."""
 
-import base64
 import re
 import unicodedata
 from pathlib import Path
 from typing import Any
 
-from .. import endpoints
 from ..counts import classifications, merged_samples
 from ..engine.store import load_manifest
 from ..errors import InputError
-from ..jsonio import dumps_pretty, iter_jsonl, warn
+from ..jsonio import dumps_pretty, warn
 from ..pack import RawUnreadable, read_raw
-from ..probeset import parse_probeset
+from .provenance import render_provenance
 
 HEADER_CLASSES = ("present", "absent", "misplaced", "empty", "error")
 DISPLAY_BYTES = 100_000  # an output longer than this is cut for display (the exact bytes stay whole)
@@ -211,10 +210,12 @@ def show(
     for record in chosen:
         raw = _raw(run_dir, record)
         items.append((record, raw))
+    source = shown_provenance(run_dir, chosen)
     if fmt == "json":
         return dumps_pretty(
             {
                 "run": str(run_dir),
+                "provenance": source,
                 "classification": latest_classification(run_dir),
                 "samples": [
                     {
@@ -252,165 +253,24 @@ def show(
     number = latest_classification(run_dir)
     if number is not None and blocks:  # say which classification the header states come from
         blocks.insert(0, f"headers as classification {number} (an offline reclassification) has them")
+    if blocks:
+        text = render_provenance(source)
+        blocks.append("## Provenance\n\n" + text if fmt == "md" else "== provenance\n" + text)
     return "\n\n".join(blocks) if blocks else "no sample matches"
 
 
-def _model(name: str, specs: dict[str, str]) -> str:
-    """A model by its arm name, with its spec beside it when they differ."""
-    spec = specs.get(name, name)
-    return name if spec == name else f"{name} ({spec})"
+def shown_provenance(run_dir: Path, records: list[dict[str, Any]]) -> dict[str, Any]:
+    """The provenance of the arms the shown samples belong to (every arm when none is shown)."""
+    from ..counts import build_counts
+    from .provenance import provenance
 
-
-def _went(name: str, specs: dict[str, str], went: dict[str, Any]) -> dict[str, Any] | None:
-    """Where the calls of the model an arm names went (endpoints are recorded by spec)."""
-    spec = specs.get(name, name)
-    return went[spec].to_dict() if spec in went else None
-
-
-def _described(endpoint: dict[str, Any] | None) -> str | None:
-    return endpoints.Endpoint.from_dict(endpoint).describe() if endpoint else None
-
-
-def _cell(value: Any) -> str:
-    if value is None:
-        return "-"  # an attachment never says "None"
-    # CommonMark ends a line at LF, CR or CRLF: any of them would end the table row.
-    return str(value).replace("|", "\\|").replace("\r\n", " ").replace("\r", " ").replace("\n", " ")
+    counts = build_counts(run_dir)
+    pairs = {(r["prompt"], r["model"]) for r in records}
+    arms = [i for i, arm in enumerate(counts.arms, 1) if (arm.prompt, arm.model) in pairs]
+    return provenance(counts, arms or None)
 
 
 def _fence(text: str) -> str:
+    """A code fence longer than any run of backticks in the text."""
     longest = max((len(run) for run in BACKTICKS.findall(text)), default=0)
     return "`" * max(3, longest + 1)
-
-
-def export(
-    run_dir: Path,
-    sample: str | None = None,
-    case: str | None = None,
-    header: str | None = None,
-    fmt: str = "md",
-) -> str:
-    """An incident attachment: each sample's question, retrieval, classification and exact output."""
-    manifest, chosen = select_samples(run_dir, sample, case, header)
-    specs = {m.get("name") or m["spec"]: m["spec"] for m in manifest.get("models", [])}
-    items = _export_items(run_dir, manifest, chosen, specs)
-    if fmt == "json":
-        return dumps_pretty(
-            {
-                "run": str(run_dir),
-                "probeset": manifest["probeset"]["name"],
-                "tool_version": manifest.get("tool_version"),
-                "classification": latest_classification(run_dir),
-                "samples": [item for item, _ in items],
-            }
-        )
-    out = [
-        f"# promptprobe export: {manifest['probeset']['name']}",
-        "",
-        f"Run `{run_dir.name}`, created {manifest['created']}, status {manifest['status']}, "
-        f"promptprobe {manifest.get('tool_version')}. {len(items)} sample(s).",
-    ]
-    number = latest_classification(run_dir)
-    if number is not None:
-        out.append(f"Headers and checks as classification {number} (an offline reclassification) has them.")
-    for item, raw_visible in items:
-        out += _sample_section(item, raw_visible, specs)
-    return "\n".join(out) + "\n"
-
-
-def _export_items(
-    run_dir: Path, manifest: dict[str, Any], chosen: list[dict[str, Any]], specs: dict[str, str]
-) -> list[tuple[dict[str, Any], str | None]]:
-    """Each chosen sample's attachment object, with its output made visible (None: it failed)."""
-    probeset = parse_probeset(
-        manifest["probeset"]["source"].encode("utf-8"), Path(manifest["probeset"]["path"])
-    )
-    questions = {c.id: c.question for c in probeset.cases}
-    retrievals = _snapshots(run_dir, {(r["case_id"], r["repeat"]) for r in chosen})
-    prompts = {p["name"]: p["sha256"] for p in manifest["prompts"]}
-    went = endpoints.of_run(manifest)  # where each model's calls went, as recorded (by spec)
-    items = []
-    for record in chosen:
-        raw = _raw(run_dir, record)
-        item = {
-            "sample": record,
-            "question": questions.get(record["case_id"]),
-            "prompt_sha256": prompts.get(record["prompt"]),
-            "endpoint": _went(record["model"], specs, went),
-            "retrieval": retrievals.get((record["case_id"], record["repeat"])),
-            "raw_text": readable(raw) if raw is not None else None,
-            "raw_base64": base64.b64encode(raw).decode("ascii") if raw is not None else None,
-        }
-        items.append((item, visible(decoded(raw)) if raw is not None else None))
-    return items
-
-
-def _snapshots(run_dir: Path, wanted: set[tuple[str, int]]) -> dict[tuple[str, int], dict[str, Any]]:
-    """The snapshot each sample used: the last successful retrieval of its (case, repeat)."""
-    retrievals: dict[tuple[str, int], dict[str, Any]] = {}
-    for r in iter_jsonl(run_dir / "retrievals.jsonl"):
-        key = (r["case_id"], r["repeat"])
-        if key in wanted and (r.get("error") is None or key not in retrievals):
-            retrievals[key] = r
-    return retrievals
-
-
-def _sample_section(item: dict[str, Any], raw_visible: str | None, specs: dict[str, str]) -> list[str]:
-    """One sample of the markdown attachment: its fields, header, passages and exact output."""
-    record = item["sample"]
-    response = record.get("response") or {}
-    rows = [
-        ("case", record["case_id"]),
-        ("question", item["question"]),
-        ("prompt", f"{record['prompt']} (sha256 {item['prompt_sha256']})"),
-        ("model", _model(record["model"], specs)),
-        ("endpoint", _described(item["endpoint"])),
-        ("provider-reported model", response.get("model")),
-        ("request id", response.get("request_id")),
-        ("stop reason", response.get("stop_reason")),
-        ("started", record.get("started_at")),
-        ("latency", f"{record['latency_ms']} ms" if record.get("latency_ms") is not None else None),
-        ("attempts", record.get("attempts")),
-    ]
-    if record.get("raw"):
-        rows.append(("raw output", f"{record['raw']['bytes']} bytes, sha256 {record['raw']['sha256']}"))
-    if record.get("error"):
-        rows.append(("error", f"{record['error']['kind']}: {record['error']['message']}"))
-    out = ["", f"## {record['sample_id']}", "", "| field | value |", "|---|---|"]
-    out += [f"| {k} | {_cell(v)} |" for k, v in rows]
-    if record.get("header"):
-        out += ["", "Header classification:", "", "```json", dumps_pretty(record["header"]), "```"]
-    out += _passages(item["retrieval"])
-    if raw_visible is not None:
-        fence = _fence(raw_visible)
-        out += [
-            "",
-            "Raw output with invisible characters shown:",
-            "",
-            fence + "text",
-            raw_visible,
-            fence,
-            "",
-            f"Exact bytes (sample `{record['sample_id']}` in the run's raw pack), in base64:",
-            "",
-            "```",
-            item["raw_base64"],
-            "```",
-        ]
-    return out
-
-
-def _passages(retrieval: dict[str, Any] | None) -> list[str]:
-    """The passages a sample was given, or that none were, or why the retrieval failed."""
-    if not retrieval:
-        return []
-    out = ["", "Retrieved passages:", ""]
-    out += [
-        f"{i}. `{p['id']}`" + (f" (score {p['score']})" if p.get("score") is not None else "")
-        for i, p in enumerate(retrieval["passages"], 1)
-    ]
-    if not retrieval["passages"] and not retrieval.get("error"):
-        out.append("(nothing was retrieved)")
-    if retrieval.get("error"):
-        out.append(f"Retrieval failed: {retrieval['error']}")
-    return out

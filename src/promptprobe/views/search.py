@@ -1,0 +1,333 @@
+"""Search and filters over a run's samples (the viewer's search page): text over the questions and
+the outputs (and a failed sample's error), failing only (on one metric, or on any), header class,
+tag, metric and arm; the matching samples grouped by identical output per (case, arm), with counts.
+
+A run is indexed once, then only what is appended: per sample a few small numbers (arm, case,
+header class, which metrics apply and which it fails) and which distinct output it returned; each
+distinct output (by sha256) is read once, through the run's raw reader, and kept case-folded.
+A search then scans the distinct outputs for the words and the samples for the filters.
+"""
+
+import os
+import threading
+from array import array
+from collections import Counter
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from ..counts import CountsTable, merged_samples
+from ..jsonio import loads
+from .outcomes import failed, outcome
+from .outputs import SAMPLE_IDS_PER_GROUP, inline_segments, read_bytes, with_text
+from .show import HEADER_CLASSES
+
+RESULTS_PER_PAGE = 20
+
+
+def fold(text: str) -> str:
+    """Text as a search compares it: case-folded."""
+    return text.casefold()
+
+
+class SearchIndex:
+    """The samples of one run, as the filters and the text search need them."""
+
+    def __init__(self, counts: CountsTable) -> None:
+        self.run = Path(counts.run)
+        self.lock = threading.RLock()
+        self._start(counts)
+
+    def _start(self, counts: CountsTable) -> None:
+        self.counts = counts
+        self.metric_names = list(counts.metrics)
+        self.case_ids = counts.case_order
+        self.case_index = {c: i for i, c in enumerate(self.case_ids)}
+        self.arm_index = {(a.prompt, a.model): i for i, a in enumerate(counts.arms)}
+        self.sample_ids: list[str] = []
+        self.arm = array("h")
+        self.case = array("i")
+        self.state = array("b")
+        self.output = array("i")  # index into the distinct outputs
+        self.fails: list[int] = []  # bit i: fails metric i
+        self.applies: list[int] = []  # bit i: metric i applies
+        self.texts: list[str] = []  # each distinct output (or error), case-folded
+        # Where the record each distinct output was first seen in lies in samples.jsonl (start,
+        # length; -1: kept whole in `kept`, a reclassified run's): a result re-reads it to show it.
+        self.first_start = array("q")
+        self.first_length = array("I")
+        self.kept: dict[int, dict[str, Any]] = {}
+        self.line: tuple[int, int] | None = None  # the line of the record being indexed
+        self.known: dict[tuple[str, ...], int] = {}
+        self.offset = 0
+        self.classification = counts.classification
+        self.built: tuple[int, int] | None = None  # a reclassified run: (classification, size) indexed
+
+    def update(self, counts: CountsTable, limit: int | None = None, wait: bool = True) -> int:
+        """Index what was appended since the last update, at most `limit` samples of it this time
+        (from the start when the run's counts were started over: a reclassification, a file
+        replaced or cut back); the bytes of samples.jsonl still to index (0: all of it).
+        `wait=False`: while another thread is indexing, nothing more, at once."""
+        path = self.run / "samples.jsonl"
+        if not self.lock.acquire(blocking=wait):
+            return max(0, (path.stat().st_size if path.is_file() else 0) - self.offset)
+        try:
+            size = path.stat().st_size if path.is_file() else 0
+            if counts.classification is not None:
+                # A reclassified run is read whole (its overlay follows samples.jsonl line by
+                # line), and again only when the file has changed.
+                if self.built != (counts.classification, size):
+                    self._start(counts)
+                    self.line = None  # merged records: no line of their own to re-read
+                    self._feed(merged_samples(self.run, counts.classification, lambda message: None))
+                    self.built = (counts.classification, size)
+                self.counts = counts
+                return 0
+            if self.classification is not None or size < self.offset or counts.case_order != self.case_ids:
+                self._start(counts)
+            self.counts = counts
+            if size > self.offset:
+                with open(path, "rb") as handle:
+                    handle.seek(self.offset)
+                    self._feed(self._lines(handle, limit))
+            return max(0, size - self.offset)
+        finally:
+            self.lock.release()
+
+    def _lines(self, handle: Any, limit: int | None) -> Iterable[dict[str, Any]]:
+        given = 0
+        for line in handle:
+            if not line.endswith(b"\n") or (limit is not None and given >= limit):
+                break  # still being written, or enough for this time: for the next update
+            start = self.offset
+            self.offset += len(line)
+            if line.strip():
+                try:
+                    record = loads(line)
+                except ValueError:
+                    continue  # the counts say which line is damaged; a search skips it
+                given += 1
+                self.line = (start, len(line))
+                yield record
+
+    def _feed(self, records: Iterable[dict[str, Any]]) -> None:
+        counts = self.counts
+        cases = counts.cases
+        # Which metrics apply depends on the case only: worked out once per case.
+        applicable = {
+            case_id: [
+                (1 << bit, name, counts.metrics[name])
+                for bit, name in enumerate(self.metric_names)
+                if counts.metrics[name].applies(case, counts.settings)
+            ]
+            for case_id, case in cases.items()
+        }
+        for record in records:
+            arm = self.arm_index.get((record.get("prompt"), record.get("model")))
+            case_at = self.case_index.get(record.get("case_id"))
+            if arm is None or case_at is None or "sample_id" not in record:
+                continue
+            case = cases[record["case_id"]]
+            fails = applies = 0
+            for bit, name, metric in applicable[record["case_id"]]:
+                value = outcome(name, metric, record, case, counts.settings, counts.check_applies)
+                if value is not None:
+                    applies |= bit
+                    if failed(metric, value):
+                        fails |= bit
+            error = record.get("error")
+            state = "error" if error else (record.get("header") or {}).get("header")
+            self.sample_ids.append(record["sample_id"])
+            self.arm.append(arm)
+            self.case.append(case_at)
+            self.state.append(HEADER_CLASSES.index(state) if state in HEADER_CLASSES else -1)
+            self.output.append(self._output(record))
+            self.fails.append(fails)
+            self.applies.append(applies)
+
+    def _output(self, record: dict[str, Any]) -> int:
+        error = record.get("error")
+        header = record.get("header") or {}
+        if error:
+            key: tuple[str, ...] = ("error", str(error.get("kind")), str(error.get("message")))
+        else:
+            key = ("output", str((record.get("raw") or {}).get("sha256")), str(header.get("header")))
+        found = self.known.get(key)
+        if found is not None:
+            return found
+        if error:
+            text = f"{error.get('kind')}: {error.get('message')}"
+        else:
+            data = read_bytes(self.run, record)
+            text = data.decode("utf-8", "replace") if data is not None else ""
+        at = self.known[key] = len(self.texts)
+        self.texts.append(fold(text))
+        if self.line is not None:
+            self.first_start.append(self.line[0])
+            self.first_length.append(self.line[1])
+        else:
+            self.first_start.append(-1)
+            self.first_length.append(0)
+            self.kept[at] = record
+        return at
+
+    def first(self, output: int) -> dict[str, Any]:
+        """The record a distinct output was first seen in (re-read at its place in samples.jsonl)."""
+        start = self.first_start[output]
+        if start < 0:
+            return self.kept[output]
+        fd = os.open(self.run / "samples.jsonl", os.O_RDONLY)
+        try:
+            return loads(os.pread(fd, self.first_length[output], start))
+        finally:
+            os.close(fd)
+
+
+def _case_text(index: SearchIndex, at: int) -> str:
+    case_id = index.case_ids[at]
+    return fold(case_id + "\n" + index.counts.cases[case_id].question)
+
+
+def matching(index: SearchIndex, filters: dict[str, Any]) -> list[int]:
+    """The positions of the samples that pass every filter, in recorded order (the caller
+    holds the lock)."""
+    words = fold(filters.get("q") or "").strip()
+    cases = set(range(len(index.case_ids)))
+    if filters.get("tag"):
+        tag = filters["tag"]
+        cases = {i for i in cases if tag in index.counts.cases[index.case_ids[i]].tags}
+    texts: set[int] | None = None
+    if words:
+        questions = {i for i in cases if words in _case_text(index, i)}
+        texts = {i for i, text in enumerate(index.texts) if words in text}
+    else:
+        questions = set()
+    bit = (1 << index.metric_names.index(filters["metric"])) if filters.get("metric") else 0
+    state = HEADER_CLASSES.index(filters["header"]) if filters.get("header") else None
+    arm = filters.get("arm")
+    failing = bool(filters.get("failing"))
+    found = []
+    for i in range(len(index.sample_ids)):
+        if index.case[i] not in cases:
+            continue
+        if arm is not None and index.arm[i] != arm - 1:
+            continue
+        if state is not None and index.state[i] != state:
+            continue
+        if bit and not index.applies[i] & bit:
+            continue
+        if failing and not (index.fails[i] & bit if bit else index.fails[i]):
+            continue
+        if texts is not None and index.output[i] not in texts and index.case[i] not in questions:
+            continue
+        found.append(i)
+    return found
+
+
+def grouped(index: SearchIndex, positions: list[int]) -> list[tuple[tuple[int, int, int], int]]:
+    """The matching samples counted by (case, arm, identical output), in probe-set order, then
+    arm, then most frequent first."""
+    case, arm, output = index.case, index.arm, index.output
+    counted = Counter((case[i], arm[i], output[i]) for i in positions)
+    return sorted(counted.items(), key=lambda item: (item[0][0], item[0][1], -item[1]))
+
+
+def _sample_ids(
+    index: SearchIndex, positions: list[int], keys: set[tuple[int, int, int]]
+) -> dict[Any, list[str]]:
+    """The first sample ids of each of the groups shown (the others are only counted)."""
+    found: dict[tuple[int, int, int], list[str]] = {key: [] for key in keys}
+    for i in positions:
+        ids = found.get((index.case[i], index.arm[i], index.output[i]))
+        if ids is not None and len(ids) < SAMPLE_IDS_PER_GROUP:
+            ids.append(index.sample_ids[i])
+    return found
+
+
+def _shown(
+    index: SearchIndex,
+    key: tuple[int, int, int],
+    count: int,
+    sample_ids: list[str],
+    arms: list[dict[str, Any]],
+    markers: Iterable[str],
+) -> dict[str, Any]:
+    """One result group as a page shows it: its case, arm, count and output (read and made visible)."""
+    case_at, arm_at, output = key
+    first = index.first(output)
+    error = first.get("error")
+    header = first.get("header") or {}
+    raw = first.get("raw") or {}
+    case_id = index.case_ids[case_at]
+    shaped = {
+        "count": count,
+        "header": "error" if error else header.get("header", "?"),
+        "where": None if error else header.get("where"),
+        "line": None if error else header.get("line"),
+        "sha256": None if error else raw.get("sha256"),
+        "bytes": None if error else raw.get("bytes"),
+        "error": f"{error.get('kind')}: {error.get('message')}" if error else None,
+        "sample_ids": sample_ids,
+        "_raw": None if error else {"sample_id": first["sample_id"], "raw": first.get("raw")},
+    }
+    question = index.counts.cases[case_id].question
+    return {
+        "case_id": case_id,
+        "question": question,
+        "question_segments": inline_segments(question),
+        "arm": arms[arm_at],
+        "group": with_text(index.run, shaped, markers),
+    }
+
+
+def search_view(
+    index: SearchIndex, arms: list[dict[str, Any]], filters: dict[str, Any], page: int = 1
+) -> dict[str, Any]:
+    """The search page's view object: the filters, what they can be, and one page of results."""
+    with index.lock:  # one state of the index for the whole page
+        counts = index.counts
+        positions = matching(index, filters)
+        groups = grouped(index, positions)
+        pages = max(1, -(-len(groups) // RESULTS_PER_PAGE))
+        page = min(max(1, page), pages)
+        markers = counts.settings.header.markers
+        shown = groups[(page - 1) * RESULTS_PER_PAGE : page * RESULTS_PER_PAGE]
+        ids = _sample_ids(index, positions, {key for key, _ in shown})
+        results = [_shown(index, key, count, ids[key], arms, markers) for key, count in shown]
+    return {
+        "run": Path(counts.run).name,
+        "arms": arms,
+        "filters": filters,
+        "choices": {
+            "headers": list(HEADER_CLASSES),
+            "tags": sorted({tag for case in counts.probeset.cases for tag in case.tags}),
+            "metrics": index.metric_names,
+        },
+        "indexed": {"samples": len(index.sample_ids), "distinct_outputs": len(index.texts)},
+        "matched": {"samples": len(positions), "groups": len(groups)},
+        "page": page,
+        "pages": pages,
+        "results": results,
+        "problems": list(counts.warnings),
+    }
+
+
+def check_filters(counts: CountsTable, raw: dict[str, str | None], arms: int) -> dict[str, Any]:
+    """The filters of a search from a query string, checked (ValueError names the bad one)."""
+    filters: dict[str, Any] = {
+        "q": (raw.get("q") or "").strip() or None,
+        "failing": raw.get("failing") in ("1", "true", "on", "yes"),
+        "header": raw.get("header") or None,
+        "tag": raw.get("tag") or None,
+        "metric": raw.get("metric") or None,
+        "arm": None,
+    }
+    if filters["header"] is not None and filters["header"] not in HEADER_CLASSES:
+        raise ValueError(f"header must be one of {', '.join(HEADER_CLASSES)}, got {filters['header']!r}")
+    if filters["metric"] is not None and filters["metric"] not in counts.metrics:
+        raise ValueError(f"no metric {filters['metric']!r} in this run (known: {', '.join(counts.metrics)})")
+    if raw.get("arm"):
+        if not str(raw["arm"]).isdigit() or not 1 <= int(raw["arm"]) <= arms:
+            raise ValueError(f"arm must be a number from 1 to {arms}, got {raw['arm']!r}")
+        filters["arm"] = int(raw["arm"])
+    return filters
