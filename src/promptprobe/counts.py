@@ -461,8 +461,8 @@ class LiveCounts:
             samples = merged_samples(self.run_dir, number, warnings.append, samples, judged=False)
         feed, add = counter.feed, self._index.add
         for sample in samples:
-            feed(sample, warnings.append)
-            add((sample["prompt"], sample["model"], sample["case_id"]), lines.start, lines.length)
+            if feed(sample, warnings.append):  # a sample twice is shown once, as it is counted
+                add((sample["prompt"], sample["model"], sample["case_id"]), lines.start, lines.length)
 
 
 def _signature(run_dir: Path) -> tuple[Any, ...]:
@@ -563,7 +563,8 @@ class _Counter:
             for case_id, case in cases.items()
         }
 
-    def feed(self, sample: dict[str, Any], warn: Callable[[str], None]) -> None:
+    def feed(self, sample: dict[str, Any], warn: Callable[[str], None]) -> bool:
+        """Count a sample; False when it is not counted (of no arm or case, or seen already)."""
         table = self.table
         slot = self.slots.get((sample["prompt"], sample["model"], sample["case_id"]))
         if slot is None:
@@ -571,7 +572,7 @@ class _Counter:
                 f"{table.run}: sample {sample['sample_id']} belongs to no arm or case of the manifest; "
                 "ignored"
             )
-            return
+            return False
         repeat = sample["repeat"]
         if repeat in slot.repeats:
             self.duplicates += 1
@@ -580,7 +581,7 @@ class _Counter:
                     f"{table.run}: sample {sample['sample_id']} is in samples.jsonl more than once: each "
                     "sample is counted once (probe verify lists every duplicate)"
                 )
-            return
+            return False
         slot.repeats.add(repeat)
         table.recorded += 1
         if self.judgments is not None:
@@ -600,6 +601,7 @@ class _Counter:
                 table.empty_retrievals[slot.case.id] += 1
         if not table.simulated:
             table.simulated = "SIMULATED" in ((sample.get("response") or {}).get("model") or "")
+        return True
 
     def finish(self) -> None:
         table = self.table

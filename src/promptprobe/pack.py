@@ -266,13 +266,23 @@ def iter_index(run_dir: Path) -> Any:
                 entry = loads(line)
             except ValueError:
                 continue
-            if (
-                isinstance(entry, dict)
-                and isinstance(entry.get("sample_id"), str)
-                and isinstance(entry.get("kind"), str)
-                and _location_problem(entry) is None
-            ):
+            if is_index_entry(entry):
                 yield entry
+
+
+def is_index_entry(entry: Any) -> bool:
+    """An index line's shape: sample_id, kind, and a valid location in a pack."""
+    return (
+        isinstance(entry, dict)
+        and isinstance(entry.get("sample_id"), str)
+        and isinstance(entry.get("kind"), str)
+        and _location_problem(entry) is None
+    )
+
+
+def read_legacy(run_dir: str | Path, sample_id: str, kind: str) -> bytes:
+    """A blob of a run written before packs: exactly `raw/<sample_id>.txt` (`.body`, `.request.json`)."""
+    return _read_confined(Path(run_dir).resolve(), f"{RAW_DIR}/{sample_id}{LEGACY_SUFFIX[kind]}", 0, None)
 
 
 def read_raw(run_dir: str | Path, record: dict[str, Any], kind: str = TEXT) -> bytes:

@@ -374,6 +374,34 @@ def run_state(path: Path, manifest: dict[str, Any]) -> str:
     return "killed"
 
 
+STARTING_FILES = ("manifest.json.tmp", RESERVE_FILE, LOCK_FILE)
+
+
+def started_only(run_dir: Path) -> list[str]:
+    """The files a run directory's creation leaves before its manifest exists ([] when none, or
+    when it has a manifest)."""
+    if is_file(run_dir / "manifest.json"):
+        return []
+    return [name for name in STARTING_FILES if is_file(run_dir / name)]
+
+
+def starting_state(run_dir: Path) -> str:
+    """A directory with no manifest yet: `starting` while its creator holds the lock, else
+    `incomplete` (killed while it was being created)."""
+    return "starting" if lock_held(run_dir) else "incomplete"
+
+
+def lock_held(run_dir: Path) -> bool:
+    try:
+        with open(run_dir / LOCK_FILE) as handle:
+            fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    return False
+
+
 # What every reader of a run needs from its manifest, and the shape each must have.
 MANIFEST_NEEDS: dict[str, type] = {"probeset": dict, "prompts": list, "models": list, "arms": list}
 PROBESET_NEEDS = ("source", "path", "sha256", "copy")
@@ -382,6 +410,13 @@ PROBESET_NEEDS = ("source", "path", "sha256", "copy")
 def load_manifest(run_dir: Path) -> dict[str, Any]:
     manifest_path = run_dir / "manifest.json"
     if not is_file(manifest_path):
+        left = started_only(run_dir)
+        if left:
+            raise InputError(
+                f"{shown(run_dir)}: a run stopped while its directory was being created (no manifest.json; "
+                f"{', '.join(left)} left): nothing was recorded, so there is nothing to resume or read; "
+                "start the run again (this directory can be deleted)"
+            )
         raise InputError(f"{shown(run_dir)}: not a run directory (no manifest.json)")
     try:
         manifest = loads(manifest_path.read_bytes())

@@ -138,7 +138,10 @@ def select_samples(
     if header is not None and header not in HEADER_CLASSES:
         raise InputError(f"--header must be one of {', '.join(HEADER_CLASSES)}, got {header!r}")
     chosen = []
+    seen = Damage(run_dir, manifest)
     for record in merged_samples(run_dir, latest_classification(run_dir), warn):
+        if not seen.fine(record):
+            continue
         state = "error" if record.get("error") else (record.get("header") or {}).get("header")
         if sample and record["sample_id"] != sample:
             continue
@@ -161,6 +164,49 @@ def select_samples(
         what = f"sample {sample!r}" if sample else f"case {case!r}"
         raise InputError(f"{run_dir}: no {what} in this run")
     return manifest, chosen
+
+
+class Damage:
+    """What a reader of samples sees cheaply of a damaged run: a sample recorded twice, or of an
+    arm the plan does not have. Each is left out, with one warning per kind (as report counts).
+    A sample is its (arm, case, repeat): one bit each, so memory stays flat over a large run."""
+
+    def __init__(self, run_dir: Path, manifest: dict[str, Any]) -> None:
+        self.run_dir = run_dir
+        self.arms = {(a.get("prompt"), a.get("model")) for a in manifest["arms"] if isinstance(a, dict)}
+        self.seen: dict[tuple[str, str, str], bytearray] = {}
+        self.odd: set[tuple[str, str, str, int]] = set()  # repeats too large for a bitmap
+        self.said: set[str] = set()
+
+    def fine(self, record: dict[str, Any]) -> bool:
+        arm = (record["prompt"], record["model"])
+        if arm not in self.arms:
+            self._say("unplanned", f"sample {record['sample_id']} is of no arm of the manifest; left out")
+            return False
+        if self._again((*arm, record["case_id"]), record["repeat"]):
+            self._say("twice", f"sample {record['sample_id']} is in samples.jsonl more than once; shown once")
+            return False
+        return True
+
+    def _again(self, key: tuple[str, str, str], repeat: int) -> bool:
+        if not 0 <= repeat < 1 << 24:
+            if (*key, repeat) in self.odd:
+                return True
+            self.odd.add((*key, repeat))
+            return False
+        bits = self.seen.setdefault(key, bytearray())
+        byte, bit = repeat >> 3, 1 << (repeat & 7)
+        if byte >= len(bits):
+            bits.extend(bytes(byte + 1 - len(bits)))
+        if bits[byte] & bit:
+            return True
+        bits[byte] |= bit
+        return False
+
+    def _say(self, kind: str, message: str) -> None:
+        if kind not in self.said:
+            self.said.add(kind)
+            warn(f"{self.run_dir}: {message} (probe verify lists the damage)")
 
 
 def _raw(run_dir: Path, record: dict[str, Any]) -> bytes | None:
