@@ -12,7 +12,7 @@ from typing import Any
 
 from .engine.store import load_manifest, run_state, sample_problem
 from .jsonio import content_end, dumps_pretty, loads
-from .pack import BODY, INDEX, TEXT, RawReader, RawUnreadable, is_index_entry, packs_of
+from .pack import BODY, INDEX, TEXT, RawReader, RawUnreadable, is_index_entry, iter_index, packs_of
 
 SAMPLES = "samples.jsonl"
 
@@ -64,6 +64,12 @@ class Verifier:
         self.repeats = repeats if type(repeats) is int else None
 
     def run(self) -> dict[str, Any]:
+        # Where the index says each sample's text and body lie (the latest line wins, as for readers).
+        self.indexed = {
+            (e["sample_id"], e["kind"]): (e["pack"], e["offset"], e["bytes"])
+            for e in iter_index(self.run_dir)
+            if e["kind"] in (TEXT, BODY)
+        }
         self.check_samples()
         self.check_index()
         state = run_state(self.run_dir, self.manifest)
@@ -98,6 +104,7 @@ class Verifier:
                 continue
             sid = record["sample_id"]
             self.samples += 1
+            self.check_plan(record, number)
             if sid in seen:
                 self.problems.append(
                     _problem(
@@ -106,7 +113,6 @@ class Verifier:
                 )
                 continue
             seen[sid] = number
-            self.check_plan(record, number)
             self.check_raw(record)
 
     def check_plan(self, record: dict[str, Any], number: int) -> None:
@@ -154,6 +160,20 @@ class Verifier:
                 continue
             self.blobs += 1
             recorded = record["raw"] if kind == TEXT else location
+            indexed = self.indexed.get((sid, kind))
+            if "pack" in location and indexed is not None:
+                named = (location.get("pack"), location.get("offset"), location.get("bytes"))
+                if named != indexed:
+                    self.problems.append(
+                        _problem(
+                            sid,
+                            str(where),
+                            (
+                                f"its record names {named[2]} bytes at {named[1]} for its {kind}; the index, "
+                                f"{indexed[2]} bytes at {indexed[1]} of {indexed[0]}"
+                            ),
+                        )
+                    )
             if isinstance(recorded.get("bytes"), int) and recorded["bytes"] != len(data):
                 self.problems.append(
                     _problem(

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError, StartError
-from ..jsonio import dumps_line, dumps_pretty, iter_jsonl, loads, warn
+from ..jsonio import content_end, dumps_line, dumps_pretty, iter_jsonl, loads, warn
 from ..pack import TEXT, PackWriter, RawReader
 from ..paths import is_file, shown
 from ..redaction import SCRUBBER
@@ -484,6 +484,9 @@ def repair_tail(path: Path) -> bool:
     if not path.is_file():
         return False
     with open(path, "rb+") as handle:
+        size = content_end(handle)
+        if size < os.fstat(handle.fileno()).st_size:
+            handle.truncate(size)  # a tail of NULs (a power loss) goes first
         handle.seek(0, os.SEEK_END)
         size = handle.tell()
         if size == 0:
