@@ -22,7 +22,7 @@ from servers import LocalServer, Reply
 
 from promptprobe.cli import main
 from promptprobe.jsonio import read_jsonl
-from promptprobe.pack import INDEX, packs_of, read_raw
+from promptprobe.pack import INDEX, read_raw
 
 PROMPT = str(ROOT / "prompts" / "always-header.md")
 PROBE = str(Path(sys.executable).parent / "probe")
