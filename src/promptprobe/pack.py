@@ -64,7 +64,7 @@ class PackWriter:
         self.dirty: set[int] = set()  # packs written since the last sync (fds)
         self.retired: list[int] = []  # rolled-over packs' fds, closed once synced
         self.queued: list[bytes] = []  # index lines not yet written
-        self.written: dict[tuple[str, str], dict[str, Any]] = {}  # this process's blobs
+        self.written: dict[str, tuple[str, int, int]] = {}  # this process's requests: pack, offset, bytes
 
     def _open(self, name: str) -> None:
         fd = os.open(self.run_dir / name, APPEND_FLAGS, self.file_mode)
@@ -105,7 +105,8 @@ class PackWriter:
             self.dirty.add(fd)
             location = {"pack": self.name, "offset": start, "bytes": len(data), "sha256": digest}
             self.queued.append(dumps_line({"sample_id": sample_id, "kind": kind, **location}))
-            self.written[(sample_id, kind)] = location
+            if kind == REQUEST:  # read again to resend a batch request: kept small, one per sample
+                self.written[sample_id] = (self.name, start, len(data))
             return location
 
     def sync(self) -> None:

@@ -21,7 +21,7 @@ from typing import Any
 
 from ..errors import InputError, StartError
 from ..jsonio import content_end, dumps_line, dumps_pretty, iter_jsonl, loads, warn
-from ..pack import TEXT, PackWriter, RawReader
+from ..pack import REQUEST, TEXT, PackWriter, RawReader
 from ..paths import is_file, shown
 from ..redaction import SCRUBBER
 
@@ -318,9 +318,11 @@ class RunStore:
 
     def read_bytes(self, sample_id: str, kind: str) -> bytes:
         """A blob this run wrote for a sample (a batch's request, to send it again)."""
-        location = self.packs.written.get((sample_id, kind))
-        record = {"sample_id": sample_id, "raw": location}
-        return RawReader(self.path).read(record, TEXT if location else kind)
+        found = self.packs.written.get(sample_id) if kind == REQUEST else None
+        if found is None:
+            return RawReader(self.path).read({"sample_id": sample_id}, kind)
+        location = {"pack": found[0], "offset": found[1], "bytes": found[2]}
+        return RawReader(self.path).read({"sample_id": sample_id, "raw": location}, TEXT)
 
     def append(self, name: str, record: dict[str, Any]) -> None:
         """One JSON line, written whole and fsynced; on failure the file is cut back to before it."""
