@@ -10,7 +10,7 @@ from .. import endpoints
 from ..counts import classifications, merged_samples
 from ..engine.store import load_manifest
 from ..errors import InputError
-from ..jsonio import dumps_pretty, iter_jsonl, warn
+from ..jsonio import dumps_line, dumps_pretty, iter_jsonl, loads, warn
 from ..pack import RawUnreadable, read_raw
 from ..probeset import parse_probeset
 
@@ -139,7 +139,11 @@ def select_samples(
         raise InputError(f"--header must be one of {', '.join(HEADER_CLASSES)}, got {header!r}")
     chosen = []
     seen = Damage(run_dir, manifest)
-    for record in merged_samples(run_dir, latest_classification(run_dir), warn):
+    number = latest_classification(run_dir)
+    records = merged_samples(run_dir, number, warn)
+    if sample and number is None:
+        records = lines_naming(run_dir / "samples.jsonl", sample) or records
+    for record in records:
         if not seen.fine(record):
             continue
         state = "error" if record.get("error") else (record.get("header") or {}).get("header")
@@ -164,6 +168,30 @@ def select_samples(
         what = f"sample {sample!r}" if sample else f"case {case!r}"
         raise InputError(f"{run_dir}: no {what} in this run")
     return manifest, chosen
+
+
+def lines_naming(path: Path, sample_id: str) -> list[dict[str, Any]] | None:
+    """The records of one sample found by searching the file's bytes for its id (one sample of a
+    million-sample run without parsing a million lines); None when the search cannot tell."""
+    import mmap
+
+    needle = b'"sample_id":' + dumps_line(sample_id).rstrip(b"\n")
+    found = []
+    try:
+        with open(path, "rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            at = data.find(needle)
+            while at >= 0:
+                start = data.rfind(b"\n", 0, at) + 1
+                end = data.find(b"\n", at)
+                if end < 0:
+                    return None  # a last line without its end: the careful reader decides
+                record = loads(data[start:end])
+                if isinstance(record, dict) and record.get("sample_id") == sample_id:
+                    found.append(record)
+                at = data.find(needle, end)
+    except (OSError, ValueError):
+        return None  # an empty file, a line that is not JSON: the careful reader says what
+    return found or None
 
 
 class Damage:
