@@ -28,6 +28,7 @@ from pathlib import Path
 PROBE = str(Path(sys.executable).parent / "probe")
 ROOT = Path(__file__).resolve().parent.parent
 DELAY = 0.2
+CASES, REPEATS, CONCURRENCY = 12, 10, 16  # 240 samples (two prompts)
 
 
 class Model:
@@ -83,7 +84,8 @@ class Model:
 def probeset(folder: Path) -> Path:
     path = folder / "bench.toml"
     path.write_text(
-        "repeats = 10\n" + "".join(f'[[case]]\nid = "c{i}"\nquestion = "Question {i}?"\n' for i in range(12))
+        f"repeats = {REPEATS}\n"
+        + "".join(f'[[case]]\nid = "c{i}"\nquestion = "Question {i}?"\n' for i in range(CASES))
     )
     return path
 
@@ -117,7 +119,7 @@ def one_run(folder: Path, check: bool = False) -> tuple[float, float]:
             "--retrieval",
             "none",
             "--concurrency",
-            "16",
+            str(CONCURRENCY),
             "--runs-dir",
             str(runs),
             "--format",
@@ -132,7 +134,7 @@ def one_run(folder: Path, check: bool = False) -> tuple[float, float]:
     (run,) = runs.iterdir()
     last_record = (run / "samples.jsonl").stat().st_mtime
     model.httpd.shutdown()
-    assert model.calls == 240, model.calls
+    assert model.calls == SAMPLES(), model.calls
     return whole, last_record - (model.first or started)
 
 
@@ -140,6 +142,7 @@ def one_run(folder: Path, check: bool = False) -> tuple[float, float]:
 SDK_ALONE = """
 import gc, queue, sys, threading, time
 url, first_path, second_path = sys.argv[1:4]
+cases, repeats, concurrency = map(int, sys.argv[4:7])
 gc.disable()
 import openai
 gc.freeze()
@@ -147,8 +150,8 @@ gc.enable()
 client = openai.OpenAI(api_key="no-key-needed", base_url=url, max_retries=0)
 prompts = [open(first_path).read(), open(second_path).read()]
 jobs = queue.SimpleQueue()
-for _ in range(10):
-    for case in range(12):
+for _ in range(repeats):
+    for case in range(cases):
         for prompt in prompts:
             question = {"role": "user", "content": f"Question {case}?"}
             jobs.put([{"role": "system", "content": prompt}, question])
@@ -162,7 +165,7 @@ def worker():
         reply = client.chat.completions.create(model="bench", messages=messages, max_tokens=1024)
         assert reply.choices[0].message.content
         last[0] = time.time()
-threads = [threading.Thread(target=worker) for _ in range(16)]
+threads = [threading.Thread(target=worker) for _ in range(concurrency)]
 for thread in threads:
     thread.start()
 for thread in threads:
@@ -182,6 +185,9 @@ def sdk_alone() -> tuple[float, float]:
             model.url,
             str(ROOT / "prompts" / "always-header.md"),
             str(ROOT / "prompts" / "exception-only.md"),
+            str(CASES),
+            str(REPEATS),
+            str(CONCURRENCY),
         ],
         check=True,
         capture_output=True,
@@ -189,8 +195,12 @@ def sdk_alone() -> tuple[float, float]:
     )
     whole = time.time() - started
     model.httpd.shutdown()
-    assert model.calls == 240, model.calls
+    assert model.calls == SAMPLES(), model.calls
     return whole, float(done.stdout) - (model.first or started)
+
+
+def SAMPLES() -> int:  # noqa: N802 (a constant set by the flags)
+    return CASES * REPEATS * 2
 
 
 def dry_run_memory(folder: Path) -> float:
@@ -265,21 +275,27 @@ def check_call_cost(folder: Path, calls: int = 2000) -> tuple[float, float]:
 
 
 def main() -> None:
-    global DELAY
+    global DELAY, CASES, REPEATS, CONCURRENCY
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--delay-ms", type=float, default=DELAY * 1000, help="the model's answer time")
+    parser.add_argument("--cases", type=int, default=CASES, help="questions (x repeats x 2 prompts samples)")
+    parser.add_argument("--repeats", type=int, default=REPEATS)
+    parser.add_argument("--concurrency", type=int, default=CONCURRENCY)
+    parser.add_argument("--quick", action="store_true", help="only probe against the bare SDK")
     args = parser.parse_args()
     DELAY = args.delay_ms / 1000
-    ideal = 240 * DELAY / 16
+    CASES, REPEATS, CONCURRENCY = args.cases, args.repeats, args.concurrency
+    ideal = SAMPLES() * DELAY / CONCURRENCY
     results = []
     checked = []
     floors = []
     for _ in range(args.runs):
         with tempfile.TemporaryDirectory() as folder:
             results.append(one_run(Path(folder)))
-        with tempfile.TemporaryDirectory() as folder:
-            checked.append(one_run(Path(folder), check=True))
+        if not args.quick:
+            with tempfile.TemporaryDirectory() as folder:
+                checked.append(one_run(Path(folder), check=True))
         floors.append(sdk_alone())
 
     def median(values: list[float]) -> float:
@@ -288,19 +304,22 @@ def main() -> None:
     whole, calls = median([r[0] for r in results]), median([r[1] for r in results])
     sdk_whole, sdk_calls = median([f[0] for f in floors]), median([f[1] for f in floors])
     print(
-        f"240 samples, model answering after {DELAY * 1000:.0f} ms, concurrency 16; ideal {ideal:.1f} s "
-        f"(median of {args.runs} runs)"
+        f"{SAMPLES():,} samples, model answering after {DELAY * 1000:g} ms, concurrency {CONCURRENCY}; "
+        f"ideal {ideal:.1f} s (median of {args.runs} runs)"
     )
     print("| measure | seconds | over the ideal | target |")
     print("|---|---:|---:|---:|")
-    checked_whole = median([r[0] for r in checked])
     print(f"| whole `probe run` command | {whole:.2f} | {whole / ideal:.2f} | 1.4 |")
-    with_check = f"{checked_whole:.2f} | {checked_whole / ideal:.2f}"
-    print(f"| the same with one `[[check]]` of yours | {with_check} | 1.4 |")
+    if checked:
+        checked_whole = median([r[0] for r in checked])
+        with_check = f"{checked_whole:.2f} | {checked_whole / ideal:.2f}"
+        print(f"| the same with one `[[check]]` of yours | {with_check} | 1.4 |")
     print(f"| first call to last record | {calls:.2f} | {calls / ideal:.2f} | 1.2 |")
     print(f"| openai SDK alone, whole script (floor) | {sdk_whole:.2f} | {sdk_whole / ideal:.2f} | - |")
     print(f"| openai SDK alone, first call to last reply | {sdk_calls:.2f} | {sdk_calls / ideal:.2f} | - |")
     print(f"\nprobe over the SDK alone: whole command {whole / sdk_whole:.2f}, calls {calls / sdk_calls:.2f}")
+    if args.quick:
+        return
     with tempfile.TemporaryDirectory() as folder:
         isolated, direct = check_call_cost(Path(folder))
     print(

@@ -6,9 +6,12 @@ children included):
   memory under 150 MB at 1M);
 - `probe compare --all` on the 100k run (each run directory is read once for all metrics);
 - `probe compare` of two 25,000-sample arms (Boschloo is skipped above its affordable size);
-- the header classifier on 1 KB outputs without a header (target: 25,000 outputs/s).
+- the header classifier on 1 KB outputs without a header (target: 25,000 outputs/s);
+- on the 1,000,000-sample run, whose outputs are in a pack as a run writes them: `probe show` of
+  one sample (read by its id at its offset) and the run's file count (`--million-only`: only
+  these and the 1M report).
 
-    .venv/bin/python benchmarks/scale.py [--work DIR] [--skip-million] [--quick]
+    .venv/bin/python benchmarks/scale.py [--work DIR] [--skip-million] [--million-only] [--quick]
 """
 
 import argparse
@@ -59,10 +62,13 @@ def classifier_rate(n: int = 20000) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--work", type=Path, default=None, help="Where to write the synthetic runs (kept).")
-    parser.add_argument("--skip-million", action="store_true", help="Skip the 1,000,000-sample run (~1 GB).")
+    parser.add_argument(
+        "--skip-million", action="store_true", help="Skip the 1,000,000-sample run (~1 GB)."
+    )
     parser.add_argument(
         "--quick", action="store_true", help="A quick look: 10,000 samples, no million, each timed once."
     )
+    parser.add_argument("--million-only", action="store_true", help="Only the 1,000,000-sample figures.")
     args = parser.parse_args()
     if args.work is not None:
         measure(args.work, args)
@@ -75,7 +81,10 @@ def measure(work: Path, args: argparse.Namespace) -> None:
     few, several = (1, 1) if args.quick else (3, 5)  # quick: one timing each
     print(f"synthetic runs in {work}")
     big_size = 10_000 if args.quick else 100_000
-    rows = []
+    rows: list[tuple[str, float, float, str]] = []
+    if args.million_only:
+        million(work, rows)
+        return print_rows(rows)
     small = make_run(work / "r240", 240, cases=10)
     rows.append(("probe report, 240 samples", *best_of(several, "report", str(small)), "0.3 s"))
     big = make_run(work / "rbig", big_size)
@@ -97,14 +106,34 @@ def measure(work: Path, args: argparse.Namespace) -> None:
         )
     )
     if not (args.skip_million or args.quick):
-        huge = make_run(work / "r1m", 1_000_000)
-        rows.append(("probe report, 1,000,000 samples", *timed("report", str(huge)), "150 MB"))
+        million(work, rows)
+    print_rows(rows)
+    rate = classifier_rate(1000 if args.quick else 20000)
+    print(f"\nheader classifier, 1 KB outputs without a header: {rate:,.0f} outputs/s (target 25,000)")
+
+
+def million(work: Path, rows: list[tuple[str, float, float, str]]) -> None:
+    """The 1,000,000-sample run, its outputs packed: report (5 s), show of one sample, its files."""
+    huge = make_run(
+        work / "r1m", 1_000_000, output="[[ANSWER]]\nThe Team plan is $20 per user per month.\n"
+    )
+    rows.append(("probe report, 1,000,000 samples", *best_of(3, "report", str(huge)), "5 s, 150 MB"))
+    rows.append(
+        (
+            "probe show of one sample, 1,000,000 samples",
+            *best_of(3, "show", str(huge), "--sample", "case-013.r24000.a2"),
+            "-",
+        )
+    )
+    sizes = [p.stat().st_size for p in huge.rglob("*") if p.is_file()]
+    print(f"1,000,000-sample run: {len(sizes)} files ({sum(sizes) / 1e6:.0f} MB)")
+
+
+def print_rows(rows: list[tuple[str, float, float, str]]) -> None:
     print("| command | wall time | peak memory | target |")
     print("|---|---:|---:|---|")
     for name, seconds, megabytes, target in rows:
         print(f"| {name} | {seconds:.2f} s | {megabytes:.0f} MB | {target} |")
-    rate = classifier_rate(1000 if args.quick else 20000)
-    print(f"\nheader classifier, 1 KB outputs without a header: {rate:,.0f} outputs/s (target 25,000)")
 
 
 if __name__ == "__main__":

@@ -1537,6 +1537,37 @@ def export(
     emit(export_samples(run_dir, sample, case, header, fmt, arm), output, newline=False)
 
 
+@main.command(epilog="Examples: probe verify latest   |   probe verify latest --format json")
+@click.argument("run_ref", metavar="RUN")
+@runs_dir_option
+@output_options(("table", "json"))
+@handle_errors
+def verify(run_ref: str, runs_dir: Path | None, fmt: str, output: Path | None) -> None:
+    """Check that what is on disk is what was recorded: every sample's raw bytes against their
+    sha256 and byte count, the index against the packs, the records against the plan (a sample
+    twice, an arm or case not planned, an id out of place), torn or NUL-filled tails. Exit 0
+    when all holds, 1 when anything is wrong (each problem a line), 2 when RUN is not a run."""
+    from .verify import as_json, describe, verify_run
+
+    result = verify_run(resolve_run(run_ref, runs_dir))
+    emit(as_json(result) if fmt == "json" else describe(result), output)
+    if not result["ok"]:
+        sys.exit(1)
+
+
+@main.command(epilog="Example: probe migrate runs/20261129T120000-refusal-header-abc123")
+@click.argument("run_ref", metavar="RUN")
+@runs_dir_option
+@handle_errors
+def migrate(run_ref: str, runs_dir: Path | None) -> None:
+    """Convert a run recorded before packs (one raw/ file per output, body and request) to packs:
+    every byte kept, each blob checked by sha256 before its file is removed."""
+    from .migrate import migrate_run
+
+    result = migrate_run(resolve_run(run_ref, runs_dir))
+    say(f"{result['run']}: {result['packed']} blobs packed and checked by sha256; "
+        f"{result['files_removed']} raw files removed")
+
 # -- judge / label --------------------------------------------------------------------------
 
 

@@ -461,8 +461,8 @@ class LiveCounts:
             samples = merged_samples(self.run_dir, number, warnings.append, samples, judged=False)
         feed, add = counter.feed, self._index.add
         for sample in samples:
-            feed(sample, warnings.append)
-            add((sample["prompt"], sample["model"], sample["case_id"]), lines.start, lines.length)
+            if feed(sample, warnings.append):  # a sample twice is shown once, as it is counted
+                add((sample["prompt"], sample["model"], sample["case_id"]), lines.start, lines.length)
 
 
 def _signature(run_dir: Path) -> tuple[Any, ...]:
@@ -563,7 +563,8 @@ class _Counter:
             for case_id, case in cases.items()
         }
 
-    def feed(self, sample: dict[str, Any], warn: Callable[[str], None]) -> None:
+    def feed(self, sample: dict[str, Any], warn: Callable[[str], None]) -> bool:
+        """Count a sample; False when it is not counted (of no arm or case, or seen already)."""
         table = self.table
         slot = self.slots.get((sample["prompt"], sample["model"], sample["case_id"]))
         if slot is None:
@@ -571,17 +572,16 @@ class _Counter:
                 f"{table.run}: sample {sample['sample_id']} belongs to no arm or case of the manifest; "
                 "ignored"
             )
-            return
+            return False
         repeat = sample["repeat"]
-        if repeat in slot.repeats:
+        if slot.seen_before(repeat):
             self.duplicates += 1
             if self.duplicates == 1:
                 warn(
                     f"{table.run}: sample {sample['sample_id']} is in samples.jsonl more than once: each "
                     "sample is counted once (probe verify lists every duplicate)"
                 )
-            return
-        slot.repeats.add(repeat)
+            return False
         table.recorded += 1
         if self.judgments is not None:
             sample = self.judgments.attach(sample)
@@ -600,6 +600,7 @@ class _Counter:
                 table.empty_retrievals[slot.case.id] += 1
         if not table.simulated:
             table.simulated = "SIMULATED" in ((sample.get("response") or {}).get("model") or "")
+        return True
 
     def finish(self) -> None:
         table = self.table
@@ -755,7 +756,8 @@ def _count_range(
             if problem is not None:
                 raise InputError(f"{path}: the line at byte {position - len(line)} {problem}")
             counter.feed(sample, warnings.append)
-    seen = [(key, list(slot.repeats)) for key, slot in counter.slots.items() if slot.repeats]
+    slots = counter.slots.items()
+    seen = [(key, bytes(slot.repeats), slot.odd) for key, slot in slots if slot.repeats or slot.odd]
     return _partial(counter.table), warnings, seen
 
 
@@ -789,12 +791,8 @@ def _count_in_parallel(
         _add_partial(counter.table, part)
         for message in warnings:
             warn(message)
-        for key, repeats in seen:
-            counted = counter.slots[key].repeats
-            before = len(counted) + len(repeats)
-            counted.update(repeats)
-            if len(counted) < before:
-                twice = True
+        for key, repeats, odd in seen:
+            twice = counter.slots[key].merge(repeats, odd) or twice
     return not twice
 
 
@@ -858,13 +856,38 @@ class _Slot:
         self.width = len(order)
         self.price = price
         self.cells = []
-        self.repeats: set[int] = set()  # counted already: a sample is counted once
+        self.repeats = bytearray()  # a bit per repeat counted already: a sample is counted once
+        self.odd: set[int] = set()  # repeats too large for the bits
         for name, metric in metrics:
             cell = arm.metrics[name].setdefault(case.id, [0, 0, 0])
             # The recorded outcome stands unless a setting it depends on is changed for this report.
             derive = metric.outcome if overridden.intersection(metric.recompute_on) else None
             index = order.index(name)  # where its outcome sits in a pattern
             self.cells.append((cell, metric.higher_is_better, name, derive, metric.outcome, index))
+
+    def seen_before(self, repeat: int) -> bool:
+        """True when this repeat was counted already; else it is marked counted."""
+        if not 0 <= repeat < 1 << 24:
+            if repeat in self.odd:
+                return True
+            self.odd.add(repeat)
+            return False
+        bits, byte, bit = self.repeats, repeat >> 3, 1 << (repeat & 7)
+        if byte >= len(bits):
+            bits.extend(bytes(byte + 1 - len(bits)))
+        elif bits[byte] & bit:
+            return True
+        bits[byte] |= bit
+        return False
+
+    def merge(self, repeats: bytes, odd: set[int]) -> bool:
+        """Add what another process counted; True when a repeat was counted by both."""
+        mine, theirs = int.from_bytes(self.repeats, "little"), int.from_bytes(repeats, "little")
+        both = bool(mine & theirs) or bool(self.odd & odd)
+        merged = mine | theirs
+        self.repeats = bytearray(merged.to_bytes(max(len(self.repeats), len(repeats)), "little"))
+        self.odd |= odd
+        return both
 
     def count(
         self, sample: dict[str, Any], settings: CheckSettings, applies: dict[str, dict[str, bool]]

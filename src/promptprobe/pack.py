@@ -64,7 +64,7 @@ class PackWriter:
         self.dirty: set[int] = set()  # packs written since the last sync (fds)
         self.retired: list[int] = []  # rolled-over packs' fds, closed once synced
         self.queued: list[bytes] = []  # index lines not yet written
-        self.written: dict[tuple[str, str], dict[str, Any]] = {}  # this process's blobs
+        self.written: dict[str, tuple[str, int, int]] = {}  # this process's requests: pack, offset, bytes
 
     def _open(self, name: str) -> None:
         fd = os.open(self.run_dir / name, APPEND_FLAGS, self.file_mode)
@@ -105,7 +105,8 @@ class PackWriter:
             self.dirty.add(fd)
             location = {"pack": self.name, "offset": start, "bytes": len(data), "sha256": digest}
             self.queued.append(dumps_line({"sample_id": sample_id, "kind": kind, **location}))
-            self.written[(sample_id, kind)] = location
+            if kind == REQUEST:  # read again to resend a batch request: kept small, one per sample
+                self.written[sample_id] = (self.name, start, len(data))
             return location
 
     def sync(self) -> None:
@@ -266,13 +267,23 @@ def iter_index(run_dir: Path) -> Any:
                 entry = loads(line)
             except ValueError:
                 continue
-            if (
-                isinstance(entry, dict)
-                and isinstance(entry.get("sample_id"), str)
-                and isinstance(entry.get("kind"), str)
-                and _location_problem(entry) is None
-            ):
+            if is_index_entry(entry):
                 yield entry
+
+
+def is_index_entry(entry: Any) -> bool:
+    """An index line's shape: sample_id, kind, and a valid location in a pack."""
+    return (
+        isinstance(entry, dict)
+        and isinstance(entry.get("sample_id"), str)
+        and isinstance(entry.get("kind"), str)
+        and _location_problem(entry) is None
+    )
+
+
+def read_legacy(run_dir: str | Path, sample_id: str, kind: str) -> bytes:
+    """A blob of a run written before packs: exactly `raw/<sample_id>.txt` (`.body`, `.request.json`)."""
+    return _read_confined(Path(run_dir).resolve(), f"{RAW_DIR}/{sample_id}{LEGACY_SUFFIX[kind]}", 0, None)
 
 
 def read_raw(run_dir: str | Path, record: dict[str, Any], kind: str = TEXT) -> bytes:

@@ -40,6 +40,7 @@ class RunInfo:
     pairs: tuple[tuple[str, str], ...] = ()  # each arm's (prompt, model name), in arm order
     sequential: bool = False  # rounds until decided: `planned` is a cap, not a target
     verdict: dict[str, Any] | None = None  # a two-arm run's headline verdict (views/runs.py)
+    incomplete: bool = False  # no manifest: stopped (or still) being created; `latest` skips it
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -77,7 +78,7 @@ def _info(path: Path) -> RunInfo | None:
     try:
         manifest = load_manifest(path)
     except InputError:
-        return None
+        return _unstarted(path)
     counts = manifest.get("counts") or {}
     if manifest.get("status") == "running":
         # Running or killed: the manifest's counts are those of its start, the file's are current.
@@ -101,6 +102,22 @@ def _info(path: Path) -> RunInfo | None:
     )
 
 
+def _unstarted(path: Path) -> RunInfo | None:
+    """A directory a run was being created in when it was killed (or still is): listed, marked
+    `incomplete` (or `starting`), so that it is seen and can be deleted."""
+    from .engine.store import started_only, starting_state
+
+    if not started_only(path):
+        return None
+    stamp = path.name.split("-", 1)[0]
+    created = ""
+    if len(stamp) == 15:
+        created = f"{stamp[:4]}-{stamp[4:6]}-{stamp[6:8]}T{stamp[9:11]}:{stamp[11:13]}:{stamp[13:15]}Z"
+    name = path.name.split("-", 1)[1].rsplit("-", 1)[0] if path.name.count("-") >= 2 else "?"
+    return RunInfo(path=path, id=path.name, probeset=name, arms=[], status=starting_state(path),
+                   samples=0, planned=None, errors=0, created=created, incomplete=True)
+
+
 def list_runs(folder: str | Path | None = None, limit: int | None = None) -> list[RunInfo]:
     """The runs of a runs directory, newest first."""
     root = runs_dir(folder)
@@ -121,7 +138,7 @@ def resolve(reference: str | Path, folder: str | Path | None = None) -> Path:
     latest = LATEST.fullmatch(text)
     if latest:
         back = int(latest.group(1) or 0)
-        runs = list_runs(root)
+        runs = [info for info in list_runs(root) if not info.incomplete]
         if back >= len(runs):
             have = f"it has {len(runs)}" if runs else "it has none"
             raise InputError(f"{shown(text)}: there is no such run in {root} ({have})")

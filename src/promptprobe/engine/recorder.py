@@ -38,6 +38,8 @@ class Recorder:
         self.group = group
         self.buffer: list[dict[str, Any]] = []
         self.lock = threading.Lock()
+        if group <= 1:
+            store.start_writer(self._lost)  # workers hand records over; one thread writes them
 
     def record(self, record: dict[str, Any], arm: Arm) -> None:
         """A finished record: written (now, or with its group), counted, priced and shown. A
@@ -55,8 +57,18 @@ class Recorder:
                     self._flush()
 
     def flush(self) -> None:
+        """What was recorded is on disk (a write that failed is raised here)."""
+        if self.group <= 1:
+            self.store.flush_writes()
+            return
         with self.lock:
             self._flush()
+
+    def _lost(self, records: list[dict[str, Any]]) -> None:
+        """Records a failed write did not keep are not counted (the run stops on the failure)."""
+        with self.lock:
+            self.tally.recorded -= len(records)
+            self.tally.errors -= sum(bool(r.get("error")) for r in records)
 
     def _flush(self) -> None:
         if self.buffer:

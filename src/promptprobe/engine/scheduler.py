@@ -178,3 +178,7 @@ class Scheduler(Backend):
         deadline = time.monotonic() + GRACE_SECONDS
         for worker in self.workers:
             worker.join(max(0.0, deadline - time.monotonic()))
+        try:
+            self.work.recorder.flush()  # the last records handed to the writer are on disk
+        except ProbeError as exc:
+            self.stop(exc)

@@ -234,6 +234,7 @@ class SequentialRun(RunFacade):
 
     def _round_samples(self, round_number: int) -> list[dict[str, Any]]:
         assert self.runner.store is not None
+        self.runner.store.flush_writes()  # the round's records, handed to the writer, are on disk
         ids = {sample_id(c.id, round_number, arm) for c in self.runner.plan.cases for arm in self.arms}
         samples = [s for s in iter_samples(self.runner.store.path) if s["sample_id"] in ids]
         index = JudgmentIndex.of(self.runner.store.path, None, self.runner.settings)

@@ -14,14 +14,14 @@ import os
 import secrets
 import shutil
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from ..errors import InputError, StartError
-from ..jsonio import dumps_line, dumps_pretty, iter_jsonl, loads, warn
-from ..pack import TEXT, PackWriter, RawReader
+from ..jsonio import content_end, dumps_line, dumps_pretty, iter_jsonl, loads, warn
+from ..pack import REQUEST, TEXT, PackWriter, RawReader
 from ..paths import is_file, shown
 from ..redaction import SCRUBBER
 
@@ -116,11 +116,12 @@ class GroupCommit:
         self.committing = False
         self.failures: dict[int, StorageError] = {}
 
-    def append(self, name: str, data: bytes) -> None:
+    def append(self, items: list[tuple[str, bytes]]) -> None:
+        """Write `items` ((file name, lines) each), with whatever other callers queue meanwhile."""
         with self.lock:
             if self.closed:
-                raise StoreClosed(name)
-            self.pending.append((name, data))
+                raise StoreClosed(items[0][0] if items else "")
+            self.pending.extend(items)
             ticket = self.queued = self.queued + 1
             while self.committing and self.done < ticket:
                 self.lock.wait()
@@ -131,7 +132,7 @@ class GroupCommit:
                 return
             self.committing = True
             batch, self.pending = self.pending, []
-            last = self.queued
+            first, last = self.done + 1, self.queued
         failure = None
         try:
             self._commit(batch)
@@ -142,7 +143,6 @@ class GroupCommit:
                 self.committing = False
                 self.done = last
                 if failure is not None:
-                    first = last - len(batch) + 1
                     self.failures.update((t, failure) for t in range(first, last + 1) if t != ticket)
                 self.lock.notify_all()
         if failure is not None:
@@ -160,6 +160,67 @@ class GroupCommit:
             _append_synced(self.path / name, b"".join(pieces), self.file_mode)
 
 
+class BackgroundWriter:
+    """Writes a live run's lines on a thread of its own, everything queued meanwhile in one group
+    commit: a worker hands its record over and goes on to its next call instead of waiting for
+    the disk (the fsyncs and the writes hold no worker). A write that fails is raised to the next
+    caller and at `flush`; the records it lost are handed to `on_lost` (no longer counted)."""
+
+    def __init__(self, commits: GroupCommit, on_lost: Callable[[list[dict[str, Any]]], None]) -> None:
+        self.commits = commits
+        self.on_lost = on_lost
+        self.cond = threading.Condition()
+        self.queue: list[tuple[str, bytes, dict[str, Any] | None]] = []
+        self.error: StorageError | None = None
+        self.busy = False
+        self.stopping = False
+        self.thread = threading.Thread(target=self._run, name="probe-writer", daemon=True)
+        self.thread.start()
+
+    def put(self, name: str, data: bytes, record: dict[str, Any] | None) -> None:
+        with self.cond:
+            if self.error is not None:
+                raise self.error
+            if self.stopping:
+                raise StoreClosed(name)
+            self.queue.append((name, data, record))
+            self.cond.notify_all()
+
+    def _run(self) -> None:
+        while True:
+            with self.cond:
+                while not self.queue and not self.stopping:
+                    self.cond.wait()
+                if not self.queue:
+                    return
+                batch, self.queue = self.queue, []
+                self.busy = True
+            try:
+                self.commits.append([(name, data) for name, data, _ in batch])
+            except (StorageError, StoreClosed) as exc:
+                with self.cond:
+                    self.error = self.error or (exc if isinstance(exc, StorageError) else None)
+                self.on_lost([record for _, _, record in batch if record is not None])
+            finally:
+                with self.cond:
+                    self.busy = False
+                    self.cond.notify_all()
+
+    def flush(self) -> None:
+        """Wait until everything handed over is written; raise the failure if one happened."""
+        with self.cond:
+            while self.queue or self.busy:
+                self.cond.wait()
+            if self.error is not None:
+                raise self.error
+
+    def stop(self) -> None:
+        with self.cond:
+            self.stopping = True
+            self.cond.notify_all()
+        self.thread.join()
+
+
 class RunStore:
     """Writes one run directory."""
 
@@ -170,6 +231,7 @@ class RunStore:
         self.closed = False
         self.packs = PackWriter(path, self.file_mode)
         self.commits = GroupCommit(path, self.packs, self.file_mode)
+        self.writer: BackgroundWriter | None = None
 
     @property
     def file_mode(self) -> int:
@@ -199,37 +261,20 @@ class RunStore:
         self.run_lock.acquire(self.file_mode)
 
     def release(self) -> None:
+        if self.writer is not None:
+            self.writer.stop()
         self.packs.close()
         self.run_lock.release()
 
     # -- writes ----------------------------------------------------------------------------
 
-    def _open_file(self, path: Path, flags: int) -> int:
-        return os.open(path, flags, self.file_mode)
-
     def write_manifest(self, manifest: dict[str, Any]) -> None:
         self.replace_file("manifest.json", dumps_pretty(manifest).encode("utf-8") + b"\n")
-
-    def _write_whole(self, path: Path, data: bytes, sync: bool) -> None:
-        """Create `path` holding exactly `data`; on failure nothing is left there."""
-        try:
-            fd = self._open_file(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-            try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view) :]
-                if sync:
-                    os.fsync(fd)
-            finally:
-                os.close(fd)
-        except OSError as exc:
-            path.unlink(missing_ok=True)
-            raise _storage_error(exc, path) from None
 
     def replace_file(self, name: str, data: bytes) -> None:
         """Write beside and rename, so a crash or a full disk never leaves half a file."""
         temp = self.path / f"{name}.tmp"
-        self._write_whole(temp, SCRUBBER.bytes(data), sync=True)
+        _write_whole(self.file_mode, temp, SCRUBBER.bytes(data), sync=True)
         try:
             os.replace(temp, self.path / name)
         except OSError as exc:
@@ -238,13 +283,15 @@ class RunStore:
 
     def reserve(self, size: int) -> None:
         """Set space aside now, so that a full disk later still leaves room for the manifest."""
-        self._write_whole(self.path / RESERVE_FILE, b"\0" * max(MIN_RESERVE, size), sync=True)
+        _write_whole(self.file_mode, self.path / RESERVE_FILE, b"\0" * max(MIN_RESERVE, size), sync=True)
 
     def give_back_reserve(self) -> None:
         (self.path / RESERVE_FILE).unlink(missing_ok=True)
 
     def close_writes(self) -> None:
         """From now on sample writes are refused (StoreClosed): the run is being finished."""
+        if self.writer is not None:
+            self.writer.stop()  # what was handed over is written first
         with self.commits.lock:
             self.closed = self.commits.closed = True
 
@@ -254,7 +301,7 @@ class RunStore:
         if self.closed:
             raise StoreClosed(relative)
         data = SCRUBBER.bytes(data)
-        self._write_whole(self.path / relative, data, sync=False)
+        _write_whole(self.file_mode, self.path / relative, data, sync=False)
         return {"path": relative, "sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
 
     def write_bytes(self, sample_id: str, kind: str, data: bytes) -> dict[str, Any]:
@@ -271,12 +318,11 @@ class RunStore:
 
     def read_bytes(self, sample_id: str, kind: str) -> bytes:
         """A blob this run wrote for a sample (a batch's request, to send it again)."""
-        location = self.packs.written.get((sample_id, kind))
-        record = {"sample_id": sample_id}
-        if location is not None:
-            self.packs.sync()  # the bytes may still sit in this process's queue of index lines
-            return RawReader(self.path).read({**record, "raw": location}, TEXT)
-        return RawReader(self.path).read(record, kind)
+        found = self.packs.written.get(sample_id) if kind == REQUEST else None
+        if found is None:
+            return RawReader(self.path).read({"sample_id": sample_id}, kind)
+        location = {"pack": found[0], "offset": found[1], "bytes": found[2]}
+        return RawReader(self.path).read({"sample_id": sample_id, "raw": location}, TEXT)
 
     def append(self, name: str, record: dict[str, Any]) -> None:
         """One JSON line, written whole and fsynced; on failure the file is cut back to before it."""
@@ -286,7 +332,18 @@ class RunStore:
         """Lines written whole and fsynced, after the pack bytes they point to; concurrent callers
         share one commit (one fsync a file for all their lines). On failure each file is cut back."""
         data = b"".join(SCRUBBER.bytes(dumps_line(record)) for record in records)
-        self.commits.append(name, data)
+        if self.writer is not None:
+            self.writer.put(name, data, records[0] if name == "samples.jsonl" and len(records) == 1 else None)
+        else:
+            self.commits.append([(name, data)])
+
+    def start_writer(self, on_lost: Callable[[list[dict[str, Any]]], None]) -> None:
+        self.writer = BackgroundWriter(self.commits, on_lost)  # lines written by a thread of their own
+
+    def flush_writes(self) -> None:
+        """Everything handed to the writer is on disk (a failure is raised here)."""
+        if self.writer is not None:
+            self.writer.flush()
 
     def append_sample(self, record: dict[str, Any]) -> None:
         self.append("samples.jsonl", record)
@@ -299,6 +356,23 @@ class RunStore:
     def repair_tail(self, name: str) -> bool:
         """Cut a torn last line off a JSON-lines file before appending to it; True if cut."""
         return repair_tail(self.path / name)
+
+
+def _write_whole(file_mode: int, path: Path, data: bytes, sync: bool) -> None:
+    """Create `path` holding exactly `data`; on failure nothing is left there."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, file_mode)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            if sync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        path.unlink(missing_ok=True)
+        raise _storage_error(exc, path) from None
 
 
 def _append_synced(path: Path, data: bytes, file_mode: int) -> None:
@@ -374,6 +448,34 @@ def run_state(path: Path, manifest: dict[str, Any]) -> str:
     return "killed"
 
 
+STARTING_FILES = ("manifest.json.tmp", RESERVE_FILE, LOCK_FILE)
+
+
+def started_only(run_dir: Path) -> list[str]:
+    """The files a run directory's creation leaves before its manifest exists ([] when none, or
+    when it has a manifest)."""
+    if is_file(run_dir / "manifest.json"):
+        return []
+    return [name for name in STARTING_FILES if is_file(run_dir / name)]
+
+
+def starting_state(run_dir: Path) -> str:
+    """A directory with no manifest yet: `starting` while its creator holds the lock, else
+    `incomplete` (killed while it was being created)."""
+    return "starting" if lock_held(run_dir) else "incomplete"
+
+
+def lock_held(run_dir: Path) -> bool:
+    try:
+        with open(run_dir / LOCK_FILE) as handle:
+            fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    return False
+
+
 # What every reader of a run needs from its manifest, and the shape each must have.
 MANIFEST_NEEDS: dict[str, type] = {"probeset": dict, "prompts": list, "models": list, "arms": list}
 PROBESET_NEEDS = ("source", "path", "sha256", "copy")
@@ -382,6 +484,13 @@ PROBESET_NEEDS = ("source", "path", "sha256", "copy")
 def load_manifest(run_dir: Path) -> dict[str, Any]:
     manifest_path = run_dir / "manifest.json"
     if not is_file(manifest_path):
+        left = started_only(run_dir)
+        if left:
+            raise InputError(
+                f"{shown(run_dir)}: a run stopped while its directory was being created (no manifest.json; "
+                f"{', '.join(left)} left): nothing was recorded, so there is nothing to resume or read; "
+                "start the run again (this directory can be deleted)"
+            )
         raise InputError(f"{shown(run_dir)}: not a run directory (no manifest.json)")
     try:
         manifest = loads(manifest_path.read_bytes())
@@ -449,6 +558,9 @@ def repair_tail(path: Path) -> bool:
     if not path.is_file():
         return False
     with open(path, "rb+") as handle:
+        size = content_end(handle)
+        if size < os.fstat(handle.fileno()).st_size:
+            handle.truncate(size)  # a tail of NULs (a power loss) goes first
         handle.seek(0, os.SEEK_END)
         size = handle.tell()
         if size == 0:

@@ -33,7 +33,7 @@ from ..jsonio import dumps_line, warn
 from ..pack import RawReader
 from ..probeset import parse_probeset
 from .outcomes import outcome
-from .show import HEADER_CLASSES
+from .show import HEADER_CLASSES, Damage
 from .tables import table
 
 FIXED = [
@@ -104,7 +104,7 @@ class SampleRows:
         header: str | None = None,
         arm: str | None = None,
     ) -> None:
-        manifest = load_manifest(run_dir)
+        manifest = self.manifest = load_manifest(run_dir)
         probeset = parse_probeset(
             manifest["probeset"]["source"].encode("utf-8"), Path(manifest["probeset"]["path"])
         )
@@ -156,9 +156,10 @@ class SampleRows:
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         found = False
+        damage = Damage(self.run_dir, self.manifest)
         # Warned on stderr as every reader does: stdout holds only the rows.
         for record in merged_samples(self.run_dir, self.number, warn):
-            if not self._wanted(record):
+            if not self._wanted(record) or not damage.fine(record):
                 continue
             found = True
             yield self.row(record)

@@ -9,7 +9,7 @@ from typing import Any
 from ..counts import classifications, merged_samples
 from ..engine.store import load_manifest
 from ..errors import InputError
-from ..jsonio import dumps_pretty, warn
+from ..jsonio import dumps_line, dumps_pretty, loads, warn
 from ..pack import RawUnreadable, read_raw
 from .provenance import render_provenance
 
@@ -137,7 +137,14 @@ def select_samples(
     if header is not None and header not in HEADER_CLASSES:
         raise InputError(f"--header must be one of {', '.join(HEADER_CLASSES)}, got {header!r}")
     chosen = []
-    for record in merged_samples(run_dir, latest_classification(run_dir), warn):
+    seen = Damage(run_dir, manifest)
+    number = latest_classification(run_dir)
+    records = merged_samples(run_dir, number, warn)
+    if sample and number is None:
+        records = lines_naming(run_dir / "samples.jsonl", sample) or records
+    for record in records:
+        if not seen.fine(record):
+            continue
         state = "error" if record.get("error") else (record.get("header") or {}).get("header")
         if sample and record["sample_id"] != sample:
             continue
@@ -160,6 +167,73 @@ def select_samples(
         what = f"sample {sample!r}" if sample else f"case {case!r}"
         raise InputError(f"{run_dir}: no {what} in this run")
     return manifest, chosen
+
+
+def lines_naming(path: Path, sample_id: str) -> list[dict[str, Any]] | None:
+    """The records of one sample found by searching the file's bytes for its id (one sample of a
+    million-sample run without parsing a million lines); None when the search cannot tell."""
+    import mmap
+
+    needle = b'"sample_id":' + dumps_line(sample_id).rstrip(b"\n")
+    found = []
+    try:
+        with open(path, "rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            at = data.find(needle)
+            while at >= 0:
+                start = data.rfind(b"\n", 0, at) + 1
+                end = data.find(b"\n", at)
+                if end < 0:
+                    return None  # a last line without its end: the careful reader decides
+                record = loads(data[start:end])
+                if isinstance(record, dict) and record.get("sample_id") == sample_id:
+                    found.append(record)
+                at = data.find(needle, end)
+    except (OSError, ValueError):
+        return None  # an empty file, a line that is not JSON: the careful reader says what
+    return found or None
+
+
+class Damage:
+    """What a reader of samples sees cheaply of a damaged run: a sample recorded twice, or of an
+    arm the plan does not have. Each is left out, with one warning per kind (as report counts).
+    A sample is its (arm, case, repeat): one bit each, so memory stays flat over a large run."""
+
+    def __init__(self, run_dir: Path, manifest: dict[str, Any]) -> None:
+        self.run_dir = run_dir
+        self.arms = {(a.get("prompt"), a.get("model")) for a in manifest["arms"] if isinstance(a, dict)}
+        self.seen: dict[tuple[str, str, str], bytearray] = {}
+        self.odd: set[tuple[str, str, str, int]] = set()  # repeats too large for a bitmap
+        self.said: set[str] = set()
+
+    def fine(self, record: dict[str, Any]) -> bool:
+        arm = (record["prompt"], record["model"])
+        if arm not in self.arms:
+            self._say("unplanned", f"sample {record['sample_id']} is of no arm of the manifest; left out")
+            return False
+        if self._again((*arm, record["case_id"]), record["repeat"]):
+            self._say("twice", f"sample {record['sample_id']} is in samples.jsonl more than once; shown once")
+            return False
+        return True
+
+    def _again(self, key: tuple[str, str, str], repeat: int) -> bool:
+        if not 0 <= repeat < 1 << 24:
+            if (*key, repeat) in self.odd:
+                return True
+            self.odd.add((*key, repeat))
+            return False
+        bits = self.seen.setdefault(key, bytearray())
+        byte, bit = repeat >> 3, 1 << (repeat & 7)
+        if byte >= len(bits):
+            bits.extend(bytes(byte + 1 - len(bits)))
+        if bits[byte] & bit:
+            return True
+        bits[byte] |= bit
+        return False
+
+    def _say(self, kind: str, message: str) -> None:
+        if kind not in self.said:
+            self.said.add(kind)
+            warn(f"{self.run_dir}: {message} (probe verify lists the damage)")
 
 
 def _raw(run_dir: Path, record: dict[str, Any]) -> bytes | None:
