@@ -521,7 +521,7 @@ VALID = {
     "run_ref": _text, "by_tag": lambda v: isinstance(v, bool), "classification": COUNT, "top_k": COUNT,
     "a": _text, "b": _text, "baseline": _text, "candidate": _text, "all_metrics": lambda v: isinstance(v, bool),
     "p1": _number_in(0, 1), "p2": _number_in(0, 1), "p": _number_in(0, 1), "icc": _number_in(0, 1),
-    "n": COUNT, "cases": COUNT, "gate_any_of": COUNT, "power": _number_in(0.5, 1, high_open=True, optional=False),
+    "n": COUNT, "cases": COUNT, "cases_b": COUNT, "gate_any_of": COUNT, "power": _number_in(0.5, 1, high_open=True, optional=False),
     "sequential": lambda v: isinstance(v, bool),
 }
 
