@@ -17,10 +17,10 @@ import time
 
 import numpy as np
 
+from promptprobe.planning import plan_sample_size
 from promptprobe.stats.simulation import paired_counts, unpaired_counts
 from promptprobe.stats.tests import decides
 from promptprobe.stats.verdict import paired_verdict, unpaired_test
-from promptprobe.views.plan import plan_sample_size
 
 SEED = 77  # not the planner's seed
 UNLIMITED = 2000  # repeats standing in for "unlimited repeats" (the questions' true rates)
@@ -76,14 +76,14 @@ def main() -> None:
     print("|---|---:|---:|---:|---|---|")
 
     for p1, p2 in ((0.9, 0.7), (0.85, 1.0), (0.0, 1.0))[: 1 if args.quick else None]:
-        plan = plan_sample_size(p1, p2)
+        plan = plan_sample_size(p1, p2).data
         n = plan["n_per_arm"]
         achieved = fresh_paired(p1, p2, 1, n, 0.0, trials, rng)  # one question asked n times per arm
         row(f"`--p1 {p1:g} --p2 {p2:g}`: {n} per arm", plan["n_per_arm_power"], achieved, trials)
 
     designs = ((0.85, 1.0, 10, 0.5), (0.9, 0.7, 12, 0.2), (0.9, 0.7, 10, 1.0), (0.9, 0.5, 3, 0.1))
     for p1, p2, cases, icc in designs[1:2] if args.quick else designs:  # quick: not the slowest plan
-        plan = plan_sample_size(p1, p2, cases=cases, icc=icc)
+        plan = plan_sample_size(p1, p2, cases=cases, icc=icc).data
         flags = f"`--p1 {p1:g} --p2 {p2:g} --cases {cases} --icc {icc:g}`"
         m = plan["repeats"]
         row(

@@ -26,6 +26,7 @@ import time
 
 import numpy as np
 
+from promptprobe.planning import plan_sequential
 from promptprobe.stats.planning import paired_repeats
 from promptprobe.stats.power import log_mixture_e, stratified_p_batch, stratified_smallest_p
 from promptprobe.stats.sequential import (
@@ -43,7 +44,6 @@ from promptprobe.stats.sequential import (
 )
 from promptprobe.stats.simulation import crn_counts
 from promptprobe.stats.tests import decides, decision_limit
-from promptprobe.views.sequential_plan import plan_sequential
 
 ALPHA, BETA, MIN_ROUNDS = 0.05, 0.2, 2
 SEED = SEQUENTIAL_SEED + 7  # the sweep's runs are not the ones the caps were found on
@@ -339,7 +339,7 @@ def plan_check(trials, quick=False):
     print("|---|---:|---:|---:|---:|---:|---:|")
     cells = ((0.5, 0.6, 0.5, 12, 0.10), (0.8, 0.7, 0.2, 12, 0.10), (0.9, 0.7, 0.5, 10, 0.20))
     for p1, p2, icc, cases, detect in cells[:1] if quick else cells:
-        plan = plan_sequential(p1, p2, cases, icc, ALPHA, detect=detect)
+        plan = plan_sequential(p1, p2, cases, icc, ALPHA, detect=detect).data
         cap = plan["max_rounds"]
         used_all, right_all = [], []
         for seed in seeds:

@@ -119,6 +119,20 @@ def test_plan_is_the_cli_json(kwargs, flags):
     assert promptprobe.plan(p1, p2, **kwargs).to_dict() == cli_json("plan", *flags)
 
 
+
+@pytest.mark.parametrize("kwargs,flags", [
+    ({"p1": 0.001, "p2": 0.0015}, ["--p1", "0.001", "--p2", "0.0015"]),
+    ({"p1": 0.99, "n": 5}, ["--p1", "0.99", "--n", "5"]),
+    ({"p1": 0.5, "n": 50000}, ["--p1", "0.5", "--n", "50000"]),
+    ({"gate_any_of": 3, "p": 0.9}, ["--gate-any-of", "3", "--p", "0.9"]),
+])
+def test_a_plan_prints_as_probe_plan_does(kwargs, flags):
+    # One view object: the text of the API's plan is the CLI's, figure for figure.
+    printed = CliRunner().invoke(main, ["plan", *flags])
+    assert printed.exit_code == 0, printed.output
+    assert str(promptprobe.plan(**kwargs)) + "\n" == printed.stdout
+    assert "%" in printed.stdout
+
 def test_load_is_its_line_of_probe_runs(two_prompt_run):
     tmp, result = two_prompt_run
     loaded = promptprobe.load(result.path)

@@ -134,18 +134,18 @@ def test_statistics_import_nothing_of_the_engine():
 
 
 def test_the_comparison_is_a_room_below_the_views():
-    """The comparison (tests, intervals, adjustment, hints, words) imports nothing of the views, the
-    viewer, the CLI or the API; and the views that render it compute no statistic: none imports
-    promptprobe.stats (the planners' views still run their planning simulations themselves)."""
+    """The comparison (tests, intervals, adjustment, hints, words) and the planning (`probe plan`'s
+    sizes, powers and simulations) import nothing of the views, the viewer, the CLI or the API; and
+    the views that render them compute no statistic: none imports promptprobe.stats."""
     graph = imports()
     above = ("promptprobe.views", "promptprobe.viewer", "promptprobe.cli", "promptprobe.api")
-    comparison = {name: targets for name, targets in graph.items() if name.startswith("promptprobe.comparison")}
-    assert len(comparison) > 5
-    for name, targets in comparison.items():
-        assert not {t for t in targets if t.startswith(above)}, (name, targets)
-    planners = {"promptprobe.views.plan", "promptprobe.views.sequential_plan"}
+    for room in ("promptprobe.comparison", "promptprobe.planning"):
+        modules = {name: targets for name, targets in graph.items() if name.startswith(room)}
+        assert len(modules) > 5, room
+        for name, targets in modules.items():
+            assert not {t for t in targets if t.startswith(above)}, (name, targets)
     for name, targets in graph.items():
-        if name.startswith(("promptprobe.views", "promptprobe.viewer")) and name not in planners:
+        if name.startswith(("promptprobe.views", "promptprobe.viewer")):
             assert not {t for t in targets if t.startswith("promptprobe.stats")}, (name, targets)
 
 

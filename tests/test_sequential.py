@@ -547,10 +547,10 @@ def test_plan_sequential_says_the_power_its_fixed_plan_is_for():
 def test_the_plan_is_what_an_independent_simulation_of_the_runs_rule_gives():
     # The run's own per-round `look`, driven one simulated run at a time on Python's random
     # numbers (not the plan's vectorised simulation), reproduces the plan's mean and power.
-    from promptprobe.views.sequential_plan import plan_sequential
+    from promptprobe.planning import plan_sequential
 
     p1, p2, cases, detect = 0.3, 0.7, 6, 0.4
-    plan = plan_sequential(p1, p2, cases, 0.0, detect=detect)
+    plan = plan_sequential(p1, p2, cases, 0.0, detect=detect).data
     cap, trials = plan["max_rounds"], 400
     rng = random.Random(11)
     rounds_taken, right = [], 0

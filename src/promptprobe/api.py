@@ -17,10 +17,13 @@ import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import arguments
 from .errors import InputError
+
+if TYPE_CHECKING:
+    from .planning import PlanView
 
 
 def _html_fragment(page: str) -> str:
@@ -152,15 +155,19 @@ class Comparison:
 class Plan:
     """`probe plan ... --json`."""
 
-    data: dict[str, Any]
+    view: "PlanView"
+
+    @property
+    def data(self) -> dict[str, Any]:
+        return self.view.data
 
     def to_dict(self) -> dict[str, Any]:
-        return self.data
+        return self.view.data
 
     def __str__(self) -> str:
         from .views.plan import render_plan
 
-        return render_plan(self.data)
+        return render_plan(self.view)
 
 
 @dataclass(frozen=True)
@@ -343,43 +350,30 @@ def plan(
     """`probe plan`: samples (or repeats of `cases` questions at `icc`; `cases_b`: B's side of an
     unpaired design with other questions) to tell p1 from p2; the smallest difference `n`
     detects; an any-of-k gate's block rate; a sequential run's rounds."""
-    from .views.plan import check_flags, plan_gate, plan_mdd, plan_sample_size
+    from .planning import choose_plan
 
     _counts(n=n, cases=cases, cases_b=cases_b, gate_any_of=gate_any_of)
-    # Numbers first (their ranges are check_flags' own, in the words `probe plan` uses).
+    # Numbers first (their ranges are the planner's own, in the words `probe plan` uses).
     for name, value in (("p1", p1), ("p2", p2), ("p", p), ("icc", icc)):
         arguments.number(name, value, -math.inf, optional=True)
     for name, value in (("alpha", alpha), ("power", power), ("detect", detect)):
         arguments.number(name, value, -math.inf)
     sequential = bool(arguments.flag("sequential", sequential))
-    if not 0 < detect <= 100:
-        raise InputError(f"--detect must lie in (0, 100] points, got {detect!r}")
-    if gate_any_of is not None and gate_any_of > 1000:
-        raise InputError(f"gate_any_of={gate_any_of!r}: must be between 1 and 1000")
-    check_flags(p1, p2, alpha, power, icc, p)
-    if gate_any_of is not None:
-        if p is None:
-            raise InputError("--gate-any-of needs --p (the per-run success rate)")
-        return Plan(plan_gate(p, gate_any_of))
-    if sequential:
-        if p1 is None or p2 is None or cases is None:
-            raise InputError("--sequential needs --p1, --p2 and --cases")
-        from .views.sequential_plan import plan_sequential
-
-        return Plan(
-            plan_sequential(p1, p2, cases, icc if icc is not None else 0.5, alpha, power, detect=detect / 100)
-        )
-    if n is not None:
-        if p1 is None:
-            raise InputError("--n needs --p1 (the rate you have now)")
-        return Plan(plan_mdd(n, p1, alpha, power))
-    if p1 is not None and p2 is not None:
-        if (cases is None) != (icc is None):
-            raise InputError("--cases and --icc go together")
-        if cases_b is not None and cases is None:
-            raise InputError("--cases-b goes with --cases and --icc (A's cases and their ICC)")
-        return Plan(plan_sample_size(p1, p2, alpha, power, cases, icc, cases_b))
-    raise InputError("give --p1 and --p2, or --n and --p1, or --gate-any-of K and --p")
+    view = choose_plan(
+        p1,
+        p2,
+        n=n,
+        alpha=alpha,
+        power=power,
+        cases=cases,
+        icc=icc,
+        gate_any_of=gate_any_of,
+        p=p,
+        sequential=sequential,
+        detect=detect,
+        cases_b=cases_b,
+    )
+    return Plan(view)
 
 
 def run(

@@ -1390,7 +1390,7 @@ def plan(
         detect=detect,
         cases_b=cases_b,
     )
-    emit(render_plan(result.to_dict(), fmt), output)
+    emit(render_plan(result.view, fmt), output)
 
 
 # -- why ------------------------------------------------------------------------------------

@@ -493,15 +493,16 @@ def label_demo_run(run_dir: Path, labels: Path) -> None:
 def _same_power(fixed: dict[str, Any], rule: Any) -> str:
     """The sequential rule against the fixed paired plan of the same power, at the rates (and the
     spread between questions) the fixed run measured."""
-    from ..views.sequential_plan import plan_sequential
+    from ..planning import plan_sequential
 
     rate_a, rate_b = fixed["a"]["rate"], fixed["b"]["rate"]
     cases = len(fixed["paired"]["cases"])
     repeats = fixed["a"]["n"] // cases
     icc = sum(max(0.0, (fixed[arm]["deff"] - 1) / (repeats - 1)) for arm in ("a", "b")) / 2
-    plan = plan_sequential(
+    view = plan_sequential(
         rate_a, rate_b, cases, icc, rule.alpha, min_rounds=rule.min_rounds, detect=rule.detect
     )
+    plan = view.data
     rates = f"{100 * rate_a:.0f}% vs {100 * rate_b:.0f}%, ICC {icc:.2f}"
     said = (
         f"At the rates above ({rates}) the rule decides with {100 * plan['power']:.0f}% power after "
@@ -512,7 +513,8 @@ def _same_power(fixed: dict[str, Any], rule: Any) -> str:
         return said
     return (
         f"{said}; a fixed paired plan with {100 * same['power']:.0f}% power takes "
-        f"{same['rounds'] * cases} per arm ({same['rounds']} repeat{'s' if same['rounds'] > 1 else ''})"
+        f"{view.shown['same_power_samples']} per arm "
+        f"({same['rounds']} repeat{'s' if same['rounds'] > 1 else ''})"
     )
 
 
