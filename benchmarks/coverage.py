@@ -11,8 +11,8 @@ the interval, at 95%, holds its target:
 | unpaired effect | the drawn questions' mean rate under B minus that under A |
 | generalisation | the population's mean B - A (questions like these) |
 | sequential effect | the drawn questions' mean B - A, the run stopped at each round from the 2nd to the cap |
-| per arm, Wilson | the drawn questions' rate over the arm's samples (trial-weighted) |
-| per arm, wilson_eff | the population's rate |
+| per arm, Wilson (continuity-corrected) | the drawn questions' rate over the arm's samples (trial-weighted) |
+| per arm, wilson_eff ("95% adjusted") | the population's rate |
 
 Designs: separated and near-separated data (100% vs 0%, 95% vs 5%, 90% vs 10%), 25% vs 95%,
 50% vs 50%, 0% vs 0%; 4-12 questions a side; 1-12 repeats, and unequal repeats (A once and B 12
@@ -21,6 +21,8 @@ Monte Carlo error (1.96 standard errors), the median width in points, the share 
 are a single point; weakest cells first, then each interval's weakest cell; then every cell under
 92% drawn again from a fresh seed with `--confirm` times the probes (a cell short by chance comes
 back; one truly short stays short). Each round a sequential run may stop at is a cell of its own.
+Last, the per-arm interval's exact coverage from every outcome: at one rate for 1 to 40 samples,
+and for seeded random mixes of questions at their own rates.
 
     .venv/bin/python benchmarks/coverage.py [--replicates 150] [--sequential-replicates 80] [--confirm 5]
     .venv/bin/python benchmarks/coverage.py --smoke
@@ -33,8 +35,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.stats import binom
 
-from promptprobe.stats.intervals import clustered_rate
+from promptprobe.comparison.rates import metric_object
+from promptprobe.stats.intervals import wilson, wilson_cc
 from promptprobe.stats.sequential import look, stops_and_p_values
 from promptprobe.stats.sequential_effect import boundary_test, sequential_effect
 from promptprobe.stats.simulation import paired_rates, question_rates
@@ -167,9 +171,14 @@ def fixed_cells(replicates: int, rng: np.random.Generator, shapes, rates_list, i
                         ("B", b[t], rates_b[t], mean_b),
                     ):
                         trials = n_a if arm == "A" else n_b
-                        rate = clustered_rate(counts.tolist(), trials.tolist())
-                        arms[f"Wilson {arm}"].add(rate.wilson, float((rates * trials).sum() / trials.sum()))
-                        arms[f"wilson_eff {arm}"].add(rate.wilson_eff, mean)
+                        # The metric object `probe report` shows: its `wilson` and `wilson_eff`.
+                        shown = metric_object(
+                            {str(i): [k, m, 0] for i, (k, m) in enumerate(zip(counts, trials, strict=True))},
+                            higher_is_better=True,
+                        )
+                        drawn_rate = float((rates * trials).sum() / trials.sum())
+                        arms[f"Wilson {arm}"].add(tuple(shown["wilson"]), drawn_rate)
+                        arms[f"wilson_eff {arm}"].add(tuple(shown["wilson_eff"]), mean)
                 cells += list(row.values()) + list(arms.values())
     return cells
 
@@ -241,6 +250,42 @@ def sequential_cells(replicates: int, rng: np.random.Generator, designs, rates_l
     return cells
 
 
+def exact_per_arm(rng: np.random.Generator, mixes: int, most: int = 40) -> None:
+    """The per-arm interval's exact coverage of the arm's mean rate, from every outcome: at one rate
+    (0.1% to 99.9% in steps of 0.1%) for 1 to `most` samples, and for seeded random mixes of 1 to 6
+    questions at their own rates with 1, 2, 3 or 12 samples each (the successes a sum of binomials).
+    The shown interval beside the plain score interval it replaced."""
+    grid = np.arange(1, 1000) / 1000
+    print("\nper arm, exact coverage of the arm's mean rate (every outcome enumerated):")
+    print(f"| interval | one rate, 1-{most} samples: lowest | at | {mixes} random mixes: lowest | at |")
+    print("|---|---:|---|---:|---|")
+    for name, interval in (("Wilson, continuity-corrected (shown)", wilson_cc), ("plain Wilson", wilson)):
+        worst_one = (2.0, "")
+        for n in range(1, most + 1):
+            bounds = np.array([interval(k, n) for k in range(n + 1)])
+            chances = binom.pmf(np.arange(n + 1)[:, None], n, grid[None, :])
+            held = (bounds[:, :1] - 1e-12 <= grid) & (grid <= bounds[:, 1:] + 1e-12)
+            covered = (chances * held).sum(axis=0)
+            at = int(covered.argmin())
+            worst_one = min(worst_one, (float(covered[at]), f"{n} samples at {grid[at]:.1%}"))
+        worst_mix = (2.0, "")
+        draws = np.random.default_rng(rng.integers(2**32))
+        for _ in range(mixes):
+            questions = int(draws.integers(1, 7))
+            repeats = draws.choice([1, 2, 3, 12], questions)
+            # Half the questions at a rate near or at an edge, half anywhere.
+            edge = draws.choice([0.0, 0.02, 0.05, 0.1, 0.9, 0.95, 0.98, 1.0], questions)
+            rates = np.repeat(np.where(draws.random(questions) < 0.5, edge, draws.random(questions)), repeats)
+            chances = np.array([1.0])
+            for p in rates:
+                chances = np.append(chances * (1 - p), 0.0) + np.append(0.0, chances * p)
+            n, target = len(rates), float(rates.mean())
+            held = [interval(k, n)[0] - 1e-12 <= target <= interval(k, n)[1] + 1e-12 for k in range(n + 1)]
+            described = f"{questions} questions x {'/'.join(map(str, repeats))}"
+            worst_mix = min(worst_mix, (float(chances[held].sum()), described))
+        print(f"| {name} | {worst_one[0]:.1%} | {worst_one[1]} | {worst_mix[0]:.1%} | {worst_mix[1]} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--replicates", type=int, default=150, help="probes per fixed-size cell")
@@ -284,6 +329,7 @@ def main() -> None:
             f"{len(mine)} | {under} | {points} |"
         )
     confirm(cells, args)
+    exact_per_arm(np.random.default_rng(SEED + 2), *((50, 12) if args.smoke else (5000, 40)))
     print(f"\ntook {time.perf_counter() - started:.0f} s")
 
 

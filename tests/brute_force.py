@@ -1,6 +1,7 @@
 """Brute-force references shared by the statistics tests."""
 
 import itertools
+import math
 
 import numpy as np
 
@@ -16,3 +17,16 @@ def permutation_p(a, b, delta=0.0):
         hits += abs(np.mean(side_b) - np.mean(side_a)) >= observed - 1e-12
         total += 1
     return hits / total
+
+
+def corrected_score_bounds(x, n, z=1.959963984540054):
+    """Wilson's interval with continuity correction solved from its defining equation,
+    |x/n - p| - 1/(2n) = z·sqrt(p(1-p)/n), by root finding (not the closed form under test)."""
+    from scipy.optimize import brentq
+
+    def gap(p):
+        return abs(x / n - p) - 1 / (2 * n) - z * math.sqrt(p * (1 - p) / n)
+
+    low = 0.0 if x == 0 else brentq(gap, 1e-12, x / n - 1 / (2 * n) + 1e-12 if x / n > 1 / (2 * n) else x / n)
+    high = 1.0 if x == n else brentq(gap, min(1 - 1e-12, x / n + 1 / (2 * n)), 1 - 1e-12)
+    return low, high

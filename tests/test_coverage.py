@@ -8,6 +8,7 @@ import math
 
 import numpy as np
 import pytest
+from brute_force import corrected_score_bounds
 
 from promptprobe.stats.case_means import population_difference, unpaired_difference
 from promptprobe.stats.confidence_sequence import confidence_sequence
@@ -90,19 +91,6 @@ def test_generalisation_interval_covers_by_enumeration_and_agrees_with_its_sign_
         )
         covered += weight * (found.interval[0] <= rate_b - rate_a <= found.interval[1])
     assert covered >= 0.92
-
-
-def corrected_score_bounds(x, n, z=1.959963984540054):
-    """Wilson's interval with continuity correction solved from its defining equation,
-    |x/n - p| - 1/(2n) = z·sqrt(p(1-p)/n), by root finding (not the closed form under test)."""
-    from scipy.optimize import brentq
-
-    def gap(p):
-        return abs(x / n - p) - 1 / (2 * n) - z * math.sqrt(p * (1 - p) / n)
-
-    low = 0.0 if x == 0 else brentq(gap, 1e-12, x / n - 1 / (2 * n) + 1e-12 if x / n > 1 / (2 * n) else x / n)
-    high = 1.0 if x == n else brentq(gap, min(1 - 1e-12, x / n + 1 / (2 * n)), 1 - 1e-12)
-    return low, high
 
 
 def test_nothing_moved_gives_the_interval_the_rates_allow():

@@ -6,6 +6,7 @@ import signal
 from pathlib import Path
 
 import pytest
+from brute_force import corrected_score_bounds
 from click.testing import CliRunner
 from conftest import ROOT, write_config, write_probeset
 from servers import LocalServer, Reply
@@ -20,6 +21,7 @@ from promptprobe.probeset import load_probeset
 from promptprobe.prompts import load_prompt
 from promptprobe.providers import make_provider
 from promptprobe.providers.base import GenerationParams
+from promptprobe.stats.intervals import wilson
 from promptprobe.views.report import build_report
 
 TRICKY = {
@@ -242,17 +244,20 @@ concurrency = 4
     assert [a["prompt"] for a in manifest["arms"]] == ["always-header", "always-header", "exception-only", "exception-only"]
     assert (run_dir / "prompts" / "always-header.md").read_bytes() == (ROOT / "prompts" / "always-header.md").read_bytes()
     assert (run_dir / "probeset.toml").read_bytes() == probeset_path.read_bytes()
-    published = {  # Wilson 95% from ../shared/reference/statistics.md
+    published = {  # plain Wilson 95% (published reference values)
         ("always-header", "anthropic"): (30, (0.886487, 1.0)),
         ("always-header", "openai"): (26, (0.703187, 0.946903)),
         ("exception-only", "anthropic"): (24, (0.626943, 0.904949)),
         ("exception-only", "openai"): (15, (0.331541, 0.668459)),
     }
     for arm in report["arms"]:
-        k, interval = published[(arm["prompt"], arm["model"].split(":")[0])]
+        k, plain = published[(arm["prompt"], arm["model"].split(":")[0])]
         metric = arm["metrics"]["header_present"]
         assert (metric["k"], metric["n"]) == (k, 30)
-        assert metric["wilson"] == pytest.approx(interval, abs=1e-6)
+        assert wilson(k, 30) == pytest.approx(plain, abs=1e-6)
+        # Shown: the continuity-corrected score interval, solved from its equation; wider than plain.
+        assert metric["wilson"] == pytest.approx(corrected_score_bounds(k, 30), abs=1e-9)
+        assert metric["wilson"][0] <= plain[0] and metric["wilson"][1] >= plain[1]
         assert arm["samples"] == 30 and arm["errors"] == 0
     clustered = next(a for a in report["arms"] if a["prompt"] == "exception-only" and a["model"].startswith("anthropic"))
     metric = clustered["metrics"]["header_present"]

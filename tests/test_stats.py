@@ -4,6 +4,7 @@ and against scipy, never against values computed by the code under test."""
 import math
 
 import pytest
+from brute_force import corrected_score_bounds
 from hypothesis import given
 from hypothesis import strategies as st
 from scipy import special
@@ -47,7 +48,9 @@ def test_clustering_reference_example():
     assert result.icc == pytest.approx(0.614286, abs=TOL)
     assert result.deff == pytest.approx(2.228571, abs=TOL)
     assert result.n_eff == pytest.approx(13.461538, abs=TOL)
-    assert result.wilson == pytest.approx((0.626943, 0.904949), abs=TOL)
+    # The reference's Wilson 24/30 is the plain score interval; the one shown is continuity-corrected.
+    assert intervals.wilson(24, 30) == pytest.approx((0.626943, 0.904949), abs=TOL)
+    assert result.wilson == pytest.approx(corrected_score_bounds(24, 30), abs=1e-9)
     assert intervals.t_critical(9) == pytest.approx(2.262157, abs=TOL)
     # The reference's rule (Wilson at n_eff with t): the rule wilson_eff replaced.
     assert intervals.wilson_crit(0.8 * result.n_eff, result.n_eff, intervals.t_critical(9)) == pytest.approx(

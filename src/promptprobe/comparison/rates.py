@@ -1,4 +1,5 @@
-"""One arm's rate on one metric, with its Wilson and cluster-adjusted intervals (report and compare)."""
+"""One arm's rate on one metric, with its Wilson (continuity-corrected) and cluster-adjusted intervals
+(report and compare)."""
 
 from typing import Any
 

@@ -26,30 +26,11 @@ import math
 from collections.abc import Sequence
 
 from .distributions import normal_isf, t_isf
-from .intervals import newcombe_from_limits
+from .intervals import newcombe_from_limits, wilson_corrected
 
 Counts = tuple[int, int]  # (successes, trials)
 TINY_TAIL = 1e-300
 Bounds = tuple[float, float]
-
-
-def wilson_corrected(x: float, n: float, z: float) -> Bounds:
-    """Wilson's score interval with continuity correction (Newcombe 1998, method 4) for x of n,
-    both possibly fractional (effective counts)."""
-    if n <= 0:
-        return (0.0, 1.0)
-    p = min(1.0, max(0.0, x / n))
-    q = 1 - p
-    denominator = 2 * (n + z * z)
-    low = 0.0
-    if p > 0:
-        root = math.sqrt(max(0.0, z * z - 2 - 1 / n + 4 * p * (n * q + 1)))
-        low = max(0.0, min(p, (2 * n * p + z * z - 1 - z * root) / denominator))
-    high = 1.0
-    if q > 0:
-        root = math.sqrt(max(0.0, z * z + 2 - 1 / n + 4 * p * (n * q - 1)))
-        high = min(1.0, max(p, (2 * n * p + z * z + 1 + z * root) / denominator))
-    return (low, high)
 
 
 def _smoothed(k: int, n: int, prior: float) -> float:
