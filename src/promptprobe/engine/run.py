@@ -304,6 +304,8 @@ class ProbeRun:
             self.finish("failed", None)
             assert self.store is not None
             nothing = self.counts()["recorded"] == 0 and not self.resumes
+            if nothing and not backend.keep:
+                self.store.discard()  # a run in a store leaves nothing there either
             raise stopped_early(backend.abort, self.store.path, backend.keep, nothing)
         status = "interrupted" if self.cancel_event.is_set() or backend.stopped_by else "complete"
         return self.finish(status, backend.stopped_by)
@@ -369,7 +371,9 @@ class ResumedRun(ProbeRun):
 
     def prepare(self) -> tuple[set[str], dict[tuple[str, int], Retrieved]]:
         """Open the run, cut torn lines, set errored samples aside; what is done, what to reuse."""
-        store = RunStore.open(self.path)
+        from ..runstore import open_run
+
+        store = open_run(self.path)
         self.store = store
         for name in ("samples.jsonl", "retrievals.jsonl", INDEX):
             store.repair_tail(name)

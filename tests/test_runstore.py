@@ -1,0 +1,293 @@
+"""A runs store in S3 (`--runs-dir s3://...`, `probe push`, `probe pull`, `probe view s3://...`),
+against a real S3 server on 127.0.0.1 (moto's server mode, s3_server.py): runs written straight
+to the store and read back by every reader, a writer killed mid-run and resumed from the store,
+two writers on one run, a run pushed from disk and read in the viewer, pull checked by sha256."""
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+import s3_server
+from click.testing import CliRunner
+from conftest import ROOT, write_probeset
+from servers import LocalServer, Reply
+
+from promptprobe.cli import main
+
+PROMPT = str(ROOT / "prompts" / "always-header.md")
+PROBE = str(Path(sys.executable).parent / "probe")
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint():
+    server, endpoint = s3_server.start()
+    yield endpoint
+    server.stop()
+
+
+@pytest.fixture
+def s3(s3_endpoint, tmp_path, monkeypatch):
+    return s3_server.new_bucket(s3_endpoint, s3_server.environment(s3_endpoint, tmp_path), monkeypatch)
+
+
+def objects(s3) -> dict[str, bytes]:
+    """Every object of the test's bucket, by key."""
+    found = {}
+    for page in s3.client.get_paginator("list_objects_v2").paginate(Bucket=s3.bucket):
+        for item in page.get("Contents", []):
+            found[item["Key"]] = s3.client.get_object(Bucket=s3.bucket, Key=item["Key"])["Body"].read()
+    return found
+
+
+def keys(s3) -> list[str]:
+    return [item["Key"] for page in s3.client.get_paginator("list_objects_v2").paginate(Bucket=s3.bucket)
+            for item in page.get("Contents", [])]
+
+
+def probeset(tmp_path: Path, cases: int, repeats: int = 1) -> str:
+    return str(write_probeset(tmp_path / "p.toml", [(f"c{i}", f"question {i}", None) for i in range(cases)],
+                              repeats=repeats))
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(main, list(args))
+
+
+def run_in_store(tmp_path, s3, server, cases=3, *extra):
+    return invoke("run", "--retrieval", "none", probeset(tmp_path, cases), "--prompt", PROMPT,
+                  "--prompt", f"other={PROMPT}", "--model", f"openai:m@{server.url}/v1",
+                  "--runs-dir", s3.url, "--format", "json", *extra)
+
+
+def test_a_run_written_to_the_store_is_listed_reported_and_shown_from_it(tmp_path, s3):
+    with LocalServer(lambda r: Reply("[[ANSWER]]\nthe answer, byte for byte\u00a0")) as server:
+        result = run_in_store(tmp_path, s3, server)
+    assert result.exit_code == 0, result.output
+    assert f"run: {s3.url}/" in result.stderr
+    stored = objects(s3)
+    (run_id,) = {key.split("/")[2] for key in stored}
+    prefix = f"team/runs/{run_id}/"
+    # The store mirrors the run directory; the parts of the running run are gone; no lock or reserve.
+    assert {f"{prefix}manifest.json", f"{prefix}samples.jsonl", f"{prefix}probeset.toml"} <= set(stored)
+    assert not [key for key in stored if "/.store/parts/" in key or key.endswith((".lock", ".reserve", ".tmp"))]
+    manifest = json.loads(stored[prefix + "manifest.json"])
+    assert manifest["status"] == "complete" and manifest["counts"]["recorded"] == 6
+    index = json.loads(stored[prefix + ".store/index.json"])["files"]
+    for relative, entry in index.items():  # every file as the index says, whole at its own key
+        assert entry["parts"] == [[relative, entry["size"]]]
+        assert hashlib.sha256(stored[prefix + relative]).hexdigest() == entry["sha256"]
+    raw = [json.loads(line)["raw"] for line in stored[prefix + "samples.jsonl"].splitlines()]
+    assert {r["sha256"] for r in raw} == {hashlib.sha256("[[ANSWER]]\nthe answer, byte for byte\u00a0".encode()).hexdigest()}
+
+    listed = invoke("runs", "--runs-dir", s3.url, "--format", "json")
+    assert listed.exit_code == 0, listed.output
+    (line,) = json.loads(listed.stdout)["runs"]
+    assert (line["run"], line["id"], line["status"], line["samples"]) == (f"{s3.url}/{run_id}", run_id, "complete", 6)
+    report = invoke("report", "latest", "--runs-dir", s3.url, "--format", "json")
+    assert report.exit_code == 0, report.output
+    assert [arm["samples"] for arm in json.loads(report.stdout)["arms"]] == [3, 3]
+    by_prefix = invoke("report", run_id[:17], "--runs-dir", s3.url, "--format", "json")  # an id prefix
+    assert by_prefix.exit_code == 0 and json.loads(by_prefix.stdout) == json.loads(report.stdout)
+    shown = invoke("show", f"{s3.url}/{run_id}", "--case", "c1")  # a run's URL
+    assert shown.exit_code == 0, shown.output
+    assert "the answer, byte for byte" in shown.stdout
+    os.environ["PROBE_RUNS_DIR"] = s3.url  # monkeypatched by the fixture: undone after the test
+    assert json.loads(invoke("runs", "--format", "json").stdout)["runs"][0]["id"] == run_id
+    missing = invoke("report", "latest~1")
+    assert missing.exit_code == 2 and f"there is no such run in {s3.url}" in missing.output
+
+
+def read_index(s3, run_id: str) -> dict:
+    body = s3.client.get_object(Bucket=s3.bucket, Key=f"{s3.prefix}/{run_id}/.store/index.json")["Body"].read()
+    return json.loads(body)["files"]
+
+
+def store_lines(s3, run_id: str) -> int:
+    """The samples the store's copy of a run holds now (as its index says), 0 before it has any."""
+    try:
+        return len(objects_of_file(s3, run_id, "samples.jsonl").splitlines())
+    except (s3.client.exceptions.NoSuchKey, KeyError):
+        return 0
+
+
+def run_ids(s3) -> list[str]:
+    listed = s3.client.list_objects_v2(Bucket=s3.bucket, Prefix=f"{s3.prefix}/", Delimiter="/")
+    return [entry["Prefix"].split("/")[-2] for entry in listed.get("CommonPrefixes", [])]
+
+
+def objects_of_file(s3, run_id: str, relative: str) -> bytes:
+    entry = read_index(s3, run_id)[relative]
+    return b"".join(s3.client.get_object(Bucket=s3.bucket, Key=f"{s3.prefix}/{run_id}/{key}")["Body"].read()
+                    for key, _ in entry["parts"])
+
+
+def wait_for(condition, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out waiting"
+        time.sleep(0.05)
+
+
+def test_a_writer_killed_mid_run_is_resumed_from_the_store_losing_nothing_and_a_second_writer_is_refused(
+    tmp_path, s3
+):
+    requests = []
+    killed = threading.Event()
+
+    def reply(request):  # the first 8 calls are answered; the rest wait until the writer is killed
+        requests.append(request)
+        if len(requests) > 8:
+            killed.wait(30)
+        return Reply("[[ANSWER]]\nok")
+
+    with LocalServer(reply) as server:
+        process = subprocess.Popen(
+            [PROBE, "run", "--retrieval", "none", probeset(tmp_path, 10, repeats=2), "--prompt", PROMPT,
+             "--prompt", f"other={PROMPT}", "--model", f"openai:m@{server.url}/v1", "--concurrency", "2",
+             "--runs-dir", s3.url],
+            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env={**os.environ, "PROBE_STORE_SYNC_SECONDS": "0.2", "PROBE_STORE_APPEND_BYTES": "0"},
+        )
+        try:
+            wait_for(lambda: run_ids(s3))
+            (run_id,) = run_ids(s3)
+            wait_for(lambda: store_lines(s3, run_id) == 8)  # the answered samples have gone up as parts
+            assert len(read_index(s3, run_id)["samples.jsonl"]["parts"]) > 1
+            # A second writer of the same run is refused while the first holds it.
+            second = invoke("run", "--resume", "latest", "--runs-dir", s3.url)
+            assert second.exit_code == 3, second.output
+            assert f"{s3.url}/{run_id}: another probe process (pid {process.pid} on " in second.output
+            assert "is writing this run" in second.output
+            process.send_signal(signal.SIGKILL)
+            process.communicate(timeout=10)
+        finally:
+            process.kill()
+            killed.set()
+        work = tmp_path / "cache" / "promptprobe" / "work"
+        (copy,) = work.glob(f"*/{run_id}")
+        recorded = (copy / "samples.jsonl").read_bytes().splitlines()  # what the killed writer recorded
+        assert len(recorded) == 8
+        listed = json.loads(invoke("runs", "--runs-dir", s3.url, "--format", "json").stdout)["runs"]
+        assert [(run["id"], run["status"]) for run in listed] == [(run_id, "killed")]
+        asked = len(requests)
+        resumed = invoke("run", "--resume", "latest", "--runs-dir", s3.url, "--format", "json")
+    assert resumed.exit_code == 0, resumed.output
+    final = objects_of_file(s3, run_id, "samples.jsonl").splitlines()
+    assert set(recorded) <= set(final)  # every record of the killed writer, byte for byte
+    planned = {f"c{i}.r{r}.a{a}" for i in range(10) for r in (1, 2) for a in (1, 2)}
+    assert sorted(json.loads(line)["sample_id"] for line in final) == sorted(planned)  # each once
+    assert len(requests) - asked == 40 - len(recorded)  # only the missing samples were asked again
+    manifest = json.loads(objects_of_file(s3, run_id, "manifest.json"))
+    assert manifest["status"] == "complete" and manifest["counts"] == {"planned": 40, "recorded": 40, "errors": 0}
+    assert not [key for key in keys(s3) if "/.store/parts/" in key]
+
+
+def test_a_run_on_disk_pushed_to_the_store_is_read_back_in_the_viewer(tmp_path, s3):
+    from viewer_support import serving
+
+    with LocalServer(lambda r: Reply("[[ANSWER]]\npushed <b>bytes</b>")) as server:
+        made = invoke("run", "--retrieval", "none", probeset(tmp_path, 2), "--prompt", PROMPT, "--model",
+                      f"openai:m@{server.url}/v1", "--runs-dir", str(tmp_path / "runs"), "--format", "json")
+    assert made.exit_code == 0, made.output
+    (run,) = (tmp_path / "runs").iterdir()
+    pushed = invoke("push", str(run), s3.url)
+    assert pushed.exit_code == 0, pushed.output
+    assert pushed.stdout.strip() == f"{s3.url}/{run.name}: copied, every file checked by sha256"
+    again = invoke("push", str(run), s3.url)
+    assert again.exit_code == 0 and "already in the store, unchanged" in again.stdout
+    for relative in ("manifest.json", "samples.jsonl", "probeset.toml"):
+        assert objects_of_file(s3, run.name, relative) == (run / relative).read_bytes()
+    with serving(s3.url) as base:
+        runs_page = httpx.get(f"{base}/.json", timeout=30).json()
+        assert runs_page["runs_dir"] == s3.url
+        assert [line["id"] for line in runs_page["runs"]] == [run.name]
+        assert runs_page["runs"][0]["status"] == "complete"
+        page = httpx.get(f"{base}/runs/{run.name}/cases/c1", timeout=30)
+    assert page.status_code == 200
+    assert "pushed &lt;b&gt;bytes&lt;/b&gt;" in page.text
+
+
+def test_push_refuses_an_unfinished_run_and_pull_checks_every_file_by_sha256(tmp_path, s3):
+    with LocalServer() as server:
+        made = invoke("run", "--retrieval", "none", probeset(tmp_path, 2), "--prompt", PROMPT, "--model",
+                      f"openai:m@{server.url}/v1", "--runs-dir", str(tmp_path / "runs"))
+    assert made.exit_code == 0, made.output
+    (run,) = (tmp_path / "runs").iterdir()
+    manifest = json.loads((run / "manifest.json").read_text())
+    (run / "manifest.json").write_text(json.dumps({**manifest, "status": "running", "pid": 2**22 + 7}))
+    refused = invoke("push", str(run), s3.url)
+    assert refused.exit_code == 2
+    assert refused.output.strip() == (
+        f"error: {run}: the run is killed, not finished; only a finished run is copied "
+        f"(probe run --resume {run} finishes it)"
+    )
+    assert keys(s3) == []  # nothing was written
+    (run / "manifest.json").write_text(json.dumps(manifest, indent=2))
+    assert invoke("push", str(run), s3.url).exit_code == 0
+
+    pulled = invoke("pull", f"{s3.url}/latest", str(tmp_path / "elsewhere"))
+    assert pulled.exit_code == 0, pulled.output
+    copy = Path(pulled.stdout.strip())
+    assert copy == tmp_path / "elsewhere" / run.name
+    mine = {p.relative_to(run): p.read_bytes() for p in run.rglob("*") if p.is_file() and p.name != ".lock"}
+    assert {p.relative_to(copy): p.read_bytes() for p in copy.rglob("*") if p.is_file()} == mine
+    assert oct(copy.stat().st_mode & 0o777) == "0o700"
+    assert invoke("report", str(copy), "--format", "json").exit_code == 0
+    again = invoke("pull", f"{s3.url}/{run.name}", str(tmp_path / "elsewhere"))
+    assert again.exit_code == 2 and "exists already; nothing was changed" in again.output
+
+    # One object changed behind the index's back: refused, and nothing is left half-copied.
+    samples = f"{s3.prefix}/{run.name}/samples.jsonl"
+    body = s3.client.get_object(Bucket=s3.bucket, Key=samples)["Body"].read()
+    s3.client.put_object(Bucket=s3.bucket, Key=samples, Body=body.replace(b"[[ANSWER]]", b"[[ANSW3R]]", 1))
+    damaged = invoke("pull", f"{s3.url}/{run.name}", str(tmp_path / "third"))
+    assert damaged.exit_code == 2
+    assert damaged.output.strip() == (
+        f"error: {s3.url}/{run.name}/samples.jsonl: does not match the sha256 the run's index records "
+        "(the object was changed or damaged); it was not used"
+    )
+    assert not (tmp_path / "third" / run.name).exists()
+    assert [p.name for p in (tmp_path / "third").iterdir()] == []
+    report = invoke("report", run.name, "--runs-dir", s3.url)
+    assert report.exit_code == 2 and "does not match the sha256" in report.output
+
+
+def test_no_credential_reaches_any_file_and_the_cache_is_private(tmp_path, s3, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-openai-test-not-a-real-key-0000000000")
+    with LocalServer() as server:
+        result = run_in_store(tmp_path, s3, server, 2)
+    assert result.exit_code == 0, result.output
+    assert invoke("runs", "--runs-dir", s3.url).exit_code == 0
+    assert invoke("show", "latest", "--runs-dir", s3.url).exit_code == 0
+    secrets = [s3_server.SECRET_KEY, s3_server.ACCESS_KEY, "sk-openai-test-not-a-real-key"]
+    written = {f"s3://{key}": body for key, body in objects(s3).items()}
+    written.update({str(p): p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()})
+    assert len(written) > 20
+    leaked = [where for where, body in written.items() for secret in secrets if secret.encode() in body]
+    assert leaked == []
+    cache = tmp_path / "cache" / "promptprobe"
+    assert {oct(folder.stat().st_mode & 0o777) for folder in [cache, *cache.rglob("*")] if folder.is_dir()} == {"0o700"}
+
+
+def test_a_runs_store_named_in_probe_toml_and_refusals_in_one_sentence(tmp_path, s3, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "probe.toml").write_text(f'[retrieval]\nkind = "none"\n\n[run]\nruns_dir = "{s3.url}"\n')
+    with LocalServer() as server:
+        made = invoke("run", probeset(tmp_path, 1), "--prompt", PROMPT, "--model", f"openai:m@{server.url}/v1")
+    assert made.exit_code == 0, made.output
+    assert f"run: {s3.url}/" in made.stderr and not (tmp_path / "runs").exists()
+    assert json.loads(invoke("runs", "--format", "json").stdout)["runs"][0]["status"] == "complete"
+    bad = invoke("runs", "--runs-dir", "s3://Not_A_Bucket/x")
+    assert bad.exit_code == 2 and bad.output.strip() == (
+        "error: s3://Not_A_Bucket/x: not a usable runs store (s3://BUCKET/PREFIX, plain names only)")
+    nothing = invoke("report", "latest", "--runs-dir", "s3://no-such-bucket-here/runs")
+    assert nothing.exit_code in (2, 3) and nothing.output.startswith("error: ")
+    assert len(nothing.output.strip().splitlines()) == 1
