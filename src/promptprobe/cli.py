@@ -414,7 +414,8 @@ def classify(
     for path in paths:
         try:
             if not is_file(path) and not is_run(path):
-                path = resolve_run(path, runs_dir)  # a run id, a prefix of one, latest, latest~N
+                # A run id, a prefix of one, latest, latest~N; a run of a store is claimed to be written.
+                path = resolve_run(path, runs_dir, writing=True)
             if is_run(path):
                 settings = settings_of(path, load_manifest(path), None)
                 if config_path is not None:
@@ -424,6 +425,9 @@ def classify(
                 if override is not None:
                     settings = replace(settings, header=override)
                 result = reclassify_run(path, settings.with_top_k(top_k))
+                from .runstore import send_up
+
+                send_up(path)  # a run of a store gets its new classification there
                 printed.append(dumps_pretty(result) if fmt == "json" else describe_reclassification(result))
             elif is_dir(path):
                 raise InputError(f"{path}: a directory that is not a run (no manifest.json)")

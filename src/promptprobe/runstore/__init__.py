@@ -142,6 +142,18 @@ def open_run(path: Path) -> RunStore:
     return run
 
 
+def send_up(path: Path) -> None:
+    """After a command wrote into a run claimed from a store (`probe classify`): send what changed
+    up, the index last, and give the run back. Nothing for a run on disk."""
+    if path.resolve() not in _CLAIMED:
+        return
+    run = open_run(path)
+    try:
+        run.sync(final=True)  # type: ignore[attr-defined]
+    finally:
+        run.release()
+
+
 __all__ = [
     "ENV",
     "Location",
@@ -154,4 +166,5 @@ __all__ = [
     "location",
     "new_run",
     "open_run",
+    "send_up",
 ]
