@@ -96,6 +96,9 @@ def test_a_run_written_to_the_store_is_listed_reported_and_shown_from_it(tmp_pat
     assert [arm["samples"] for arm in json.loads(report.stdout)["arms"]] == [3, 3]
     by_prefix = invoke("report", run_id[:17], "--runs-dir", s3.url, "--format", "json")  # an id prefix
     assert by_prefix.exit_code == 0 and json.loads(by_prefix.stdout) == json.loads(report.stdout)
+    from promptprobe import api
+
+    assert api.report("latest", runs_dir=s3.url).to_dict() == json.loads(report.stdout)  # the Python API
     shown = invoke("show", f"{s3.url}/{run_id}", "--case", "c1")  # a run's URL
     assert shown.exit_code == 0, shown.output
     assert "the answer, byte for byte" in shown.stdout
@@ -297,3 +300,35 @@ def test_a_runs_store_named_in_probe_toml_and_refusals_in_one_sentence(tmp_path,
     nothing = invoke("report", "latest", "--runs-dir", "s3://no-such-bucket-here/runs")
     assert nothing.exit_code in (2, 3) and nothing.output.startswith("error: ")
     assert len(nothing.output.strip().splitlines()) == 1
+
+
+def test_the_lease_one_writer_expiry_and_a_race_for_one_generation(s3):
+    from promptprobe.errors import StartError
+    from promptprobe.runstore import Store
+    from promptprobe.runstore.lease import Lease, LeaseLost
+
+    store = Store.parse(s3.url)
+    key = f"{s3.prefix}/r1/.store/lease.00000001"
+
+    def holder(host: str, expires: str) -> None:
+        record = {"pid": 4242, "host": host, "expires": expires, "released": False}
+        s3.client.put_object(Bucket=s3.bucket, Key=key, Body=json.dumps(record).encode())
+
+    holder("ci-runner-7", "2999-01-01T00:00:00Z")  # another machine, renewed: the run is held
+    with pytest.raises(StartError) as held:
+        Lease(store, "r1").acquire()
+    assert str(held.value).startswith(f"{s3.url}/r1: another probe process (pid 4242 on ci-runner-7) is writing")
+    holder("ci-runner-7", "2001-01-01T00:00:00Z")  # it stopped renewing: the lease has lapsed
+    mine = Lease(store, "r1")
+    mine.acquire()
+    assert mine.generation == 2
+    late = Lease(store, "r1")  # the old holder comes back: it finds a later generation, and stops
+    late.generation = 1
+    with pytest.raises(LeaseLost):
+        late.renew()
+    mine.renew()
+    # Two processes that both found generation 2 lapsed race for generation 3: one create wins.
+    assert store.create(store.key("r1", ".store/lease.00000003"), b"{}") is True
+    assert store.create(store.key("r1", ".store/lease.00000003"), b"{}") is False
+    with pytest.raises(LeaseLost):  # and the holder of generation 2 learns it at its next renewal
+        mine.renew()
