@@ -39,6 +39,15 @@ def safe_relative(relative: Any, where: str) -> str:
     return relative
 
 
+def _part_key(key: Any, where: str) -> str:
+    """An object an index names for a file: the run's own key for it, or one of its parts."""
+    if isinstance(key, str) and key.startswith(".store/parts/"):
+        rest = key.removeprefix(".store/parts/")
+        if rest and not any(part in ("", ".", "..") for part in rest.split("/")) and "\0" not in rest:
+            return key
+    return safe_relative(key, where)
+
+
 def parse_index(data: bytes, where: str) -> dict[str, dict[str, Any]]:
     """The files an index names: {relative path: {"size", "sha256", "parts": [[key, size]...]}}."""
     try:
@@ -46,7 +55,7 @@ def parse_index(data: bytes, where: str) -> dict[str, dict[str, Any]]:
         files = index["files"]
         checked = {}
         for relative, entry in files.items():
-            parts = [(str(key), int(size)) for key, size in entry["parts"]]
+            parts = [(_part_key(key, where), int(size)) for key, size in entry["parts"]]
             checked[safe_relative(relative, where)] = {
                 "size": int(entry["size"]),
                 "sha256": str(entry["sha256"]),

@@ -51,7 +51,8 @@ def _reason(exc: BaseException) -> str:
         return f"access denied ({exc})"
     if isinstance(exc, FileNotFoundError):
         return "no such bucket or object"
-    text = str(exc) or name
+    # A user name or password in an endpoint URL is never repeated.
+    text = re.sub(r"://[^/@\s\"']+@", "://", str(exc) or name)
     return text if len(text) < 300 else text[:300] + "..."
 
 
