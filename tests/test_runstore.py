@@ -145,31 +145,50 @@ def wait_for(condition, timeout: float = 30.0) -> None:
         time.sleep(0.05)
 
 
+@pytest.mark.parametrize("resumed_on", ["the same machine", "another machine"])
 def test_a_writer_killed_mid_run_is_resumed_from_the_store_losing_nothing_and_a_second_writer_is_refused(
-    tmp_path, s3
+    tmp_path, s3, monkeypatch, resumed_on
 ):
+    """On the same machine the killed writer's working copy holds samples no checkpoint sent up
+    (here none did: checkpoints every hour); on another machine the store's copy is all there is
+    (here every answered sample went up as parts, checkpoints every 0.2 s)."""
     requests = []
-    killed = threading.Event()
+    more, killed = threading.Event(), threading.Event()
 
-    def reply(request):  # the first 8 calls are answered; the rest wait until the writer is killed
+    def reply(request):  # 4 calls answered, 4 more once told, the rest once the writer is killed
         requests.append(request)
-        if len(requests) > 8:
+        number = len(requests)
+        if number > 4:
+            more.wait(30)
+        if number > 8:
             killed.wait(30)
         return Reply("[[ANSWER]]\nok")
 
+    elsewhere = resumed_on == "another machine"
+    if not elsewhere:
+        more.set()
+    sync = {"PROBE_STORE_SYNC_SECONDS": "0.2" if elsewhere else "3600", "PROBE_STORE_APPEND_BYTES": "0"}
+    work = tmp_path / "cache" / "promptprobe" / "work"
     with LocalServer(reply) as server:
         process = subprocess.Popen(
             [PROBE, "run", "--retrieval", "none", probeset(tmp_path, 10, repeats=2), "--prompt", PROMPT,
              "--prompt", f"other={PROMPT}", "--model", f"openai:m@{server.url}/v1", "--concurrency", "2",
              "--runs-dir", s3.url],
-            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            env={**os.environ, "PROBE_STORE_SYNC_SECONDS": "0.2", "PROBE_STORE_APPEND_BYTES": "0"},
+            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **sync},
         )
         try:
             wait_for(lambda: run_ids(s3))
             (run_id,) = run_ids(s3)
-            wait_for(lambda: store_lines(s3, run_id) == 8)  # the answered samples have gone up as parts
-            assert len(read_index(s3, run_id)["samples.jsonl"]["parts"]) > 1
+            if elsewhere:
+                wait_for(lambda: store_lines(s3, run_id) == 4)
+                more.set()
+                wait_for(lambda: store_lines(s3, run_id) == 8)  # the next 4 have gone up as a part
+                assert len(read_index(s3, run_id)["samples.jsonl"]["parts"]) > 1
+            else:
+                copy = work / next(work.iterdir()).name / run_id
+                wait_for(lambda: (copy / "samples.jsonl").is_file()
+                         and len((copy / "samples.jsonl").read_bytes().splitlines()) == 8)
+                assert store_lines(s3, run_id) == 0  # nothing sent up since the start
             # A second writer of the same run is refused while the first holds it.
             second = invoke("run", "--resume", "latest", "--runs-dir", s3.url)
             assert second.exit_code == 3, second.output
@@ -179,13 +198,15 @@ def test_a_writer_killed_mid_run_is_resumed_from_the_store_losing_nothing_and_a_
             process.communicate(timeout=10)
         finally:
             process.kill()
+            more.set()
             killed.set()
-        work = tmp_path / "cache" / "promptprobe" / "work"
         (copy,) = work.glob(f"*/{run_id}")
         recorded = (copy / "samples.jsonl").read_bytes().splitlines()  # what the killed writer recorded
         assert len(recorded) == 8
         listed = json.loads(invoke("runs", "--runs-dir", s3.url, "--format", "json").stdout)["runs"]
         assert [(run["id"], run["status"]) for run in listed] == [(run_id, "killed")]
+        if elsewhere:
+            monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "another-machine"))
         asked = len(requests)
         resumed = invoke("run", "--resume", "latest", "--runs-dir", s3.url, "--format", "json")
     assert resumed.exit_code == 0, resumed.output
