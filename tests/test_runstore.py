@@ -102,11 +102,13 @@ def test_a_run_written_to_the_store_is_listed_reported_and_shown_from_it(tmp_pat
     shown = invoke("show", f"{s3.url}/{run_id}", "--case", "c1")  # a run's URL
     assert shown.exit_code == 0, shown.output
     assert "the answer, byte for byte" in shown.stdout
+    nothing = invoke("run", "--resume", "latest", "--runs-dir", s3.url)  # refused, and the run given back
+    assert nothing.exit_code == 2 and "the run is complete with no failed samples" in nothing.output
     # An offline reclassification of a run in the store is written there, and the run given back.
     classified = invoke("classify", "latest", "--runs-dir", s3.url, "--markers", "[[ANSWER]],[[OTHER]]")
     assert classified.exit_code == 0, classified.output
     assert "classifications/1.jsonl" in read_index(s3, run_id)
-    lease = json.loads(objects(s3)[f"{prefix}.store/lease.00000002"])
+    lease = json.loads(objects(s3)[f"{prefix}.store/lease.00000003"])
     assert lease["released"] is True and lease["pid"] == os.getpid()
     os.environ["PROBE_RUNS_DIR"] = s3.url  # monkeypatched by the fixture: undone after the test
     assert json.loads(invoke("runs", "--format", "json").stdout)["runs"][0]["id"] == run_id

@@ -424,10 +424,13 @@ def classify(
                     settings = load_config(config_path).checks
                 if override is not None:
                     settings = replace(settings, header=override)
-                result = reclassify_run(path, settings.with_top_k(top_k))
-                from .runstore import send_up
+                from .runstore import release_claims, send_up
 
-                send_up(path)  # a run of a store gets its new classification there
+                try:
+                    result = reclassify_run(path, settings.with_top_k(top_k))
+                    send_up(path)  # a run of a store gets its new classification there
+                finally:
+                    release_claims()
                 printed.append(dumps_pretty(result) if fmt == "json" else describe_reclassification(result))
             elif is_dir(path):
                 raise InputError(f"{path}: a directory that is not a run (no manifest.json)")
@@ -787,7 +790,12 @@ def run(
     if cancel_batches and resume_path is None:
         raise InputError("--cancel cancels the outstanding batches of a run: give it with --resume RUN")
     if resume_path is not None:
-        _resume(ctx, resolve_run(resume_path, runs_dir, writing=True), fmt, output)
+        from .runstore import release_claims
+
+        try:
+            _resume(ctx, resolve_run(resume_path, runs_dir, writing=True), fmt, output)
+        finally:
+            release_claims()  # a run of a store claimed, then refused: given back at once
         return
     if probeset_path is None:
         raise InputError("give a probe set (probe run PROBESET --prompt FILE), or --resume RUN")

@@ -118,6 +118,13 @@ def _release_unused(lease: Lease) -> None:
             return  # it lapses by itself within LEASE_SECONDS
 
 
+def release_claims() -> None:
+    """Give back the runs claimed but not opened (a resume refused after the claim)."""
+    while _CLAIMED:
+        _, lease, _ = _CLAIMED.popitem()[1]
+        _release_unused(lease)
+
+
 def _extends(path: Path, entry: dict[str, Any]) -> bool:
     try:
         return path.stat().st_size >= entry["size"] and file_sha256(path, entry["size"]) == entry["sha256"]
@@ -166,5 +173,6 @@ __all__ = [
     "location",
     "new_run",
     "open_run",
+    "release_claims",
     "send_up",
 ]
