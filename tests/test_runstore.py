@@ -321,8 +321,9 @@ def test_a_runs_store_named_in_probe_toml_and_refusals_in_one_sentence(tmp_path,
     assert bad.exit_code == 2 and bad.output.strip() == (
         "error: s3://Not_A_Bucket/x: not a usable runs store (s3://BUCKET/PREFIX, plain names only)")
     nothing = invoke("report", "latest", "--runs-dir", "s3://no-such-bucket-here/runs")
-    assert nothing.exit_code in (2, 3) and nothing.output.startswith("error: ")
-    assert len(nothing.output.strip().splitlines()) == 1
+    assert nothing.exit_code == 3
+    assert nothing.output.strip() == "error: s3://no-such-bucket-here/runs: no such bucket (no-such-bucket-here), or no access to it"
+    assert invoke("runs", "--runs-dir", f"s3://{s3.bucket}/empty").output.strip() == f"no runs in s3://{s3.bucket}/empty"
 
 
 def test_the_lease_one_writer_expiry_and_a_race_for_one_generation(s3):

@@ -179,10 +179,21 @@ class Store:
             except FileNotFoundError:
                 return
 
+    def _bucket_exists(self) -> bool:
+        try:
+            return bool(self._call("look at the bucket", self.bucket, self.fs.exists, self.bucket))
+        except FileNotFoundError:
+            return False
+        except StoreError:
+            return True  # cannot tell (no right to look): the listing's emptiness stands
+
     def run_ids(self) -> list[str]:
         """The run ids the store holds (folders under the prefix), newest name first."""
         ids = []
-        for entry in self.listing(self.root):
+        listed = self.listing(self.root)
+        if not listed and not self._bucket_exists():
+            raise StoreError(f"{self.url}: no such bucket ({self.bucket}), or no access to it")
+        for entry in listed:
             name = entry["name"].rstrip("/").rpartition("/")[2]
             if entry.get("type") == "directory" and RUN_ID.fullmatch(name) and name not in (".", ".."):
                 ids.append(name)
