@@ -22,6 +22,10 @@ def start() -> tuple[object, str]:
     except ImportError as exc:
         pytest.skip(f"the runs store's tests need moto[server] and s3fs ({exc.name} is missing): "
                     "pip install -e '.[dev]'")
+    import botocore
+
+    if tuple(int(part) for part in botocore.__version__.split(".")[:2]) < (1, 31):
+        pytest.skip(f"botocore {botocore.__version__} ignores AWS_ENDPOINT_URL (1.31 or later reads it)")
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no line per request on stderr
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     try:
@@ -44,6 +48,9 @@ def environment(endpoint: str, tmp_path: Path) -> dict[str, str]:
         "AWS_CONFIG_FILE": str(tmp_path / "no-aws-config"),
         "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "no-aws-credentials"),
         "XDG_CACHE_HOME": str(tmp_path / "cache"),
+        # Should anything still aim past the endpoint, it meets a proxy that is not there.
+        "HTTP_PROXY": "http://127.0.0.1:9", "HTTPS_PROXY": "http://127.0.0.1:9",
+        "NO_PROXY": "127.0.0.1,localhost",
     }
 
 
