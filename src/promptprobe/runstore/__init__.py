@@ -4,7 +4,7 @@ Every decision about a run's location goes through here: which runs directory a 
 run is written, which process may write a run, and the local copy a reader of a store reads.
 
 A run in a store is written to a working copy on this machine and sent up at checkpoints
-(writer.py, upload.py); readers download it into a cache, checked by sha256 (fetch.py); one
+(writer.py, upload.py); readers download it into a cache, checked by sha256 (download.py); one
 writer per run is kept by a lease object made with a conditional write (lease.py). See
 docs/runs.md, "Runs in a store".
 """
@@ -17,7 +17,7 @@ from typing import Any
 from ..engine.store import PRIVATE_UMASK, RunStore, new_run_directory
 from ..errors import InputError
 from .cache import mark_origin, origin_of, work_dir
-from .fetch import fetch, fetch_for_listing, materialize, read_index, remove_copy
+from .download import fetch, fetch_for_listing, materialize, read_index, remove_copy
 from .index import file_sha256
 from .lease import Lease
 from .remote import Store, StoreError, is_store

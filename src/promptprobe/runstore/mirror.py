@@ -11,7 +11,7 @@ import orjson
 from ..errors import InputError
 from ..jsonio import warn
 from .cache import read_dir
-from .fetch import fetch
+from .download import fetch
 from .remote import Store, StoreError
 
 LIST_EVERY = 5.0

@@ -9,7 +9,7 @@ from pathlib import Path
 from ..engine.store import load_manifest, run_state
 from ..errors import InputError
 from ..paths import typed
-from .fetch import check_run_id, materialize, read_index
+from .download import check_run_id, materialize, read_index
 from .index import INDEX, dump_index, file_sha256, local_files
 from .lease import Lease, holder_live, new_session
 from .remote import Store

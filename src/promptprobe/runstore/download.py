@@ -7,6 +7,7 @@ refused when it still does not match."""
 import hashlib
 import os
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,8 @@ from .index import INDEX, parse_index
 from .lease import Lease, holder_live
 from .remote import RUN_ID, Store, StoreError
 
-ATTEMPTS = 3  # fresh indexes tried before a file that does not match is called damaged
+ATTEMPTS = 4  # fresh indexes tried before a file that does not match is called damaged
+RETRY_WAIT = 0.5  # seconds before the second try, doubled after (a writer between two uploads)
 BATCH_BYTES = 64 * 1024 * 1024  # objects fetched at once
 
 
@@ -136,6 +138,8 @@ def materialize(
     `index`: the index as just read (a fresh one is read after a mismatch)."""
     check_run_id(store, run_id)
     for attempt in range(ATTEMPTS):
+        if attempt:
+            time.sleep(RETRY_WAIT * 2 ** (attempt - 1))
         if index is not None and attempt == 0:
             files = parse_index(index, store.run_url(run_id))
         else:
