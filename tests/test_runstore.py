@@ -264,6 +264,24 @@ def test_push_refuses_an_unfinished_run_and_pull_checks_every_file_by_sha256(tmp
     assert keys(s3) == []  # nothing was written
     (run / "manifest.json").write_text(json.dumps(manifest, indent=2))
     assert invoke("push", str(run), s3.url).exit_code == 0
+    # The store's copy left unfinished (its writer could not send its end): the finished run
+    # pushed from disk takes its place; a different run of the same id is refused.
+    def store_copy(changed: dict | None) -> None:
+        body = json.dumps({**manifest, **changed}).encode() if changed else (run / "manifest.json").read_bytes()
+        s3.client.put_object(Bucket=s3.bucket, Key=f"{s3.prefix}/{run.name}/manifest.json", Body=body)
+        index = json.loads(s3.client.get_object(Bucket=s3.bucket, Key=f"{s3.prefix}/{run.name}/.store/index.json")["Body"].read())
+        index["files"]["manifest.json"] = {"size": len(body), "sha256": hashlib.sha256(body).hexdigest(),
+                                           "parts": [["manifest.json", len(body)]]}
+        s3.client.put_object(Bucket=s3.bucket, Key=f"{s3.prefix}/{run.name}/.store/index.json", Body=json.dumps(index).encode())
+
+    store_copy({"status": "running", "finished": None})
+    replaced = invoke("push", str(run), s3.url)
+    assert replaced.exit_code == 0 and "copied, every file checked by sha256" in replaced.stdout
+    assert objects_of_file(s3, run.name, "manifest.json") == (run / "manifest.json").read_bytes()
+    store_copy({"status": "running", "created": "2026-01-01T00:00:00.000Z"})
+    other = invoke("push", str(run), s3.url)
+    assert other.exit_code == 2 and "holds a different run of that id already; nothing was changed" in other.output
+    store_copy(None)
 
     pulled = invoke("pull", f"{s3.url}/latest", str(tmp_path / "elsewhere"))
     assert pulled.exit_code == 0, pulled.output

@@ -16,9 +16,9 @@ from typing import Any
 
 from ..engine.store import PRIVATE_UMASK, RunStore, new_run_directory
 from ..errors import InputError
-from .cache import mark_origin, origin_of, work_dir
+from .cache import mark_origin, origin_of, session_of, work_dir
 from .download import fetch, fetch_for_listing, materialize, read_index, remove_copy
-from .index import file_sha256
+from .index import index_session
 from .lease import Lease
 from .remote import Store, StoreError, is_store
 
@@ -60,10 +60,6 @@ def _probe_toml_runs_dir() -> tuple[str | None, Path | None]:
     return (value, Path.cwd()) if isinstance(value, str) and value else (None, None)
 
 
-def shown(where: Location) -> str:
-    return str(where)
-
-
 # -- writing ---------------------------------------------------------------------------------
 
 
@@ -86,8 +82,9 @@ def new_run(runs_dir: Location, probeset_name: str, umask: int) -> RunStore:
 
 def claim(store: Store, run_id: str) -> Path:
     """Take the run's lease for this process (StartError, exit 3, when another holds it) and make
-    the working copy current: kept when every file of the store's copy is a prefix of it (a
-    writer of this machine was killed after it; nothing it wrote is lost), else downloaded."""
+    the working copy current: kept when the store's index was written from it (its writer, on
+    this machine, was killed or could not send its end: nothing it wrote is lost), else
+    downloaded."""
     lease = Lease(store, run_id)
     found = read_index(store, run_id)
     if found is None:
@@ -98,7 +95,8 @@ def claim(store: Store, run_id: str) -> Path:
         found = read_index(store, run_id) or found  # as it is now that no one else writes it
         files = found[1]
         work = work_dir(store) / run_id
-        if not (work.is_dir() and all(_extends(work / rel, entry) for rel, entry in files.items())):
+        session = index_session(found[0])
+        if not (work.is_dir() and session is not None and session_of(work) == session):
             remove_copy(work)
             materialize(store, run_id, work)
         mark_origin(work, store)
@@ -123,13 +121,6 @@ def release_claims() -> None:
     while _CLAIMED:
         _, lease, _ = _CLAIMED.popitem()[1]
         _release_unused(lease)
-
-
-def _extends(path: Path, entry: dict[str, Any]) -> bool:
-    try:
-        return path.stat().st_size >= entry["size"] and file_sha256(path, entry["size"]) == entry["sha256"]
-    except OSError:
-        return False
 
 
 def open_run(path: Path) -> RunStore:

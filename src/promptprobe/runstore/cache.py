@@ -58,3 +58,16 @@ def origin_of(path: Path) -> str | None:
 
 def mark_origin(path: Path, store: Store) -> None:
     (state_dir(path.parent) / f"{path.name}.origin").write_text(store.url + "\n")
+
+
+def mark_session(path: Path, session: str) -> None:
+    """Beside a working copy: the writer session whose index the store holds now (so a resume here
+    knows the copy is the store's latest, and more)."""
+    (state_dir(path.parent) / f"{path.name}.session").write_text(session)
+
+
+def session_of(path: Path) -> str | None:
+    try:
+        return (path.parent / ".index" / f"{path.name}.session").read_text().strip() or None
+    except OSError:
+        return None

@@ -236,3 +236,4 @@ def fetch_for_listing(store: Store) -> list[Path]:
 def remove_copy(path: Path) -> None:
     shutil.rmtree(path, ignore_errors=True)
     (path.parent / ".index" / f"{path.name}.json").unlink(missing_ok=True)
+    (path.parent / ".index" / f"{path.name}.session").unlink(missing_ok=True)

@@ -66,6 +66,15 @@ def parse_index(data: bytes, where: str) -> dict[str, dict[str, Any]]:
     return checked
 
 
+def index_session(data: bytes) -> str | None:
+    """The writer session that wrote an index (None: pushed, or not readable)."""
+    try:
+        session = orjson.loads(data).get("session")
+    except (orjson.JSONDecodeError, AttributeError):
+        return None
+    return session if isinstance(session, str) else None
+
+
 def dump_index(files: dict[str, dict[str, Any]], session: str) -> bytes:
     return orjson.dumps({"version": 1, "session": session, "files": files}, option=orjson.OPT_SORT_KEYS)
 

@@ -5,6 +5,9 @@ import hashlib
 import os
 import shutil
 from pathlib import Path
+from typing import Any
+
+import orjson
 
 from ..engine.store import load_manifest, run_state
 from ..errors import InputError
@@ -44,16 +47,34 @@ def push(run_dir: Path, store: Store) -> tuple[str, bool]:
             same = {k: (v["size"], v["sha256"]) for k, v in found[1].items()} == files
             if same:
                 return store.run_url(run_id), False
-            raise InputError(
-                f"{store.run_url(run_id)}: the store holds a different run of that id already; "
-                "nothing was changed"
-            )
+            if not _unfinished_copy_of(store, run_id, manifest):
+                raise InputError(
+                    f"{store.run_url(run_id)}: the store holds a different run of that id already; "
+                    "nothing was changed"
+                )
         order = sorted(rel for rel in files if rel != "manifest.json") + ["manifest.json"]
         _upload(store, run_id, run_dir, order, files)
         store.pipe_many({store.key(run_id, INDEX): dump_index(entries, new_session())})
+        store.remove(store.find(store.key(run_id, ".store/parts")))  # an unfinished copy's parts
     finally:
         lease.release()
     return store.run_url(run_id), True
+
+
+def _unfinished_copy_of(store: Store, run_id: str, manifest: dict[str, Any]) -> bool:
+    """Whether the store holds this same run unfinished (its writer could not send its end): the
+    finished run pushed from disk then takes its place."""
+    data = store.cat(store.key(run_id, "manifest.json"))
+    try:
+        theirs = orjson.loads(data) if data else {}
+    except orjson.JSONDecodeError:
+        return False
+    return (
+        isinstance(theirs, dict)
+        and theirs.get("status") == "running"
+        and theirs.get("created") == manifest.get("created")
+        and theirs.get("seed") == manifest.get("seed")
+    )
 
 
 def _upload(

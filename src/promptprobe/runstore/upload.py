@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .cache import mark_session
 from .index import INDEX, dump_index, local_files
 from .lease import Lease
 from .remote import Store
@@ -139,6 +140,7 @@ class Uploader:
                 return  # nothing new: the lease is renewed, the index stays as it is
             index = dump_index({k: v.entry() for k, v in self.known.items()}, self.session)
             self.store.pipe_many({self.store.key(self.run_id, INDEX): index})
+            mark_session(self.local, self.session)
             if final:
                 self._drop_parts()
 

@@ -85,10 +85,9 @@ class SyncedRunStore(RunStore):
         except LeaseLost as exc:
             raise StorageError(str(exc)) from None
         except StoreError as exc:
-            raise StorageError(
-                f"{exc}; the run is kept on this machine in {self.path} "
-                f"(probe run --resume {self.path} sends it up)"
-            ) from None
+            then = f"probe push {self.path} {self.store}" if final else f"probe run --resume {self.path}"
+            kept = f"the run is kept on this machine in {self.path} ({then} sends it up)"
+            raise StorageError(f"{exc}; {kept}") from None
         self.finished = final
 
     def write_manifest(self, manifest: dict[str, Any]) -> None:
