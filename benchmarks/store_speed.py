@@ -11,7 +11,8 @@ turn so a noisy machine slows both alike:
   only the run's index is read);
 - `probe push` of the disk run into the store and `probe pull` of it back to disk.
 
-Prints the median wall time of each command and the store's over the disk's. moto on loopback
+Prints the median wall time and CPU time (user + system of the command's own process: what a
+busy machine changes least) of each command, and the store's over the disk's. moto on loopback
 has no network latency but is itself a Python server on the same cores: a real S3 adds some
 10-50 ms a request, and checkpoints send a run's new bytes every 2 s while it runs.
 
@@ -21,6 +22,7 @@ has no network latency but is itself a Python server on the same cores: a real S
 import argparse
 import logging
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -67,13 +69,17 @@ def start_s3(folder: Path) -> tuple[object, dict[str, str]]:
     return server, env
 
 
-def timed(command: list[str], env: dict[str, str], cwd: Path) -> tuple[float, str]:
+def timed(command: list[str], env: dict[str, str], cwd: Path) -> tuple[tuple[float, float], str]:
+    """(wall seconds, CPU seconds the command itself used: user + system), and what it printed."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     done = subprocess.run(command, env=env, cwd=cwd, capture_output=True, text=True)
     took = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     if done.returncode != 0:
         raise SystemExit(f"{' '.join(command)}: exit {done.returncode}\n{done.stderr[-2000:]}")
-    return took, done.stdout + done.stderr
+    return (took, cpu), done.stdout + done.stderr
 
 
 CASES = 12  # x 10 repeats x 2 prompts
@@ -88,7 +94,7 @@ def probeset(folder: Path) -> Path:
     return path
 
 
-def write_run(folder: Path, runs_dir: str, env: dict[str, str]) -> tuple[float, str]:
+def write_run(folder: Path, runs_dir: str, env: dict[str, str]) -> tuple[tuple[float, float], str]:
     model = Model()
     prompts = ROOT / "prompts"
     try:
@@ -109,7 +115,8 @@ def write_run(folder: Path, runs_dir: str, env: dict[str, str]) -> tuple[float, 
 
 
 def one_round(folder: Path, env: dict[str, str], index: int) -> dict[str, float]:
-    times: dict[str, float] = {}
+    """Each command's wall and CPU seconds (`cpu NAME`) in this round."""
+    times: dict[str, tuple[float, float]] = {}
     disk_runs = folder / f"disk{index}"
     store = f"s3://bench/round{index}"
     times["run (disk)"], disk_run = write_run(folder, str(disk_runs), env)
@@ -125,7 +132,10 @@ def one_round(folder: Path, env: dict[str, str], index: int) -> dict[str, float]
     pull = [PROBE, "pull", f"s3://bench/pushed{index}/{run_id}", str(into)]
     times["pull (S3 to disk)"], _ = timed(pull, env, folder)
     shutil.rmtree(into, ignore_errors=True)
-    return times
+    return {
+        **{name: wall for name, (wall, _) in times.items()},
+        **{f"cpu {name}": cpu for name, (_, cpu) in times.items()},
+    }
 
 
 PAIRS = [
@@ -157,12 +167,14 @@ def main() -> None:
         f"A run of {CASES * 20} samples on disk and in a runs store (moto's S3 server on 127.0.0.1); "
         f"median of {args.runs}, replies after {args.delay_ms:g} ms, concurrency 16\n"
     )
-    print("| command | disk | S3 | S3 / disk |")
-    print("|---|---:|---:|---:|")
+    print("| command | disk, wall | S3, wall | S3 / disk | disk, CPU | S3, CPU | S3 / disk |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
     for label, disk, s3 in PAIRS:
-        print(f"| {label} | {median[disk]:.2f} s | {median[s3]:.2f} s | {median[s3] / median[disk]:.2f}x |")
-    print(f"| probe push (disk to S3) | | {median['push (disk to S3)']:.2f} s | |")
-    print(f"| probe pull (S3 to disk) | | {median['pull (S3 to disk)']:.2f} s | |")
+        wall = f"{median[disk]:.2f} s | {median[s3]:.2f} s | {median[s3] / median[disk]:.2f}x"
+        cpu_disk, cpu_s3 = median[f"cpu {disk}"], median[f"cpu {s3}"]
+        print(f"| {label} | {wall} | {cpu_disk:.2f} s | {cpu_s3:.2f} s | {cpu_s3 / cpu_disk:.2f}x |")
+    for name in ("push (disk to S3)", "pull (S3 to disk)"):
+        print(f"| probe {name} | | {median[name]:.2f} s | | | {median['cpu ' + name]:.2f} s | |")
 
 
 if __name__ == "__main__":
