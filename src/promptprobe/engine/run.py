@@ -54,7 +54,7 @@ class RunOptions:
     backoff_initial: float = 1.0
     max_retry_wait: float = 60.0
     rpm: float = 0.0
-    runs_dir: Path = Path("runs")
+    runs_dir: Any = Path("runs")  # a folder, or a runs store in S3 (runstore.Store)
     seed: int | None = None  # orders the plan; random (and recorded) when not given
     sleep: Callable[[float], None] | None = None  # tests record retry waits instead of sleeping
     umask: int = PRIVATE_UMASK
@@ -73,7 +73,7 @@ class RunOptions:
 
 def options_from(
     settings: RunSettings,
-    runs_dir: Path,
+    runs_dir: Any,
     *,
     repeats: int | None = None,
     max_tokens: int | None = None,
