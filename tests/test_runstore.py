@@ -233,8 +233,8 @@ def test_a_run_on_disk_pushed_to_the_store_is_read_back_in_the_viewer(tmp_path, 
     pushed = invoke("push", str(run), s3.url)
     assert pushed.exit_code == 0, pushed.output
     assert pushed.stdout.strip() == f"{s3.url}/{run.name}: copied, every file checked by sha256"
-    again = invoke("push", str(run), s3.url)
-    assert again.exit_code == 0 and "already in the store, unchanged" in again.stdout
+    again = invoke("push", str(run), s3.url, "--format", "json")
+    assert again.exit_code == 0 and json.loads(again.stdout) == {"run": f"{s3.url}/{run.name}", "copied": False}
     for relative in ("manifest.json", "samples.jsonl", "probeset.toml"):
         assert objects_of_file(s3, run.name, relative) == (run / relative).read_bytes()
     with serving(s3.url) as base:

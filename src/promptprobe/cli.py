@@ -1777,8 +1777,9 @@ def runs(limit: int | None, runs_dir: Path | None, fmt: str, output: Path | None
 @click.argument("run_ref", metavar="RUN")
 @click.argument("store_url", metavar="STORE")
 @runs_dir_option
+@output_options(("table", "json"))
 @handle_errors
-def push(run_ref: str, store_url: str, runs_dir: str | None) -> None:
+def push(run_ref: str, store_url: str, runs_dir: str | None, fmt: str, output: Path | None) -> None:
     """Copy a finished run from disk into a runs store (s3://BUCKET/PREFIX) under its own id,
     every object read back and checked against its file's sha256."""
     from .runstore import Store, is_store
@@ -1787,14 +1788,16 @@ def push(run_ref: str, store_url: str, runs_dir: str | None) -> None:
     if not is_store(store_url):
         raise InputError(f"{store_url}: push copies a run into a runs store: give s3://BUCKET/PREFIX")
     url, copied = push_run(resolve_run(run_ref, runs_dir), Store.parse(store_url))
-    say(f"{url}: {'copied, every file checked by sha256' if copied else 'already in the store, unchanged'}")
+    said = "copied, every file checked by sha256" if copied else "already in the store, unchanged"
+    emit(dumps_pretty({"run": url, "copied": copied}) if fmt == "json" else f"{url}: {said}", output)
 
 
 @main.command(epilog="Example: probe pull s3://team-bucket/probe-runs/latest runs")
 @click.argument("run_url", metavar="STORE/RUN")
 @click.argument("runs_folder", metavar="DIR", required=False)
+@output_options(("table", "json"))
 @handle_errors
-def pull(run_url: str, runs_folder: str | None) -> None:
+def pull(run_url: str, runs_folder: str | None, fmt: str, output: Path | None) -> None:
     """Copy a finished run of a runs store (RUN: an id, a prefix of one, latest or latest~N)
     into DIR/<run id> (DIR default ./runs), every file checked against the sha256 its index
     records."""
@@ -1806,4 +1809,7 @@ def pull(run_url: str, runs_folder: str | None) -> None:
         raise InputError(f"{run_url}: pull copies a run of a runs store: give s3://BUCKET/PREFIX/RUN")
     store_text, _, reference = run_url.rstrip("/").rpartition("/")
     store = Store.parse(store_text)
-    say(str(pull_run(store, store_run_id(store, reference), Path(runs_folder or "runs"))))
+    run_id = store_run_id(store, reference)
+    path = pull_run(store, run_id, Path(runs_folder or "runs"))
+    pulled = {"run": str(path), "from": store.run_url(run_id)}
+    emit(dumps_pretty(pulled) if fmt == "json" else str(path), output)
