@@ -6,6 +6,7 @@ two writers on one run, a run pushed from disk and read in the viewer, pull chec
 import hashlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -19,6 +20,7 @@ import s3_server
 from click.testing import CliRunner
 from conftest import ROOT, write_probeset
 from servers import LocalServer, Reply
+from test_ci_gate import EXCEPTION_ONLY, demo_url, repository  # noqa: F401  (the gate's fixtures)
 
 from promptprobe.cli import main
 
@@ -376,3 +378,19 @@ def test_the_lease_one_writer_expiry_and_a_race_for_one_generation(s3):
     assert store.create(store.key("r1", ".store/lease.00000003"), b"{}") is False
     with pytest.raises(LeaseLost):  # and the holder of generation 2 learns it at its next renewal
         mine.renew()
+
+
+
+def test_the_gate_writes_its_run_to_the_store_its_config_names(s3, repository, monkeypatch):  # noqa: F811
+    config = repository / "probe.toml"
+    config.write_text(re.sub(r"(?m)^models = ", f'runs_dir = "{s3.url}"\nmodels = ', config.read_text(), count=1))
+    (repository / "prompts" / "always-header.md").write_bytes(EXCEPTION_ONLY)  # the change breaks it
+    monkeypatch.chdir(repository)
+    result = invoke("gate", "main", "prompts/always-header.md", "--metric", "header_present", "-n", "1",
+                    "--format", "json")
+    assert result.exit_code == 4, result.output
+    (run_id,) = run_ids(s3)
+    assert json.loads(objects_of_file(s3, run_id, "manifest.json"))["status"] == "complete"
+    assert not (repository / "runs").exists()
+    listed = json.loads(invoke("runs", "--format", "json").stdout)["runs"]  # probe.toml's store again
+    assert [run["run"] for run in listed] == [f"{s3.url}/{run_id}"]
