@@ -140,18 +140,6 @@ def open_run(path: Path) -> RunStore:
     return run
 
 
-def copy_of_store(path: Path) -> bool:
-    """Whether a run directory is this machine's copy of a run in a store (read or working):
-    a command that rewrites a run in place must not take it for the run itself."""
-    from .cache import cache_root
-
-    try:
-        inside = path.resolve().relative_to(cache_root().resolve())
-    except (OSError, ValueError):
-        return False
-    return inside.parts[:1] in (("read",), ("work",))
-
-
 def send_up(path: Path) -> None:
     """After a command wrote into a run claimed from a store (`probe classify`): send what changed
     up, the index last, and give the run back. Nothing for a run on disk."""
@@ -170,7 +158,6 @@ __all__ = [
     "Store",
     "StoreError",
     "claim",
-    "copy_of_store",
     "fetch",
     "fetch_for_listing",
     "is_store",
