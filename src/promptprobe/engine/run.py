@@ -6,7 +6,6 @@ happened (complete, interrupted, failed). `resume_run` finishes a run from its o
 import hashlib
 import os
 import random
-import shutil
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
@@ -174,13 +173,14 @@ def make_plan(
     return plan, provenance
 
 
-def stopped_early(abort: BaseException, path: Path, keep: bool, nothing: bool) -> BaseException:
+def stopped_early(abort: BaseException, store: RunStore, keep: bool, nothing: bool) -> BaseException:
     """Why a run stopped early, and what became of its directory (removed when it holds nothing
-    to keep or resume)."""
+    to keep or resume; a run in a store leaves nothing there either)."""
+    path = store.path
     if keep:
         return type(abort)(f"{abort}; what was sent is kept: probe run --resume {typed(path)} collects it")
     if nothing:
-        shutil.rmtree(path, ignore_errors=True)
+        store.discard()
         return type(abort)(f"{abort}; nothing was recorded, so no run directory was kept")
     return type(abort)(f"{abort}; the samples recorded so far are in {path}")
 
@@ -304,9 +304,7 @@ class ProbeRun:
             self.finish("failed", None)
             assert self.store is not None
             nothing = self.counts()["recorded"] == 0 and not self.resumes
-            if nothing and not backend.keep:
-                self.store.discard()  # a run in a store leaves nothing there either
-            raise stopped_early(backend.abort, self.store.path, backend.keep, nothing)
+            raise stopped_early(backend.abort, self.store, backend.keep, nothing)
         status = "interrupted" if self.cancel_event.is_set() or backend.stopped_by else "complete"
         return self.finish(status, backend.stopped_by)
 
