@@ -69,7 +69,7 @@ def run_in_store(tmp_path, s3, server, cases=3, *extra):
                   "--runs-dir", s3.url, "--format", "json", *extra)
 
 
-def test_a_run_written_to_the_store_is_listed_reported_and_shown_from_it(tmp_path, s3):
+def test_a_run_written_to_the_store_is_listed_reported_and_shown_from_it(tmp_path, s3, monkeypatch):
     with LocalServer(lambda r: Reply("[[ANSWER]]\nthe answer, byte for byte\u00a0")) as server:
         result = run_in_store(tmp_path, s3, server)
     assert result.exit_code == 0, result.output
@@ -112,7 +112,7 @@ def test_a_run_written_to_the_store_is_listed_reported_and_shown_from_it(tmp_pat
     assert "classifications/1.jsonl" in read_index(s3, run_id)
     lease = json.loads(objects(s3)[f"{prefix}.store/lease.00000003"])
     assert lease["released"] is True and lease["pid"] == os.getpid()
-    os.environ["PROBE_RUNS_DIR"] = s3.url  # monkeypatched by the fixture: undone after the test
+    monkeypatch.setenv("PROBE_RUNS_DIR", s3.url)
     assert json.loads(invoke("runs", "--format", "json").stdout)["runs"][0]["id"] == run_id
     missing = invoke("report", "latest~1")
     assert missing.exit_code == 2 and f"there is no such run in {s3.url}" in missing.output
