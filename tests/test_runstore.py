@@ -339,6 +339,8 @@ def test_a_runs_store_named_in_probe_toml_and_refusals_in_one_sentence(tmp_path,
     assert made.exit_code == 0, made.output
     assert f"run: {s3.url}/" in made.stderr and not (tmp_path / "runs").exists()
     assert json.loads(invoke("runs", "--format", "json").stdout)["runs"][0]["status"] == "complete"
+    refused = invoke("migrate", "latest")  # it would convert this machine's copy, not the stored run
+    assert refused.exit_code == 2 and "probe migrate converts a run on disk" in refused.output
     bad = invoke("runs", "--runs-dir", "s3://Not_A_Bucket/x")
     assert bad.exit_code == 2 and bad.output.strip() == (
         "error: s3://Not_A_Bucket/x: not a usable runs store (s3://BUCKET/PREFIX, plain names only)")

@@ -1580,7 +1580,13 @@ def migrate(run_ref: str, runs_dir: Path | None) -> None:
     """Convert a run recorded before packs (one raw/ file per output, body and request) to packs:
     every byte kept, each blob checked by sha256 before its file is removed."""
     from .migrate import migrate_run
+    from .runstore import is_store
 
+    if is_store(run_ref) or (not is_dir(Path(run_ref)) and not isinstance(runs_dir_of(runs_dir), Path)):
+        raise InputError(  # it would convert this machine's copy, not the run in the store
+            f"{run_ref}: probe migrate converts a run on disk; for a run of a runs store, probe pull it, "
+            "migrate it and probe push it"
+        )
     result = migrate_run(resolve_run(run_ref, runs_dir))
     say(f"{result['run']}: {result['packed']} blobs packed and checked by sha256; "
         f"{result['files_removed']} raw files removed")
