@@ -98,6 +98,8 @@ def test_a_run_written_to_the_store_is_listed_reported_and_shown_from_it(tmp_pat
     assert [arm["samples"] for arm in json.loads(report.stdout)["arms"]] == [3, 3]
     by_prefix = invoke("report", run_id[:17], "--runs-dir", s3.url, "--format", "json")  # an id prefix
     assert by_prefix.exit_code == 0 and json.loads(by_prefix.stdout) == json.loads(report.stdout)
+    verified = invoke("verify", "latest", "--runs-dir", s3.url)  # probe verify reads it through the store too
+    assert verified.exit_code == 0, verified.output
     from promptprobe import api
 
     assert api.report("latest", runs_dir=s3.url).to_dict() == json.loads(report.stdout)  # the Python API
