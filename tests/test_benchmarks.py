@@ -24,6 +24,7 @@ SMALL = {
     "scale.py": ["--quick"],
     "scrub_speed.py": ["--repeats", "2"],
     "sequential.py": ["--trials", "20", "--quick"],
+    "store_speed.py": ["--runs", "1", "--delay-ms", "10", "--cases", "1"],
     "verdict_rules.py": [
         "--trials", "20", "--power-trials", "20", "--unequal-trials", "5", "--designs", "2", "--quick"
     ],

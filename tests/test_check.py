@@ -44,7 +44,7 @@ def test_a_bad_config_given_with_config_is_reported_every_problem_at_once(tmp_pa
         f"error: {bad} [header]: unknown key 'marker' (did you mean 'markers'?) (expected one of: "
         "allow_leading_whitespace, markers, no_answer)",
         f"error: {bad} [run]: unknown key 'concurency' (did you mean 'concurrency'?) (expected one of: batch, cache, "
-        "concurrency, max_attempts, max_retry_wait, max_tokens, models, repeats, rpm, seed, stream, temperature, "
+        "concurrency, max_attempts, max_retry_wait, max_tokens, models, repeats, rpm, runs_dir, seed, stream, temperature, "
         "timeout, umask)",
         f"error: {bad} [run]: model 'no-provider': expected PROVIDER:MODEL, e.g. anthropic:claude-sonnet-5-5 or "
         "openai:llama3@http://localhost:11434/v1",
@@ -81,7 +81,7 @@ def test_the_probe_toml_of_the_current_directory_is_checked(tmp_path, monkeypatc
     assert result.exit_code == 2
     assert result.stderr.splitlines() == [
         "error: probe.toml [run]: unknown key 'repets' (did you mean 'repeats'?) (expected one of: batch, cache, "
-        "concurrency, max_attempts, max_retry_wait, max_tokens, models, repeats, rpm, seed, stream, temperature, "
+        "concurrency, max_attempts, max_retry_wait, max_tokens, models, repeats, rpm, runs_dir, seed, stream, temperature, "
         "timeout, umask)"
     ]
     # Its [vars] still let the prompt's {{product}} be checked.

@@ -242,7 +242,7 @@ class RunResult:
 def _where(run_ref: str | Path, runs_dir: str | Path | None, name: str = "run_ref") -> Path:
     from .runref import resolve
 
-    return resolve(arguments.reference(name, run_ref), arguments.path("runs_dir", runs_dir, optional=True))
+    return resolve(arguments.reference(name, run_ref), arguments.runs_location("runs_dir", runs_dir))
 
 
 def load(run_ref: str | Path, runs_dir: str | Path | None = None) -> Run:
@@ -306,7 +306,7 @@ def compare(
     _counts(top_k=top_k, classification=classification)
     all_metrics = bool(arguments.flag("all_metrics", all_metrics))
     metrics = arguments.metric_names("metric", metric)
-    folder = arguments.path("runs_dir", runs_dir, optional=True)
+    folder = arguments.runs_location("runs_dir", runs_dir)
     a = arguments.reference("a", a)
     if b is None:
         from .arms import two_arms
@@ -407,7 +407,7 @@ def run(
     from .engine.run import ProbeRun, options_from
     from .probeset import load_probeset
     from .prompts import load_prompt
-    from .runref import runs_dir as folder_of
+    from .runstore import location
 
     probeset_path = arguments.path("probeset", probeset)
     prompt_files = arguments.items("prompts", prompts, "prompt files (PATH or NAME=PATH)")
@@ -415,7 +415,7 @@ def run(
         raise InputError("prompts=[]: give at least one prompt file")
     specs_given = arguments.items("models", models, "model specs such as openai:gpt-4.1-mini", optional=True)
     config_path = arguments.path("config", config, optional=True)
-    folder = arguments.path("runs_dir", runs_dir, optional=True)
+    folder = arguments.runs_location("runs_dir", runs_dir)
     if retrieval is not None and retrieval != "none":
         raise InputError(f"retrieval={retrieval!r}: the only choice is 'none'; the config says how otherwise")
     repeats = arguments.run_number("repeats", repeats)
@@ -438,7 +438,7 @@ def run(
     precedence = Precedence.of(target, loaded, given_as="argument")
     options = options_from(
         target.run,
-        folder_of(folder),
+        location(folder, target.run.runs_dir, target.base_dir),
         precedence=precedence,
         repeats=repeats,
         max_tokens=max_tokens,

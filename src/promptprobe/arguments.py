@@ -34,6 +34,15 @@ def path(name: str, value: Any, optional: bool = False) -> Path | None:
     return Path(value)
 
 
+def runs_location(name: str, value: Any) -> Any:
+    """A runs directory (a path) or a runs store (`s3://BUCKET/PREFIX`, kept as text); None stays None."""
+    from .runstore.remote import is_store
+
+    if isinstance(value, str) and is_store(value):
+        return value
+    return path(name, value, optional=True)
+
+
 def reference(name: str, value: Any) -> str:
     """A run reference (a run directory, its id or a prefix, `latest`), with an optional
     `#prompt=...` selector for compare."""

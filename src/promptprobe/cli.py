@@ -202,21 +202,26 @@ def _open_private(output: Path) -> int:
 def runs_dir_option(func: Callable[..., Any]) -> Callable[..., Any]:
     return click.option(
         "--runs-dir",
-        type=click.Path(path_type=Path, file_okay=False),
-        help="Where run ids, `latest` and `latest~N` are looked up (default $PROBE_RUNS_DIR, else ./runs).",
+        help="The runs directory, or a runs store s3://BUCKET/PREFIX, where runs are written and run ids, "
+        "`latest` and `latest~N` are looked up (default $PROBE_RUNS_DIR, else probe.toml's [run] runs_dir, "
+        "else ./runs).",
     )(func)
 
 
-def runs_dir_of(given: Path | None) -> Path:
-    from .runref import runs_dir
+def runs_dir_of(given: Any, config: Any = None) -> Any:
+    """The runs directory or store (runstore.location); `config`: the target config whose
+    [run] runs_dir applies when neither --runs-dir nor $PROBE_RUNS_DIR is given."""
+    from .runstore import location
 
-    return runs_dir(given)
+    if config is not None:
+        return location(given, config.run.runs_dir, config.base_dir)
+    return location(given)
 
 
-def resolve_run(reference: str | Path, runs_dir: Path | None) -> Path:
+def resolve_run(reference: str | Path, runs_dir: Any, writing: bool = False) -> Path:
     from .runref import resolve
 
-    return resolve(reference, runs_dir)
+    return resolve(reference, runs_dir, writing)
 
 
 def write_private(output: Path, data: bytes) -> None:
@@ -409,7 +414,8 @@ def classify(
     for path in paths:
         try:
             if not is_file(path) and not is_run(path):
-                path = resolve_run(path, runs_dir)  # a run id, a prefix of one, latest, latest~N
+                # A run id, a prefix of one, latest, latest~N; a run of a store is claimed to be written.
+                path = resolve_run(path, runs_dir, writing=True)
             if is_run(path):
                 settings = settings_of(path, load_manifest(path), None)
                 if config_path is not None:
@@ -418,7 +424,13 @@ def classify(
                     settings = load_config(config_path).checks
                 if override is not None:
                     settings = replace(settings, header=override)
-                result = reclassify_run(path, settings.with_top_k(top_k))
+                from .runstore import release_claims, send_up
+
+                try:
+                    result = reclassify_run(path, settings.with_top_k(top_k))
+                    send_up(path)  # a run of a store gets its new classification there
+                finally:
+                    release_claims()
                 printed.append(dumps_pretty(result) if fmt == "json" else describe_reclassification(result))
             elif is_dir(path):
                 raise InputError(f"{path}: a directory that is not a run (no manifest.json)")
@@ -604,9 +616,8 @@ def interruptible(
     "--resume",
     "resume_path",
     metavar="RUN",
-    type=click.Path(path_type=Path),
-    help="Finish RUN (a path, an id, latest) from its own manifest: run exactly the samples missing "
-    "or failed; on a batch run, collect its batches.",
+    help="Finish RUN (a path, an id, latest, a run's s3:// URL) from its own manifest: run exactly the "
+    "samples missing or failed; on a batch run, collect its batches.",
 )
 @click.option(
     "--temperature",
@@ -779,7 +790,12 @@ def run(
     if cancel_batches and resume_path is None:
         raise InputError("--cancel cancels the outstanding batches of a run: give it with --resume RUN")
     if resume_path is not None:
-        _resume(ctx, resolve_run(resume_path, runs_dir), fmt, output)
+        from .runstore import release_claims
+
+        try:
+            _resume(ctx, resolve_run(resume_path, runs_dir, writing=True), fmt, output)
+        finally:
+            release_claims()  # a run of a store claimed, then refused: given back at once
         return
     if probeset_path is None:
         raise InputError("give a probe set (probe run PROBESET --prompt FILE), or --resume RUN")
@@ -819,7 +835,8 @@ def _planned(params: dict[str, Any]) -> tuple[Any, list[Any], list[Any], Any, An
     prompts = [load_prompt(p) for p in params["prompt_paths"]]
     precedence = Precedence.of(config, probeset)
     flags = {name: params[name] for name in OPTION_FLAGS}
-    options = options_from(config.run, runs_dir_of(params["runs_dir"]), precedence=precedence, **flags)
+    where = runs_dir_of(params["runs_dir"], config)
+    options = options_from(config.run, where, precedence=precedence, **flags)
     models = config.models_for(params["model_specs"])
     options.settings["models"] = models_setting(params["model_specs"], models, precedence)
     return probeset, prompts, models, config, options
@@ -970,7 +987,7 @@ def _execute(runner: Any, fmt: str, total: int, output: Path | None = None) -> N
     ) as received:
         runner.on_record = progress.update
         # Where the run is, as soon as it exists: another terminal can follow or resume it.
-        runner.on_start = lambda path: progress.say(f"run: {path}")
+        runner.on_start = lambda path: progress.say(f"run: {getattr(runner.store, 'where', path)}")
         runner.on_batches = progress.batches
         try:
             outcome = runner.execute()
@@ -1563,7 +1580,13 @@ def migrate(run_ref: str, runs_dir: Path | None) -> None:
     """Convert a run recorded before packs (one raw/ file per output, body and request) to packs:
     every byte kept, each blob checked by sha256 before its file is removed."""
     from .migrate import migrate_run
+    from .runstore import is_store
 
+    if is_store(run_ref) or (not is_dir(Path(run_ref)) and not isinstance(runs_dir_of(runs_dir), Path)):
+        raise InputError(  # it would convert this machine's copy, not the run in the store
+            f"{run_ref}: probe migrate converts a run on disk; for a run of a runs store, probe pull it, "
+            "migrate it and probe push it"
+        )
     result = migrate_run(resolve_run(run_ref, runs_dir))
     say(f"{result['run']}: {result['packed']} blobs packed and checked by sha256; "
         f"{result['files_removed']} raw files removed")
@@ -1682,7 +1705,7 @@ def label(
 
 @main.command(epilog="Examples: probe view   |   probe view runs --port 8001")
 @click.argument(
-    "runs_folder", metavar="[RUNS_DIR]", required=False, type=click.Path(path_type=Path, file_okay=False)
+    "runs_folder", metavar="[RUNS_DIR]", required=False
 )
 @click.option(
     "--port", type=click.IntRange(0, 65535), default=8000, show_default=True, help="0: any free port."
@@ -1715,7 +1738,9 @@ def view(runs_folder: Path | None, port: int, host: str, allow_hosts: tuple[str,
     from .viewer import serve
 
     folder = runs_dir_of(runs_folder)
-    if not folder.is_dir():
+    if not isinstance(folder, Path):
+        folder.run_ids()  # a store out of reach, or no credentials: said now (exit 3), not per page
+    elif not folder.is_dir():
         raise InputError(f"{folder}: no such runs directory (probe demo or probe run write one)")
 
     def ready(url: str) -> None:
@@ -1749,3 +1774,48 @@ def runs(limit: int | None, runs_dir: Path | None, fmt: str, output: Path | None
         emit(f"no runs in {folder_of(runs_dir)}", output)
         return
     emit(render_runs(found, fmt), output)
+
+
+# -- push / pull ----------------------------------------------------------------------------
+
+
+@main.command(epilog="Example: probe push latest s3://team-bucket/probe-runs")
+@click.argument("run_ref", metavar="RUN")
+@click.argument("store_url", metavar="STORE")
+@runs_dir_option
+@output_options(("table", "json"))
+@handle_errors
+def push(run_ref: str, store_url: str, runs_dir: str | None, fmt: str, output: Path | None) -> None:
+    """Copy a finished run from disk into a runs store (s3://BUCKET/PREFIX) under its own id,
+    every object read back and checked against its file's sha256."""
+    from .runstore import Store, is_store
+    from .runstore.transfer import push as push_run
+
+    if not is_store(store_url):
+        raise InputError(f"{store_url}: push copies a run into a runs store: give s3://BUCKET/PREFIX")
+    url, copied = push_run(resolve_run(run_ref, runs_dir), Store.parse(store_url))
+    said = "copied, every file checked by sha256" if copied else "already in the store, unchanged"
+    emit(dumps_pretty({"run": url, "copied": copied}) if fmt == "json" else f"{url}: {said}", output)
+
+
+@main.command(epilog="Example: probe pull s3://team-bucket/probe-runs/latest runs")
+@click.argument("run_url", metavar="STORE/RUN")
+@click.argument("runs_folder", metavar="DIR", required=False)
+@output_options(("table", "json"))
+@handle_errors
+def pull(run_url: str, runs_folder: str | None, fmt: str, output: Path | None) -> None:
+    """Copy a finished run of a runs store (RUN: an id, a prefix of one, latest or latest~N)
+    into DIR/<run id> (DIR default ./runs), every file checked against the sha256 its index
+    records."""
+    from .runref import store_run_id
+    from .runstore import Store, is_store
+    from .runstore.transfer import pull as pull_run
+
+    if not is_store(run_url) or "/" not in run_url.partition("://")[2].strip("/"):
+        raise InputError(f"{run_url}: pull copies a run of a runs store: give s3://BUCKET/PREFIX/RUN")
+    store_text, _, reference = run_url.rstrip("/").rpartition("/")
+    store = Store.parse(store_text)
+    run_id = store_run_id(store, reference)
+    path = pull_run(store, run_id, Path(runs_folder or "runs"))
+    pulled = {"run": str(path), "from": store.run_url(run_id)}
+    emit(dumps_pretty(pulled) if fmt == "json" else str(path), output)

@@ -57,6 +57,7 @@ RUN_KEYS = {
     "rpm",
     "stream",
     "umask",
+    "runs_dir",
     "batch",
     "cache",
 }
@@ -77,6 +78,7 @@ class RunSettings:
     rpm: float = 0.0  # requests per minute per provider; 0: no limit
     stream: bool = False
     umask: int | None = None  # None: private (directories 0700, files 0600)
+    runs_dir: str | None = None  # where runs are written: a folder, or a runs store s3://BUCKET/PREFIX
     batch: bool = False  # through the providers' batch APIs
     cache: bool = False  # prompt caching marks (Anthropic)
     given: frozenset[str] = frozenset()  # the keys [run] itself sets (the rest are defaults)
@@ -482,6 +484,7 @@ def _run(run_table: dict[str, Any], where: str, problems: _Problems) -> RunSetti
         batch=bool(value("batch", bool)),
         cache=bool(value("cache", bool)),
         umask=problems.attempt(lambda: _umask(run_table.get("umask"), where)),
+        runs_dir=problems.attempt(lambda: _typed(run_table, "runs_dir", str, where)) or None,
         given=frozenset(key for key in run_table if key in RUN_KEYS),
     )
 

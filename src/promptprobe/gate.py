@@ -255,7 +255,7 @@ def gate(
     metrics: Sequence[str] = (),
     alpha: float = 0.05,
     strict: bool = False,
-    runs_dir: Path | None = None,
+    runs_dir: Any = None,  # a folder or a runs store s3://BUCKET/PREFIX; default as `probe run`
     run_options: dict[str, Any] | None = None,
     cwd: Path | None = None,
     watch: Callable[[Any], None] | None = None,
@@ -268,7 +268,7 @@ def gate(
     from .counts import build_counts
     from .engine.run import ProbeRun, options_from
     from .probeset import load_probeset
-    from .runref import runs_dir as folder_of
+    from .runstore import location
 
     if not 0 < alpha <= 0.5:
         raise InputError(f"--alpha must lie in (0, 0.5], got {alpha!r}")
@@ -285,7 +285,8 @@ def gate(
     if not versions:
         return base
     precedence = Precedence.of(target, loaded)
-    options = options_from(target.run, folder_of(runs_dir), precedence=precedence, **(run_options or {}))
+    where = location(runs_dir, target.run.runs_dir, target.base_dir)  # a folder, or a runs store
+    options = options_from(target.run, where, precedence=precedence, **(run_options or {}))
     options.settings["models"] = models_setting(list(models), specs, precedence)
     if options.max_cost is not None:
         from .engine.dryrun import check_max_cost

@@ -1,29 +1,35 @@
 """Run references: how a command names a run, and the list of runs (`probe runs`).
 
 A RUN argument is a run directory's path, its id (the directory's name), a unique prefix of
-the id, `latest` (the newest run) or `latest~N` (the N-th before it). Ids are looked up in the
-runs directory: `--runs-dir`, else the environment's `PROBE_RUNS_DIR`, else `./runs`. An
-unknown or ambiguous reference is an InputError (exit 2) that lists the candidates.
+the id, `latest` (the newest run) or `latest~N` (the N-th before it), or a run's URL in a runs
+store (`s3://BUCKET/PREFIX/RUN`, RUN any of those forms). Ids are looked up in the runs directory
+or store (runstore.location: `--runs-dir`, else `PROBE_RUNS_DIR`, else probe.toml's `[run]
+runs_dir`, else `./runs`); a run of a store is read from its verified copy in the local cache.
+An unknown or ambiguous reference is an InputError (exit 2) that lists the candidates.
 """
 
 import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import InputError
 from .paths import is_dir, shown
+from .runstore.remote import Store, is_store
+
+if TYPE_CHECKING:
+    from .runstore import Location
 
 LATEST = re.compile(r"latest(?:~(\d+))?")
 ENV = "PROBE_RUNS_DIR"
 
 
-def runs_dir(given: str | Path | None = None) -> Path:
-    """The runs directory: the one given, else $PROBE_RUNS_DIR, else ./runs."""
-    if given:
-        return Path(given)
-    return Path(os.environ.get(ENV) or "runs")
+def runs_dir(given: Any = None) -> "Location":
+    """The runs directory or store (runstore.location)."""
+    from .runstore import location
+
+    return location(given)
 
 
 @dataclass(frozen=True)
@@ -41,10 +47,11 @@ class RunInfo:
     sequential: bool = False  # rounds until decided: `planned` is a cap, not a target
     verdict: dict[str, Any] | None = None  # a two-arm run's headline verdict (views/runs.py)
     incomplete: bool = False  # no manifest: stopped (or still) being created; `latest` skips it
+    url: str = ""  # a run of a store: its URL (`path` is its copy in the cache)
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "run": str(self.path),
+            "run": self.url or str(self.path),
             "id": self.id,
             "probeset": self.probeset,
             "arms": self.arms,
@@ -71,7 +78,7 @@ def _tally(path: Path) -> dict[str, int] | None:
     return {"recorded": recorded, "errors": errors}
 
 
-def _info(path: Path) -> RunInfo | None:
+def _info(path: Path, url: str = "") -> RunInfo | None:
     """What `probe runs` shows of one run directory (None: not a readable run)."""
     from .engine.store import load_manifest, run_state
 
@@ -99,6 +106,7 @@ def _info(path: Path) -> RunInfo | None:
         created=str(manifest.get("created") or ""),
         pairs=pairs,
         sequential=bool(manifest.get("sequential")),
+        url=url,
     )
 
 
@@ -121,6 +129,13 @@ def _unstarted(path: Path) -> RunInfo | None:
 def list_runs(folder: str | Path | None = None, limit: int | None = None) -> list[RunInfo]:
     """The runs of a runs directory, newest first."""
     root = runs_dir(folder)
+    if isinstance(root, Store):
+        from .runstore import fetch_for_listing
+
+        copies = fetch_for_listing(root)
+        found = [info for copy in copies if (info := _info(copy, root.run_url(copy.name))) is not None]
+        found.sort(key=lambda info: (info.created, info.id), reverse=True)
+        return found[:limit] if limit else found
     if not is_dir(root):
         return []
     found = [info for child in root.iterdir() if child.is_dir() and (info := _info(child)) is not None]
@@ -128,13 +143,19 @@ def list_runs(folder: str | Path | None = None, limit: int | None = None) -> lis
     return found[:limit] if limit else found
 
 
-def resolve(reference: str | Path, folder: str | Path | None = None) -> Path:
-    """The run directory a reference names (see the module's docstring)."""
+def resolve(reference: str | Path, folder: Any = None, writing: bool = False) -> Path:
+    """The run directory a reference names (see the module's docstring). A run of a store is
+    its copy in the read cache, or with `writing` its working copy, claimed for this process."""
     text = str(reference)
+    if is_store(text):
+        store_text, _, run = text.rstrip("/").rpartition("/")
+        return _in_store(Store.parse(store_text), run, writing)
     path = Path(text)
     if is_dir(path):
         return path  # a directory given by path: its readers say whether it is a run
     root = runs_dir(folder)
+    if isinstance(root, Store):
+        return _in_store(root, text, writing)
     latest = LATEST.fullmatch(text)
     if latest:
         back = int(latest.group(1) or 0)
@@ -166,6 +187,39 @@ def resolve(reference: str | Path, folder: str | Path | None = None) -> Path:
         raise InputError(f"{shown(text)}: no run directory or run id matches it in {shown(root)}{hint}")
     listing = ", ".join(p.name for p in candidates[:10]) + (" ..." if len(candidates) > 10 else "")
     raise InputError(f"{text}: matches {len(candidates)} runs in {root}: {listing}; give more of the id")
+
+
+def store_run_id(store: "Store", text: str) -> str:
+    """The id a reference names among the runs of a store (latest, latest~N, an id, a prefix)."""
+    latest = LATEST.fullmatch(text)
+    if latest:
+        back = int(latest.group(1) or 0)
+        runs = list_runs(store)
+        if back >= len(runs):
+            have = f"it has {len(runs)}" if runs else "it has none"
+            raise InputError(f"{shown(text)}: there is no such run in {store} ({have})")
+        return runs[back].id
+    run, selector = split_selector(text)
+    if selector:
+        raise InputError(f"{shown(text)}: names one arm (#{selector}); this command takes a whole run")
+    ids = store.run_ids()
+    if text in ids:
+        return text
+    candidates = [run_id for run_id in ids if run_id.startswith(text)]
+    if len(candidates) == 1:
+        return candidates[0]
+    if not candidates:
+        hint = f"; the newest: {', '.join(ids[:5])}" if ids else f"; {store} holds no runs"
+        raise InputError(f"{shown(text)}: no run id matches it in {store}{hint}")
+    listing = ", ".join(candidates[:10]) + (" ..." if len(candidates) > 10 else "")
+    raise InputError(f"{text}: matches {len(candidates)} runs in {store}: {listing}; give more of the id")
+
+
+def _in_store(store: "Store", text: str, writing: bool) -> Path:
+    from .runstore import claim, fetch
+
+    run_id = store_run_id(store, text)
+    return claim(store, run_id) if writing else fetch(store, run_id)
 
 
 def split_selector(text: str) -> tuple[str, str]:

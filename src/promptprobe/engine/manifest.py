@@ -5,7 +5,6 @@ start, at its end, and at every resume; and the new run directory it is first wr
 import os
 import shutil
 from collections.abc import Callable, Iterable
-from pathlib import Path
 from typing import Any, Protocol
 
 from ..checks import CheckSettings
@@ -122,11 +121,13 @@ def prompt_copy(prompt: PromptVersion) -> str:
 
 
 def create_run_directory(
-    runs_dir: Path, umask: int, probeset: ProbeSet, prompts: Iterable[PromptVersion], manifest: dict[str, Any]
+    runs_dir: Any, umask: int, probeset: ProbeSet, prompts: Iterable[PromptVersion], manifest: dict[str, Any]
 ) -> RunStore:
     """A new run directory holding exact copies of the probe set and the prompt versions, and the
     `running` manifest; nothing is left behind when making it fails."""
-    store = RunStore.create(runs_dir, probeset.name, umask)
+    from ..runstore import new_run
+
+    store = new_run(runs_dir, probeset.name, umask)
     try:
         store.reserve(2 * len(str(manifest)))
         store.write_file("probeset.toml", probeset.source)

@@ -6,7 +6,6 @@ happened (complete, interrupted, failed). `resume_run` finishes a run from its o
 import hashlib
 import os
 import random
-import shutil
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
@@ -54,7 +53,7 @@ class RunOptions:
     backoff_initial: float = 1.0
     max_retry_wait: float = 60.0
     rpm: float = 0.0
-    runs_dir: Path = Path("runs")
+    runs_dir: Any = Path("runs")  # a folder, or a runs store in S3 (runstore.Store)
     seed: int | None = None  # orders the plan; random (and recorded) when not given
     sleep: Callable[[float], None] | None = None  # tests record retry waits instead of sleeping
     umask: int = PRIVATE_UMASK
@@ -73,7 +72,7 @@ class RunOptions:
 
 def options_from(
     settings: RunSettings,
-    runs_dir: Path,
+    runs_dir: Any,
     *,
     repeats: int | None = None,
     max_tokens: int | None = None,
@@ -174,13 +173,14 @@ def make_plan(
     return plan, provenance
 
 
-def stopped_early(abort: BaseException, path: Path, keep: bool, nothing: bool) -> BaseException:
+def stopped_early(abort: BaseException, store: RunStore, keep: bool, nothing: bool) -> BaseException:
     """Why a run stopped early, and what became of its directory (removed when it holds nothing
-    to keep or resume)."""
+    to keep or resume; a run in a store leaves nothing there either)."""
+    path = store.path
     if keep:
         return type(abort)(f"{abort}; what was sent is kept: probe run --resume {typed(path)} collects it")
     if nothing:
-        shutil.rmtree(path, ignore_errors=True)
+        store.discard()
         return type(abort)(f"{abort}; nothing was recorded, so no run directory was kept")
     return type(abort)(f"{abort}; the samples recorded so far are in {path}")
 
@@ -304,7 +304,7 @@ class ProbeRun:
             self.finish("failed", None)
             assert self.store is not None
             nothing = self.counts()["recorded"] == 0 and not self.resumes
-            raise stopped_early(backend.abort, self.store.path, backend.keep, nothing)
+            raise stopped_early(backend.abort, self.store, backend.keep, nothing)
         status = "interrupted" if self.cancel_event.is_set() or backend.stopped_by else "complete"
         return self.finish(status, backend.stopped_by)
 
@@ -369,7 +369,9 @@ class ResumedRun(ProbeRun):
 
     def prepare(self) -> tuple[set[str], dict[tuple[str, int], Retrieved]]:
         """Open the run, cut torn lines, set errored samples aside; what is done, what to reuse."""
-        store = RunStore.open(self.path)
+        from ..runstore import open_run
+
+        store = open_run(self.path)
         self.store = store
         for name in ("samples.jsonl", "retrievals.jsonl", INDEX):
             store.repair_tail(name)

@@ -28,6 +28,8 @@ from ..redaction import SCRUBBER
 SCHEMA_VERSION = 2
 PRIVATE_UMASK = 0o077
 LOCK_FILE = ".lock"
+# In a copy of a run read from a runs store: whether its writer held the run when it was copied.
+STATE_HINT = ".store-state"
 RESERVE_FILE = ".reserve"
 # Space set aside at the start, given back when the disk fills so the final manifest fits.
 MIN_RESERVE = 64 * 1024
@@ -288,6 +290,10 @@ class RunStore:
     def give_back_reserve(self) -> None:
         (self.path / RESERVE_FILE).unlink(missing_ok=True)
 
+    def discard(self) -> None:
+        """Remove the run: it stopped before recording anything worth keeping."""
+        shutil.rmtree(self.path, ignore_errors=True)
+
     def close_writes(self) -> None:
         """From now on sample writes are refused (StoreClosed): the run is being finished."""
         if self.writer is not None:
@@ -435,6 +441,8 @@ def run_state(path: Path, manifest: dict[str, Any]) -> str:
     status = manifest.get("status", "unknown")
     if status != "running":
         return status
+    if is_file(path / STATE_HINT):
+        return "running" if (path / STATE_HINT).read_text().strip() == "running" else "killed"
     lock_path = path / LOCK_FILE
     if not lock_path.exists():
         return "killed"

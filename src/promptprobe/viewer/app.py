@@ -139,8 +139,8 @@ def _is_ip(name: str) -> bool:
 class Viewer:
     """The app's state: the runs directory, the templates and the background counter."""
 
-    def __init__(self, runs_dir: Path, warm: bool = True, poll_ms: int = POLL_MS) -> None:
-        self.runs = RunsDir(Path(runs_dir), pages.run_line, background=warm)
+    def __init__(self, runs_dir: Any, warm: bool = True, poll_ms: int = POLL_MS) -> None:
+        self.runs = RunsDir(runs_dir, pages.run_line, background=warm)
         self.env = environment()
         self.env.globals.update(
             run_url=run_url,
@@ -372,7 +372,7 @@ def create_app(
         middleware=[Middleware(HostCheck, allowed=allowed, port=port, any_ip=any_ip)],
         lifespan=_lifespan,
     )
-    app.state.viewer = Viewer(Path(runs_dir), warm, poll_ms)
+    app.state.viewer = Viewer(runs_dir, warm, poll_ms)
     return app
 
 

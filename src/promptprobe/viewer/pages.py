@@ -96,7 +96,7 @@ def runs_page(runs: RunsDir) -> dict[str, Any]:
     deadline = time.monotonic() + RUNS_PAGE_WAIT if runs.background else float("inf")
     lines = [runs.line(run_id, wait=time.monotonic() < deadline) for run_id in runs.ids()]
     lines.sort(key=lambda line: (line.get("created") or "", line["id"]), reverse=True)
-    return {"runs_dir": str(runs.root), "runs": lines}
+    return {"runs_dir": runs.shown, "runs": lines}
 
 
 def _counted(runs: RunsDir, run_id: str) -> tuple[Any, CountsTable]:

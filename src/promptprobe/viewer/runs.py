@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..counts import CountsTable, LiveCounts
-from ..engine.store import load_manifest, run_state
+from ..engine.store import STATE_HINT, load_manifest, run_state
 from ..errors import InputError
 
 RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,200}")
@@ -31,7 +31,8 @@ PAGE_CHUNK = 4 * 1024 * 1024
 def files_signature(path: Path) -> tuple[Any, ...]:
     """What changes when a run's files do (manifest, samples, sequential rounds, reclassifications)."""
     out: list[Any] = []
-    for name in ("manifest.json", "samples.jsonl", "sequential.jsonl", "classifications", ".lock"):
+    names = ("manifest.json", "samples.jsonl", "sequential.jsonl", "classifications", ".lock", STATE_HINT)
+    for name in names:
         try:
             info = os.stat(path / name)
         except OSError:
@@ -64,9 +65,16 @@ class RunsDir:
     """Read-only access to one runs directory, shared by every request of the viewer."""
 
     def __init__(
-        self, root: Path, summarize: Callable[[CountsTable], dict[str, Any]], background: bool = False
+        self, root: Any, summarize: Callable[[CountsTable], dict[str, Any]], background: bool = False
     ) -> None:
-        self.root = Path(root)
+        from ..runstore import Store, is_store
+        from ..runstore.mirror import Mirror
+
+        root = Store.parse(root) if isinstance(root, str) and is_store(root) else root
+        # A runs store is read through its copies in the cache, brought up to date as pages ask.
+        self.mirror = Mirror(root) if isinstance(root, Store) else None
+        self.root = self.mirror.root if self.mirror else Path(root)
+        self.shown = str(root)
         self.background = background  # whether a thread counts runs besides the pages
         self.summarize = summarize
         self.lock = threading.Lock()
@@ -80,6 +88,8 @@ class RunsDir:
         """The run directory of an id, or None: not an id, not there, or outside the runs directory."""
         if not RUN_ID.fullmatch(run_id) or run_id in (".", ".."):
             return None
+        if self.mirror is not None:
+            self.mirror.refresh(run_id)
         try:
             root = self.root.resolve(strict=True)
             path = (root / run_id).resolve(strict=True)
@@ -91,6 +101,8 @@ class RunsDir:
 
     def ids(self) -> list[str]:
         """Every directory of the runs directory that could be a run, by name."""
+        if self.mirror is not None:
+            self.mirror.refresh_ids()
         try:
             children = list(self.root.iterdir())
         except OSError:
