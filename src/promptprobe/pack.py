@@ -23,6 +23,7 @@ from .jsonio import dumps_line, loads
 RAW_DIR = "raw"
 INDEX = "raw/index.jsonl"
 PACK_LIMIT = 1 << 30  # a new pack past 1 GiB: a 1M-sample run stays a handful of files
+BLOCK = 8 << 20  # what read_many reads of a pack at a time
 PACK_NAME = re.compile(r"raw/pack-(\d{6})\.bin")
 KIND = re.compile(r"[a-z0-9][a-z0-9_.-]{0,63}")
 # The kinds a live or batch sample writes; a judge or any other writer may add its own.
@@ -137,8 +138,8 @@ class PackWriter:
             self.fd, self.retired, self.dirty = None, [], set()
 
 
-def _read_confined(root: Path, relative: str, offset: int, length: int | None) -> bytes:
-    """`length` bytes at `offset` of a regular file of the run, never through a symbolic link."""
+def _open_confined(root: Path, relative: str) -> int:
+    """A descriptor of a regular file of the run's raw/ folder, never through a symbolic link."""
     parts = relative.split("/")
     if len(parts) != 2 or parts[0] != RAW_DIR or parts[1] in ("", ".", ".."):
         raise RawUnreadable(f"{relative}: not a file of the run's raw/ folder; not read")
@@ -153,10 +154,17 @@ def _read_confined(root: Path, relative: str, offset: int, length: int | None) -
         raise RawUnreadable(f"{root / relative}: not read ({why})") from None
     finally:
         os.close(folder)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise RawUnreadable(f"{root / relative}: not a regular file; not read")
+    return fd
+
+
+def _read_confined(root: Path, relative: str, offset: int, length: int | None) -> bytes:
+    """`length` bytes at `offset` of a regular file of the run, never through a symbolic link."""
+    fd = _open_confined(root, relative)
     try:
         info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise RawUnreadable(f"{root / relative}: not a regular file; not read")
         if length is None:
             length = info.st_size - offset
         if offset + length > info.st_size:
@@ -250,6 +258,52 @@ class RawReader:
             return self.read(record, kind)
         except RawUnreadable:
             return None
+
+
+def read_many(run_dir: Path, locations: list[dict[str, Any]], block: int = BLOCK) -> list[bytes | None]:
+    """The bytes at each pack location, read pack by pack in offset order, `block` bytes at a time:
+    one read for many small outputs. Their sha256 is not checked (`probe verify` does that; the
+    search index reads this way); a location that is not a pack's, or lies past its end, gives None."""
+    found: list[bytes | None] = [None] * len(locations)
+    names = {at.get("pack") for at in locations}
+    packs = {name for name in names if isinstance(name, str) and PACK_NAME.fullmatch(name)}
+    order, keys = [], []
+    for i, at in enumerate(locations):  # _location_problem's checks, the pack's name once per pack
+        pack, offset, size = at.get("pack"), at.get("offset"), at.get("bytes")
+        if pack in packs and type(offset) is int and type(size) is int and offset >= 0 and size >= 0:
+            order.append(i)
+            keys.append((pack, offset))
+    if any(keys[i] > keys[i + 1] for i in range(len(keys) - 1)):  # appended in order: mostly sorted
+        order = [i for _, i in sorted(zip(keys, order, strict=True))]
+    root = run_dir.resolve()
+    at = 0
+    while at < len(order):
+        name = locations[order[at]]["pack"]
+        try:
+            fd = _open_confined(root, name)
+        except RawUnreadable:
+            fd = None
+        try:
+            while at < len(order) and locations[order[at]]["pack"] == name:
+                start = locations[order[at]]["offset"]
+                end = at  # the locations this block holds: order[at:end]
+                while end < len(order) and locations[order[end]]["pack"] == name:
+                    stop = locations[order[end]]["offset"] + locations[order[end]]["bytes"]
+                    if end > at and stop - start > block:
+                        break
+                    end += 1
+                if fd is not None:
+                    last = max(locations[order[i]]["offset"] + locations[order[i]]["bytes"] for i in range(at, end))
+                    data = os.pread(fd, last - start, start)
+                    for i in order[at:end]:
+                        offset, size = locations[i]["offset"] - start, locations[i]["bytes"]
+                        if offset + size <= len(data):
+                            found[i] = data[offset : offset + size]
+                at = end
+        finally:
+            if fd is not None:
+                os.close(fd)
+    return found
 
 
 def iter_index(run_dir: Path) -> Any:
