@@ -84,7 +84,8 @@ def with_distinct_outputs(run: Path) -> None:
             opening = openings[sample["header"]["header"]]
             text = f"{opening}Answer {number} to {sample['case_id']}: ticket {ticket}.{rare}\n"
             data = text.encode()
-            sample["raw"] = packed(pack, index, sample["sample_id"], data, hashlib.sha256(data).hexdigest())["raw"]
+            digest = hashlib.sha256(data).hexdigest()
+            sample["raw"] = packed(pack, index, sample["sample_id"], data, digest)["raw"]
             lines.append(json.dumps(sample))
     (run / "samples.jsonl").write_text("\n".join(lines) + "\n")
 
@@ -92,7 +93,10 @@ def with_distinct_outputs(run: Path) -> None:
 def cold_search(runs: Path, rid: str, samples: int) -> str:
     """A fresh viewer with the run counted and nothing indexed: the search request's time alone."""
     viewer = subprocess.Popen(
-        [PROBE, "view", str(runs), "--port", "0"], stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True
+        [PROBE, "view", str(runs), "--port", "0"],
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
     )
     try:
         base = re.search(r"at (http://\S+)/ ", viewer.stderr.readline()).group(1)

@@ -267,42 +267,37 @@ def read_many(run_dir: Path, locations: list[dict[str, Any]], block: int = BLOCK
     found: list[bytes | None] = [None] * len(locations)
     names = {at.get("pack") for at in locations}
     packs = {name for name in names if isinstance(name, str) and PACK_NAME.fullmatch(name)}
-    order, keys = [], []
-    for i, at in enumerate(locations):  # _location_problem's checks, the pack's name once per pack
-        pack, offset, size = at.get("pack"), at.get("offset"), at.get("bytes")
-        if pack in packs and type(offset) is int and type(size) is int and offset >= 0 and size >= 0:
-            order.append(i)
-            keys.append((pack, offset))
-    if any(keys[i] > keys[i + 1] for i in range(len(keys) - 1)):  # appended in order: mostly sorted
-        order = [i for _, i in sorted(zip(keys, order, strict=True))]
+    spans = sorted(  # _location_problem's checks, each pack's name checked once
+        (at["pack"], at["offset"], at["bytes"], i)
+        for i, at in enumerate(locations)
+        if at.get("pack") in packs
+        and type(at.get("offset")) is int
+        and type(at.get("bytes")) is int
+        and at["offset"] >= 0
+        and at["bytes"] >= 0
+    )
     root = run_dir.resolve()
-    at = 0
-    while at < len(order):
-        name = locations[order[at]]["pack"]
-        try:
-            fd = _open_confined(root, name)
-        except RawUnreadable:
-            fd = None
-        try:
-            while at < len(order) and locations[order[at]]["pack"] == name:
-                start = locations[order[at]]["offset"]
-                end = at  # the locations this block holds: order[at:end]
-                while end < len(order) and locations[order[end]]["pack"] == name:
-                    stop = locations[order[end]]["offset"] + locations[order[end]]["bytes"]
-                    if end > at and stop - start > block:
-                        break
-                    end += 1
+    fd, name, base, data = None, None, 0, b""
+    try:
+        for pack, offset, size, i in spans:
+            if pack != name:
                 if fd is not None:
-                    last = max(locations[order[i]]["offset"] + locations[order[i]]["bytes"] for i in range(at, end))
-                    data = os.pread(fd, last - start, start)
-                    for i in order[at:end]:
-                        offset, size = locations[i]["offset"] - start, locations[i]["bytes"]
-                        if offset + size <= len(data):
-                            found[i] = data[offset : offset + size]
-                at = end
-        finally:
-            if fd is not None:
-                os.close(fd)
+                    os.close(fd)
+                    fd = None
+                name, base, data = pack, 0, b""
+                try:
+                    fd = _open_confined(root, pack)
+                except RawUnreadable:
+                    continue  # every location in this pack stays None
+            if fd is None:
+                continue
+            if offset < base or offset + size > base + len(data):  # not in the block read last
+                base, data = offset, os.pread(fd, max(size, block), offset)
+            if offset + size <= base + len(data):
+                found[i] = data[offset - base : offset - base + size]
+    finally:
+        if fd is not None:
+            os.close(fd)
     return found
 
 
