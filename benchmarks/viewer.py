@@ -1,7 +1,8 @@
 """How fast `probe view` opens a 100,000-sample run, and how much memory it takes, against
 `probe report` on the same run (benchmarks/synthetic.py makes it: 20 cases x 2 arms x 2,500
 repeats); then the search page over a run of as many samples whose every output is distinct (its
-own bytes and sha256: the index reads each one), in a viewer of its own.
+own bytes and sha256, in the run's pack: the index reads each one): the first request of a fresh
+viewer, then the first search of another fresh viewer once a page has counted the run.
 
 The viewer runs as `probe view WORK --port 0` in its own process; each figure is the wall time of
 one HTTP request from this process, and the memory is the viewer process's peak resident size
@@ -142,7 +143,8 @@ def search_figures(work: Path, samples: int) -> list[tuple[str, str]]:
             )
             while client.get(first).json()["indexing"]:
                 time.sleep(0.5)  # as the page's own polling goes on
-        rows.append(("search, index built on the first request alone", cold_search(runs, rid, samples)))
+        label = "search, first request once the run is counted (index built by it)"
+        rows.append((label, cold_search(runs, rid, samples)))
         with httpx.Client(base_url=base, timeout=120) as client:
             searches = [
                 ("search: a rare phrase", {"q": RARE}),
