@@ -202,7 +202,13 @@ def test_every_page_with_outputs_carries_the_same_provenance(client, run):
         assert f"prompt old (sha256 {old_sha})" in html and 'class="prompt-text"' in html, url
     shown = CliRunner().invoke(main, ["show", str(run), "--case", "price", "--format", "json"])
     assert json.loads(shown.stdout)["provenance"]["arms"][0]["lines"] == first["lines"]
-    assert f"prompt old (sha256 {old_sha})" in CliRunner().invoke(main, ["show", str(run), "--case", "price"]).stdout
+    terminal = CliRunner().invoke(main, ["show", str(run), "--case", "price"]).stdout
+    provenance_block = terminal.split("== provenance\n")[1]
+    for name in ("old", "new"):  # each prompt's text, indented under its own prompt line
+        sha = hashlib.sha256((run / "prompts" / f"{name}.md").read_bytes()).hexdigest()
+        under = provenance_block.split(f"  prompt {name} (sha256 {sha})\n\n")[1]
+        text = (run / "prompts" / f"{name}.md").read_text()
+        assert under.startswith("".join(f"    {line}\n" for line in text.splitlines()) + "\n  model ")
 
 
 def test_the_incident_file_groups_outputs_and_keeps_one_arm(client, run):
@@ -253,3 +259,25 @@ def test_search_follows_the_latest_reclassification(run, tmp_path):
     with TestClient(create_app(folder, warm=False), base_url="http://127.0.0.1") as client:
         view = client.get(f"/runs/{copy.name}/search.json", params={"header": "present"}).json()
     assert found_ids(view) == {"reset.r3.a1", "price.r1.a1", "price.r2.a1", "price.r3.a1"}
+
+
+def test_the_index_reads_packs_in_blocks_as_the_raw_reader_reads_each_output(tmp_path):
+    """read_many (the search index's reader) gives each location's exact bytes, across packs and
+    blocks and in any order, and None where a location names no pack of the run or lies past its end."""
+    from promptprobe.pack import PackWriter, RawReader, read_many
+
+    (tmp_path / "raw").mkdir()
+    writer = PackWriter(tmp_path, 0o600, limit=300)  # a new pack every few outputs
+    blobs = [(f"s{i}", ("x" * (i % 37) + f"output {i} \u00e9\n").encode()) for i in range(60)]
+    locations = [writer.append(sid, "txt", data) for sid, data in blobs]
+    writer.sync()
+    writer.close()
+    assert len({at["pack"] for at in locations}) > 3
+    order = list(reversed(range(60)))
+    wanted = [locations[i] for i in order]
+    past_end = {**locations[-1], "offset": locations[-1]["offset"] + 10_000}
+    outside = {**locations[0], "pack": "raw/../manifest.json"}
+    found = read_many(tmp_path, [*wanted, past_end, outside], block=100)  # several blocks a pack
+    reader = RawReader(tmp_path)
+    assert found[:60] == [reader.read({"sample_id": blobs[i][0], "raw": locations[i]}) for i in order]
+    assert found[:60] == [blobs[i][1] for i in order] and found[60:] == [None, None]

@@ -23,6 +23,7 @@ from .jsonio import dumps_line, loads
 RAW_DIR = "raw"
 INDEX = "raw/index.jsonl"
 PACK_LIMIT = 1 << 30  # a new pack past 1 GiB: a 1M-sample run stays a handful of files
+BLOCK = 8 << 20  # what read_many reads of a pack at a time
 PACK_NAME = re.compile(r"raw/pack-(\d{6})\.bin")
 KIND = re.compile(r"[a-z0-9][a-z0-9_.-]{0,63}")
 # The kinds a live or batch sample writes; a judge or any other writer may add its own.
@@ -137,8 +138,8 @@ class PackWriter:
             self.fd, self.retired, self.dirty = None, [], set()
 
 
-def _read_confined(root: Path, relative: str, offset: int, length: int | None) -> bytes:
-    """`length` bytes at `offset` of a regular file of the run, never through a symbolic link."""
+def _open_confined(root: Path, relative: str) -> int:
+    """A descriptor of a regular file of the run's raw/ folder, never through a symbolic link."""
     parts = relative.split("/")
     if len(parts) != 2 or parts[0] != RAW_DIR or parts[1] in ("", ".", ".."):
         raise RawUnreadable(f"{relative}: not a file of the run's raw/ folder; not read")
@@ -153,10 +154,17 @@ def _read_confined(root: Path, relative: str, offset: int, length: int | None) -
         raise RawUnreadable(f"{root / relative}: not read ({why})") from None
     finally:
         os.close(folder)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise RawUnreadable(f"{root / relative}: not a regular file; not read")
+    return fd
+
+
+def _read_confined(root: Path, relative: str, offset: int, length: int | None) -> bytes:
+    """`length` bytes at `offset` of a regular file of the run, never through a symbolic link."""
+    fd = _open_confined(root, relative)
     try:
         info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise RawUnreadable(f"{root / relative}: not a regular file; not read")
         if length is None:
             length = info.st_size - offset
         if offset + length > info.st_size:
@@ -250,6 +258,47 @@ class RawReader:
             return self.read(record, kind)
         except RawUnreadable:
             return None
+
+
+def read_many(run_dir: Path, locations: list[dict[str, Any]], block: int = BLOCK) -> list[bytes | None]:
+    """The bytes at each pack location, read pack by pack in offset order, `block` bytes at a time:
+    one read for many small outputs. Their sha256 is not checked (`probe verify` does that; the
+    search index reads this way); a location that is not a pack's, or lies past its end, gives None."""
+    found: list[bytes | None] = [None] * len(locations)
+    names = {at.get("pack") for at in locations}
+    packs = {name for name in names if isinstance(name, str) and PACK_NAME.fullmatch(name)}
+    spans = sorted(  # _location_problem's checks, each pack's name checked once
+        (at["pack"], at["offset"], at["bytes"], i)
+        for i, at in enumerate(locations)
+        if at.get("pack") in packs
+        and type(at.get("offset")) is int
+        and type(at.get("bytes")) is int
+        and at["offset"] >= 0
+        and at["bytes"] >= 0
+    )
+    root = run_dir.resolve()
+    fd, name, base, data = None, None, 0, b""
+    try:
+        for pack, offset, size, i in spans:
+            if pack != name:
+                if fd is not None:
+                    os.close(fd)
+                    fd = None
+                name, base, data = pack, 0, b""
+                try:
+                    fd = _open_confined(root, pack)
+                except RawUnreadable:
+                    continue  # every location in this pack stays None
+            if fd is None:
+                continue
+            if offset < base or offset + size > base + len(data):  # not in the block read last
+                base, data = offset, os.pread(fd, max(size, block), offset)
+            if offset + size <= base + len(data):
+                found[i] = data[offset - base : offset - base + size]
+    finally:
+        if fd is not None:
+            os.close(fd)
+    return found
 
 
 def iter_index(run_dir: Path) -> Any:

@@ -289,10 +289,11 @@ def why_page(
 
 
 MAX_INDEXED = 4  # runs whose search index is kept at once
-# Samples a search page indexes itself before it answers from what is indexed (a few tenths of a
-# second); the background indexes the rest, as many at a time, letting pages in between.
-PAGE_INDEX_SAMPLES = 2_000
-INDEX_CHUNK = 500
+# Samples a search page indexes itself before it answers (waiting for the background's chunk
+# first): a 100,000-sample run's whole index is built in about a second (benchmarks/viewer.py);
+# a larger run answers from what is indexed and says so. The background indexes as many at a time.
+PAGE_INDEX_SAMPLES = 200_000
+INDEX_CHUNK = 20_000
 _INDEXES: OrderedDict[Path, SearchIndex] = OrderedDict()
 _INDEXES_LOCK = threading.Lock()
 
@@ -333,7 +334,7 @@ def search_page(runs: RunsDir, run_id: str, params: dict[str, str | None], page:
     except ValueError as exc:
         raise InputError(str(exc)) from None
     arms = arms_of(counts)
-    index, left = _index_of(counts, PAGE_INDEX_SAMPLES, wait=False)
+    index, left = _index_of(counts, PAGE_INDEX_SAMPLES)
     view = search_view(index, arms, filters, page)
     size = index.offset + left
     # Not all read yet: the results are of what is, said to be so; the page follows the index.

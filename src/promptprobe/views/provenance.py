@@ -125,10 +125,20 @@ def summary_line(view: dict[str, Any]) -> str:
     )
 
 
+def prompt_text_lines(arm: dict[str, Any]) -> list[str]:
+    """The arm's prompt text as the terminal shows it under its `prompt NAME (sha256 ...)` line:
+    every line indented (an indented block in markdown too), or why it is not there."""
+    text = arm["prompt"]["text"]
+    if text is None:
+        return ["(the run keeps no copy of this prompt's text)"]
+    return [f"    {line}" if line else "" for line in text.splitlines()] or ["    (empty)"]
+
+
 def render_provenance(view: dict[str, Any]) -> str:
-    """The provenance as plain text (the prompt texts left out: the run keeps their copies)."""
+    """The provenance as plain text, each arm's prompt text indented under its prompt line."""
     lines = [view["summary"], f"parameters: {view['parameters_text']}"]
     for arm in view["arms"]:
         lines.append(f"arm {arm['index']} {arm['name']}:")
-        lines += [f"  {line}" for line in arm["lines"]]
+        prompt, *rest = arm["lines"]
+        lines += [f"  {prompt}", "", *prompt_text_lines(arm), "", *[f"  {line}" for line in rest]]
     return "\n".join(lines)

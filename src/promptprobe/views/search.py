@@ -8,18 +8,21 @@ distinct output (by sha256) is read once, through the run's raw reader, and kept
 A search then scans the distinct outputs for the words and the samples for the filters.
 """
 
+import gc
 import os
 import threading
 from array import array
 from collections import Counter
 from collections.abc import Iterable
+from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
 from ..counts import CountsTable, merged_samples
 from ..jsonio import loads
+from ..pack import read_many
 from .outcomes import failed, outcome
-from .outputs import SAMPLE_IDS_PER_GROUP, inline_segments, read_bytes, with_text
+from .outputs import LOG, SAMPLE_IDS_PER_GROUP, inline_segments, read_bytes, with_text
 from .show import HEADER_CLASSES
 
 RESULTS_PER_PAGE = 20
@@ -52,6 +55,7 @@ class SearchIndex:
         self.fails: list[int] = []  # bit i: fails metric i
         self.applies: list[int] = []  # bit i: metric i applies
         self.texts: list[str] = []  # each distinct output (or error), case-folded
+        self.unread: list[tuple[int, dict[str, Any]]] = []  # outputs of packs still to read: (text, raw)
         # Where the record each distinct output was first seen in lies in samples.jsonl (start,
         # length; -1: kept whole in `kept`, a reclassified run's): a result re-reads it to show it.
         self.first_start = array("q")
@@ -71,6 +75,10 @@ class SearchIndex:
         path = self.run / "samples.jsonl"
         if not self.lock.acquire(blocking=wait):
             return max(0, (path.stat().st_size if path.is_file() else 0) - self.offset)
+        collecting = gc.isenabled()
+        # The records read are dropped at once and hold no cycles: collecting while 100,000 of
+        # them go by costs a third of the time (the same pause as providers' imports).
+        gc.disable()
         try:
             size = path.stat().st_size if path.is_file() else 0
             if counts.classification is not None:
@@ -80,6 +88,7 @@ class SearchIndex:
                     self._start(counts)
                     self.line = None  # merged records: no line of their own to re-read
                     self._feed(merged_samples(self.run, counts.classification, lambda message: None))
+                    self._read_unread()
                     self.built = (counts.classification, size)
                 self.counts = counts
                 return 0
@@ -90,8 +99,11 @@ class SearchIndex:
                 with open(path, "rb") as handle:
                     handle.seek(self.offset)
                     self._feed(self._lines(handle, limit))
+                self._read_unread()
             return max(0, size - self.offset)
         finally:
+            if collecting:
+                gc.enable()
             self.lock.release()
 
     def _lines(self, handle: Any, limit: int | None) -> Iterable[dict[str, Any]]:
@@ -112,38 +124,63 @@ class SearchIndex:
 
     def _feed(self, records: Iterable[dict[str, Any]]) -> None:
         counts = self.counts
-        cases = counts.cases
         # Which metrics apply depends on the case only: worked out once per case.
-        applicable = {
-            case_id: [
+        applicable = {}
+        for case_id, case in counts.cases.items():
+            metrics = [
                 (1 << bit, name, counts.metrics[name])
                 for bit, name in enumerate(self.metric_names)
                 if counts.metrics[name].applies(case, counts.settings)
             ]
-            for case_id, case in cases.items()
-        }
+            # the recorded outcomes of those metrics, as one value (KeyError: one is not recorded)
+            names = [name for _, name, _ in metrics]
+            applicable[case_id] = (metrics, itemgetter(*names) if names else (lambda recorded: ()))
+        # A sample whose outcomes were recorded with it (every metric that applies) has the bits
+        # of any other sample of its case with the same recorded outcomes: worked out once.
+        memo: dict[tuple[Any, ...], tuple[int, int]] = {}
+        states = {state: at for at, state in enumerate(HEADER_CLASSES)}
+        arm_index, case_index = self.arm_index, self.case_index
+        add_id, add_arm, add_case = self.sample_ids.append, self.arm.append, self.case.append
+        add_state, add_output = self.state.append, self.output.append
+        add_fails, add_applies = self.fails.append, self.applies.append
         for record in records:
-            arm = self.arm_index.get((record.get("prompt"), record.get("model")))
-            case_at = self.case_index.get(record.get("case_id"))
+            arm = arm_index.get((record.get("prompt"), record.get("model")))
+            case_id = record.get("case_id")
+            case_at = case_index.get(case_id)
             if arm is None or case_at is None or "sample_id" not in record:
                 continue
-            case = cases[record["case_id"]]
-            fails = applies = 0
-            for bit, name, metric in applicable[record["case_id"]]:
-                value = outcome(name, metric, record, case, counts.settings, counts.check_applies)
-                if value is not None:
-                    applies |= bit
-                    if failed(metric, value):
-                        fails |= bit
             error = record.get("error")
+            metrics, recorded_of = applicable[case_id]
+            try:
+                key: Any = (case_id, not error, recorded_of(record.get("outcomes")))
+                bits = memo.get(key)
+            except (KeyError, TypeError):  # not every outcome recorded (or not as a value): work out
+                key = bits = None
+            if bits is None:
+                bits = self._bits(record, metrics)
+                if key is not None:
+                    memo[key] = bits
             state = "error" if error else (record.get("header") or {}).get("header")
-            self.sample_ids.append(record["sample_id"])
-            self.arm.append(arm)
-            self.case.append(case_at)
-            self.state.append(HEADER_CLASSES.index(state) if state in HEADER_CLASSES else -1)
-            self.output.append(self._output(record))
-            self.fails.append(fails)
-            self.applies.append(applies)
+            add_id(record["sample_id"])
+            add_arm(arm)
+            add_case(case_at)
+            add_state(states.get(state, -1))
+            add_output(self._output(record))
+            add_fails(bits[0])
+            add_applies(bits[1])
+
+    def _bits(self, record: dict[str, Any], metrics: list[tuple[int, str, Any]]) -> tuple[int, int]:
+        """(which metrics the sample fails, which apply to it), one bit a metric."""
+        counts = self.counts
+        case = counts.cases[record["case_id"]]
+        fails = applies = 0
+        for bit, name, metric in metrics:
+            value = outcome(name, metric, record, case, counts.settings, counts.check_applies)
+            if value is not None:
+                applies |= bit
+                if failed(metric, value):
+                    fails |= bit
+        return fails, applies
 
     def _output(self, record: dict[str, Any]) -> int:
         error = record.get("error")
@@ -155,13 +192,16 @@ class SearchIndex:
         found = self.known.get(key)
         if found is not None:
             return found
-        if error:
-            text = f"{error.get('kind')}: {error.get('message')}"
-        else:
-            data = read_bytes(self.run, record)
-            text = data.decode("utf-8", "replace") if data is not None else ""
         at = self.known[key] = len(self.texts)
-        self.texts.append(fold(text))
+        raw = record.get("raw")
+        if error:
+            self.texts.append(fold(f"{error.get('kind')}: {error.get('message')}"))
+        elif isinstance(raw, dict) and "pack" in raw:
+            self.texts.append("")  # read with the others of this update, in one pass over the packs
+            self.unread.append((at, raw))
+        else:  # a run written before packs: one file per output
+            data = read_bytes(self.run, record)
+            self.texts.append(fold(data.decode("utf-8", "replace")) if data is not None else "")
         if self.line is not None:
             self.first_start.append(self.line[0])
             self.first_length.append(self.line[1])
@@ -170,6 +210,23 @@ class SearchIndex:
             self.first_length.append(0)
             self.kept[at] = record
         return at
+
+    def _read_unread(self) -> None:
+        """The outputs this update found, read from the packs in large blocks, decoded once each;
+        not checked against their sha256 (`probe verify` is for that; a page that shows one does)."""
+        unread, self.unread = self.unread, []
+        found = read_many(self.run, [raw for _, raw in unread])
+        texts = self.texts
+        for (at, raw), data in zip(unread, found, strict=True):
+            if data is None:
+                LOG.warning(
+                    "%s: the output at %s offset %s cannot be read for search",
+                    self.run,
+                    raw.get("pack"),
+                    raw.get("offset"),
+                )
+            else:
+                texts[at] = data.decode("utf-8", "replace").casefold()  # fold(), inline: once per output
 
     def first(self, output: int) -> dict[str, Any]:
         """The record a distinct output was first seen in (re-read at its place in samples.jsonl)."""
