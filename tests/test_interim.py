@@ -66,7 +66,7 @@ def test_the_same_run_finished_is_final(ab):
 def test_a_stopped_sequential_run_says_its_verdict_is_final(demo_run):
     _, fixed = demo_run
     sequential = next(p for p in fixed.parent.iterdir()
-                      if json.loads((p / "manifest.json").read_text()).get("sequential"))
+                      if (p / "manifest.json").is_file() and json.loads((p / "manifest.json").read_text()).get("sequential"))
     arms = json.loads((sequential / "manifest.json").read_text())["arms"]
     a, b = (f"{sequential}#prompt={arm['prompt']}" for arm in arms)
     comparison = compare_runs(a, b)

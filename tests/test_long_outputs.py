@@ -54,13 +54,16 @@ def test_probe_show_cuts_a_long_output_and_says_where_the_exact_bytes_are(long_r
     assert kept == len(("[[ANSWER]]\n" + "a" * (DISPLAY_BYTES - 12)).encode())
     mark = (f"⟨cut for display: the first {kept:,} of {len(data):,} bytes are shown; the whole output: "
             f"probe export {run} --sample long.r1.a1 (its exact bytes)⟩")
-    assert body == visible(data[:kept].decode(), ended=False) + "\n" + mark + "\n"
+    shown_part = visible(data[:kept].decode(), ended=False) + "\n" + mark + "\n"
+    assert body.startswith(shown_part)  # then the provenance of its arm
+    assert body[len(shown_part):].lstrip("\n").startswith("== provenance")
     assert "ZWSP" not in body and "␄" not in body
     exported = CliRunner().invoke(main, ["export", str(run), "--sample", "long.r1.a1", "--format", "json"])
     assert exported.exit_code == 0
     import base64
 
-    assert base64.b64decode(json.loads(exported.stdout)["samples"][0]["raw_base64"]) == data  # every byte
+    (case,) = json.loads(exported.stdout)["cases"]
+    assert base64.b64decode(case["arms"][0]["groups"][0]["raw_base64"]) == data  # every byte
 
 
 def test_the_viewer_case_page_cuts_a_long_output_and_links_the_exact_bytes(long_run):

@@ -218,7 +218,7 @@ def test_openai_base_url_is_where_the_calls_go_and_what_the_run_records(tmp_path
     text = invoke("report", run_dir).stdout
     assert "cost unknown for openai:gpt-4.1-mini: its calls go to" in unwrapped(text)
     export = invoke("export", run_dir, "--format", "md").stdout
-    assert f"| endpoint | {server.url}/v1 (from environment OPENAI_BASE_URL) |" in export
+    assert f"endpoint {server.url}/v1 (from environment OPENAI_BASE_URL)" in export
 
 
 def test_a_listed_price_does_not_apply_when_the_base_url_points_elsewhere(tmp_path, monkeypatch):

@@ -115,7 +115,7 @@ def test_a_new_user_gets_from_the_runs_list_to_an_incident_file_without_typing(s
     cell.locator("a").click()
     page.wait_for_url(f"**/cases/{case_id}?arm=1")
     counts = [int(c) for c in page.locator(".group").evaluate_all("gs => gs.map(g => g.dataset.count)")]
-    assert sum(counts) == n and page.locator(".group .tag").count() == len(counts)
+    assert sum(counts) == n and page.locator(".group .count").count() == len(counts)
     # The two prompts side by side, cases where exception-only fails and always-header passes first.
     page.go_back()
     page.locator("a.go-compare").click()

@@ -1575,8 +1575,9 @@ def verify(run_ref: str, runs_dir: Path | None, fmt: str, output: Path | None) -
 @main.command(epilog="Example: probe migrate runs/20261129T120000-refusal-header-abc123")
 @click.argument("run_ref", metavar="RUN")
 @runs_dir_option
+@output_options(("table", "json"))
 @handle_errors
-def migrate(run_ref: str, runs_dir: Path | None) -> None:
+def migrate(run_ref: str, runs_dir: Path | None, fmt: str, output: Path | None) -> None:
     """Convert a run recorded before packs (one raw/ file per output, body and request) to packs:
     every byte kept, each blob checked by sha256 before its file is removed."""
     from .migrate import migrate_run
@@ -1588,8 +1589,11 @@ def migrate(run_ref: str, runs_dir: Path | None) -> None:
             "migrate it and probe push it"
         )
     result = migrate_run(resolve_run(run_ref, runs_dir))
-    say(f"{result['run']}: {result['packed']} blobs packed and checked by sha256; "
-        f"{result['files_removed']} raw files removed")
+    if fmt == "json":
+        emit(dumps_pretty(result), output)
+        return
+    emit(f"{result['run']}: {result['packed']} blobs packed and checked by sha256; "
+         f"{result['files_removed']} raw files removed", output)
 
 # -- judge / label --------------------------------------------------------------------------
 
