@@ -126,6 +126,11 @@ def test_the_report_has_every_reliability_figure_each_as_stats_judge_gives_it(ju
         corrected = corrected_rate(metric["rate"], metric["n_eff"], pooled).to_dict()
         assert {k: judged["corrected"][k] for k in corrected} == corrected
         assert judged["corrected"]["judged"] == metric["rate"] and judged["corrected"]["labels"] == 24
+        # The pooled labels assume the judge errs alike on every arm: this arm's tested against the other's.
+        other = next(a for prompt, a in arms.items() if prompt != arm["prompt"])
+        assert judged["bias"] == bias(accuracy(pairs(other)), accuracy(pairs(mine))).to_dict()
+        assert judged["bias"]["biased"] and judged["words"][-1].startswith(
+            "warning: the judge grades this arm's outputs differently from the other arms' (specificity ")
     v1, v2 = ({a["prompt"]: a["metrics"]["grounded"]["judge"] for a in report["arms"]}[p] for p in ("v1", "v2"))
     # What the scripted judge did, as the figures must show it.
     assert v1["agreement"]["outputs"] == 12 and len(v1["agreement"]["split_samples"]) == 4
@@ -183,6 +188,7 @@ def test_compare_corrects_the_effect_and_warns_of_a_judge_that_grades_the_arms_d
     text = " ".join(cli("compare", f"{judged_run}#prompt=v1", f"{judged_run}#prompt=v2", "--metric",
                         "grounded").split())
     assert "warning: " + judged["warning"] in text
+    assert judged["words"][-1].endswith("it assumes the judge errs alike on A and B, which the warning below doubts")
     for line in judged["words"]:
         assert " ".join(line.split()) in text, line
     page = html.unescape(cli("compare", f"{judged_run}#prompt=v1", f"{judged_run}#prompt=v2", "--metric",

@@ -170,6 +170,17 @@ def report_judge(
     own = accuracy(_pairs(mine), CONFIDENCE)
     every = [p for (_, _, check), other in judged.items() if check == judge.name for p in _pairs(other)]
     pooled = accuracy(every, CONFIDENCE)
+    others = accuracy(
+        [
+            p
+            for key, other in judged.items()
+            if key[2] == judge.name and other is not mine
+            for p in _pairs(other)
+        ],
+        CONFIDENCE,
+    )
+    # The pooled labels assume the judge errs alike on every arm: this arm's against the others'.
+    tested = bias(others, own).to_dict()
     corrected = corrected_rate(metric["rate"], metric["n_eff"], pooled, CONFIDENCE).to_dict()
     if not pooled.n:
         corrected["reason"] = _no_labels(judge, "any arm's")
@@ -178,32 +189,46 @@ def report_judge(
         "agreement": _agreement_object(found, mine),
         "labels": _accuracy_object(own, _no_labels(judge, "this arm's")),
         "corrected": {**corrected, "judged": metric["rate"], "labels": pooled.n},
+        "bias": tested,
     }
     view["words"] = _report_words(view, metric["rate"])
+    if tested["biased"]:
+        warning = _bias_warning(tested, others, own, ("the other arms'", "this arm's"))
+        view["words"].append(
+            f"warning: {warning}; the corrected rate, which pools every arm's labels, assumes not"
+        )
     return view
 
 
 # -- the comparison ---------------------------------------------------------------------------
 
 
-def _bias_warning(b: dict[str, Any], acc_a: Accuracy, acc_b: Accuracy) -> str:
+def _bias_warning(
+    b: dict[str, Any], base: Accuracy, this: Accuracy, names: tuple[str, str] = ("A's", "B's")
+) -> str:
     """`the judge grades B's outputs differently from A's (sensitivity 95.0% on A's, 70.0% on B's...`."""
     use_se = b["p_specificity"] is None or (
         b["p_sensitivity"] is not None and b["p_sensitivity"] <= b["p_specificity"]
     )
     what = "sensitivity" if use_se else "specificity"
-    on_a, on_b = (acc_a.sensitivity, acc_b.sensitivity) if use_se else (acc_a.specificity, acc_b.specificity)
-    counts = (
-        f"{acc_a.n} labels an arm" if acc_a.n == acc_b.n else f"{acc_a.n} labels of A's, {acc_b.n} of B's"
+    on_base, on_this = (
+        (base.sensitivity, this.sensitivity) if use_se else (base.specificity, this.specificity)
     )
+    labels = (
+        f"{base.n} labels an arm"
+        if base.n == this.n
+        else f"{base.n} labels of {names[0]}, {this.n} of {names[1]}"
+    )
+    base_name, this_name = names
+    figures = f"{what} {_pct(on_base.estimate)} on {base_name}, {_pct(on_this.estimate)} on {this_name}"
     return (
-        f"the judge grades B's outputs differently from A's ({what} {_pct(on_a.estimate)} on A's, "
-        f"{_pct(on_b.estimate)} on B's, p = {p_text(b['p_adjusted'])} on {counts}, Holm over sensitivity and "
-        "specificity): the difference may be the judge's"
+        f"the judge grades {this_name} outputs differently from {base_name} ({figures}, "
+        f"p = {p_text(b['p_adjusted'])} on {labels}, Holm over sensitivity and specificity): "
+        "the difference may be the judge's"
     )
 
 
-def _effect_words(result: dict[str, Any], corrected: dict[str, Any]) -> str:
+def _effect_words(result: dict[str, Any], corrected: dict[str, Any], biased: bool) -> str:
     if corrected["estimate"] is None:
         return f"no corrected effect: {corrected['reason']}"
     lo, hi = corrected["interval"]
@@ -214,7 +239,10 @@ def _effect_words(result: dict[str, Any], corrected: dict[str, Any]) -> str:
         f"{level(corrected['judged_confidence'])} interval over Youden's J's), beside the judged "
         f"{in_points(result['effect']['estimate'])}"
     )
-    return f"{text}; {corrected['reason']}" if corrected.get("reason") else text
+    text = f"{text}; {corrected['reason']}" if corrected.get("reason") else text
+    return text + (
+        "; it assumes the judge errs alike on A and B, which the warning below doubts" if biased else ""
+    )
 
 
 def _corrected(result: dict[str, Any], pooled: Accuracy, judge: JudgeConfig) -> dict[str, Any]:
@@ -260,7 +288,7 @@ def compare_judge(
         if "judge" in result[side]:
             labels = result[side]["judge"]["labels"]
             words.append(f"{side.upper()} ({result[side]['name']}): {accuracy_words(labels)}")
-    words.append(_effect_words(result, corrected))
+    words.append(_effect_words(result, corrected, tested["biased"]))
     result["judge"] = {
         **judge_object(judge, counts.manifest),
         "labels": _accuracy_object(pooled, _no_labels(judge, "A's or B's")),
