@@ -216,6 +216,18 @@ def test_the_viewer_and_the_python_api_show_the_same_objects(judged_run):
         assert all(line in page for line in arm["metrics"]["grounded"]["judge"]["words"])
     (result,) = [r for r in view["verdicts"]["results"] if r["metric"] == "grounded"]
     assert result["judge"]["warning"] in page
+    # promptprobe.compare is probe compare's JSON; the viewer's compare page says its own object's words.
+    api = promptprobe.compare(f"{judged_run}#prompt=v1", f"{judged_run}#prompt=v2", "grounded").to_dict()
+    cli_json = json.loads(cli("compare", f"{judged_run}#prompt=v1", f"{judged_run}#prompt=v2", "--metric",
+                              "grounded", "--json"))
+    assert api["judge"] == cli_json["judge"] and api["a"]["judge"] == cli_json["a"]["judge"]
+    with TestClient(create_app(judged_run.parent, warm=False), base_url="http://127.0.0.1") as client:
+        query = {"a": f"{judged_run.name}:1", "b": f"{judged_run.name}:2", "metric": "grounded"}
+        view = client.get("/compare.json", params=query).json()
+        page = html.unescape(client.get("/compare", params=query).text)
+    (result,) = [r for r in view["comparison"]["verdicts"]["results"] if r["metric"] == "grounded"]
+    judged = result["judge"]
+    assert judged["warning"] and judged["warning"] in page and all(line in page for line in judged["words"])
 
 
 def test_without_labels_or_repeats_each_figure_says_why_it_is_absent(judged_run, tmp_path):
