@@ -265,6 +265,12 @@ def test_without_labels_or_repeats_each_figure_says_why_it_is_absent(judged_run,
     # One judgment an output: no agreement to measure, and the reason in its place.
     copy = tmp_path / judged_run.name
     shutil.copytree(judged_run, copy)
+    # Two runs compared arm by arm: each pair's result has its judge, said with the pair's name.
+    both = json.loads(cli("compare", str(judged_run), str(copy), "--metric", "grounded", "--json"))
+    assert [(r["pair"], r["judge"]["bias"]["biased"]) for r in both["results"]] == [("v1", False), ("v2", False)]
+    text = cli("compare", str(judged_run), str(copy), "--metric", "grounded")
+    for r in both["results"]:
+        assert all(" ".join(f"{r['pair']}: {line}".split()) in " ".join(text.split()) for line in r["judge"]["words"])
     assert CliRunner().invoke(main, ["judge", str(copy), "--check", "grounded", "--repeats", "1"]).exit_code == 0
     report = json.loads(cli("report", str(copy), "--json"))
     for arm in report["arms"]:
