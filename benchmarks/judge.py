@@ -12,9 +12,9 @@ Tables:
 2. Power at a true difference: how much judge noise shrinks it.
 3. Coverage (label 95%) of the sensitivity and specificity intervals (Clopper-Pearson), of the
    Rogan-Gladen corrected rate (Lang-Reiczigel, at the arm's effective n) and of the corrected
-   effect as `probe compare` computes it (the paired verdict's own effect and interval, the
-   stratified exact conditional test inverted at 97.5%, over Youden's J interval at 97.5%; its
-   target is the drawn cases' mean difference), weakest cells first.
+   effect as `probe compare` computes it (the paired verdict's own effect and the interval beside
+   it, asked at 97.5%, over Youden's J interval at 97.5%; its target is the drawn cases' mean
+   difference), weakest cells first.
 
     python benchmarks/judge.py              # about a minute on one core
     python benchmarks/judge.py --runs 200   # quicker, noisier
