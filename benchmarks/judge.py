@@ -12,8 +12,9 @@ Tables:
 2. Power at a true difference: how much judge noise shrinks it.
 3. Coverage (label 95%) of the sensitivity and specificity intervals (Clopper-Pearson), of the
    Rogan-Gladen corrected rate (Lang-Reiczigel, at the arm's effective n) and of the corrected
-   effect (the judged effect's Newcombe interval at 97.5% over Youden's J interval at 97.5%),
-   weakest cells first.
+   effect as `probe compare` computes it (the paired verdict's own effect and the interval beside
+   it, asked at 97.5%, over Youden's J interval at 97.5%; its target is the drawn cases' mean
+   difference), weakest cells first.
 
     python benchmarks/judge.py              # about a minute on one core
     python benchmarks/judge.py --runs 200   # quicker, noisier
@@ -30,7 +31,7 @@ from tabulate import tabulate
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
-from promptprobe.stats.intervals import clustered_rate, newcombe  # noqa: E402
+from promptprobe.stats.intervals import clustered_rate  # noqa: E402
 from promptprobe.stats.judge import (  # noqa: E402
     accuracy,
     bias,
@@ -40,6 +41,7 @@ from promptprobe.stats.judge import (  # noqa: E402
 )
 from promptprobe.stats.simulation import question_rates  # noqa: E402
 from promptprobe.stats.tests import decides, stratified_exact  # noqa: E402
+from promptprobe.stats.verdict import paired_verdict  # noqa: E402
 
 SEED = 20261202
 ALPHA = 0.05
@@ -136,8 +138,11 @@ def coverage_table(runs: int, cases: int, repeats: int) -> list[list]:
                         "specificity": (acc.specificity.interval, sp),
                         "corrected rate": (corrected_rate(arm.rate, arm.n_eff, acc).interval, rate),
                     }
-                    effect = b.mean() - a.mean()
-                    judged_ci = newcombe(int(b.sum()), b.size, int(a.sum()), a.size, effect_level(1 - ALPHA))
+                    # As probe compare does it: the paired verdict's own effect and interval at 1 - alpha/2.
+                    verdict = paired_verdict([(int(x.sum()), x.size) for x in a],
+                                             [(int(y.sum()), y.size) for y in b], ALPHA)
+                    effect = verdict.effect.estimate
+                    judged_ci = verdict.interval_at(1 - effect_level(1 - ALPHA))
                     true_effect = float(np.clip(rates_a + shift, 0, 1).mean() - rates_a.mean())
                     estimates["corrected effect"] = (corrected_effect(effect, judged_ci, acc).interval,
                                                      true_effect)

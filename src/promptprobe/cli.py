@@ -1667,7 +1667,8 @@ def label(
 ) -> None:
     """Label judged outputs by hand, one at a time (pass, fail, skip, quit); each answer is
     appended to the labels file at once. The judge's reply is shown only after you answer."""
-    from .judged import judged_samples, labels_path, to_label
+    from .judged import judged_samples
+    from .labelling import labels_path, to_label
     from .labels import append_label
     from .labels import template as labels_template
 

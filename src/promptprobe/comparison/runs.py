@@ -9,6 +9,7 @@ from .drift import drift
 from .family import adjust, joint_patterns
 from .hints import add_hints
 from .interim import interim_of, mark_interim_verdicts
+from .judge import compare_judge, judged_arms
 from .metric import compare_sides
 from .pairs import Pair, pair_arms
 from .selectors import parse_selector
@@ -113,6 +114,7 @@ def compare_tables(
     if hints:
         for result, (side_a, side_b) in zip(results, sides, strict=True):
             add_hints(result, side_a, side_b, alpha)
+    _judged(results, rows, alpha)
     for result in results:
         finish(result)
         # Which classification each side's counts come from (None: the run's own).
@@ -131,6 +133,19 @@ def compare_tables(
             *((counts_b.warnings + _unfinished(counts_b)) if counts_b is not counts_a else []),
         ],
     }
+
+
+def _judged(results: list[dict[str, Any]], rows: list[Any], alpha: float) -> None:
+    """Beside each judged metric's verdict, the judge's reliability (each run's outputs read once)."""
+    read: dict[int, Any] = {}
+    for result, (counts_a, arm_a, counts_b, arm_b, metric) in zip(results, rows, strict=True):
+        if counts_a.settings.judge(metric) is None and counts_b.settings.judge(metric) is None:
+            continue
+        for counts in (counts_a, counts_b):
+            if id(counts) not in read:
+                read[id(counts)] = judged_arms(counts)
+        sides = ((counts_a, arm_a, read[id(counts_a)]), (counts_b, arm_b, read[id(counts_b)]))
+        compare_judge(result, sides, alpha)
 
 
 def _unfinished(counts: CountsTable) -> list[str]:

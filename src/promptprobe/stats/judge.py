@@ -59,11 +59,11 @@ def clopper_pearson(k: int, n: int, confidence: float = 0.95) -> tuple[float, fl
         raise ValueError(f"counts must satisfy 0 <= k <= n, got k={k}, n={n}")
     if n == 0:
         return (0.0, 1.0)
-    from scipy.stats import beta
+    from scipy.special import betaincinv  # the beta quantile, without importing scipy.stats
 
     tail = (1 - confidence) / 2
-    low = 0.0 if k == 0 else float(beta.ppf(tail, k, n - k + 1))
-    high = 1.0 if k == n else float(beta.ppf(1 - tail, k + 1, n - k))
+    low = 0.0 if k == 0 else float(betaincinv(k, n - k + 1, tail))
+    high = 1.0 if k == n else float(betaincinv(k + 1, n - k, 1 - tail))
     return (low, high)
 
 

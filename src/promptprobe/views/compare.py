@@ -47,6 +47,7 @@ def render_comparison(
     out.append(_metrics_table(results, heading, fmt, width, color and fmt == "table"))
     out.append("")
     out += _sentences(results)
+    out += _judge_lines(results)
     if len(results) == 1 and results[0].get("paired"):
         out += _moved_lines(results[0]["paired"], fmt, width)
     out += _drift_lines(comparison.get("retrieval_drift") or [])
@@ -166,6 +167,20 @@ def _sentences(results: list[dict[str, Any]]) -> list[str]:
             f"at once ({how}); the verdicts and --fail-if-worse use them, so the chance of any false alarm "
             "stays at alpha"
         )
+    return out
+
+
+def _judge_lines(results: list[dict[str, Any]]) -> list[str]:
+    """Beside a judged metric's verdict: the judge's errors and what they do to the effect."""
+    out = []
+    for r in results:
+        judge = r.get("judge")
+        if not judge:
+            continue
+        prefix = f"{r['pair']}: " if "pair" in r else ""
+        out += ["", *(prefix + line for line in judge["words"])]
+        if judge["warning"]:
+            out.append(f"warning: {prefix}{judge['warning']}")
     return out
 
 

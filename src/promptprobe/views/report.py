@@ -7,6 +7,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from ..comparison.judge import JudgedArms, judged_arms, report_judge
 from ..comparison.rates import metric_object
 from ..counts import ArmCounts, CountsTable, build_counts, pricing
 from ..engine.cost import PriceMatch, price_sentence
@@ -56,32 +57,15 @@ def usage(arm: ArmCounts) -> dict[str, Any]:
     }
 
 
-def judge_object(judge: Any, manifest: dict[str, Any]) -> dict[str, Any]:
-    """A judged metric's judge: its model (as the run resolved it), judgments per output, rubric."""
-    recorded = next((j["model"] for j in manifest.get("judges") or [] if j.get("check") == judge.name), None)
-    configured = (manifest.get("checks") or {}).get("judges") or []
-    asked = next((j["model"] for j in configured if j["name"] == judge.name), None)
-    # The model the run resolved, unless `probe judge --model` asked another for this layer.
-    model = judge.model
-    if recorded and asked == judge.model:
-        model = recorded.get("name") or recorded.get("spec")
-    return {
-        "model": model,
-        "repeats": judge.repeats,
-        "rubric": judge.rubric,
-        "rubric_sha256": judge.rubric_sha256,
-    }
-
-
-def _arm(arm: ArmCounts, counts: CountsTable, by_tag: bool) -> dict[str, Any]:
+def _arm(arm: ArmCounts, counts: CountsTable, by_tag: bool, judged: JudgedArms) -> dict[str, Any]:
     metrics = {
         name: metric_object(per_case, counts.metrics[name].higher_is_better)
         for name, per_case in arm.metrics.items()
         if per_case
     }
-    for judge in counts.settings.judges:  # which judge graded a judged metric, and how often
+    for judge in counts.settings.judges:  # which judge graded a judged metric, and how far to trust it
         if judge.name in metrics:
-            metrics[judge.name]["judge"] = judge_object(judge, counts.manifest)
+            metrics[judge.name]["judge"] = report_judge(judge, counts, arm, metrics[judge.name], judged)
     cases = []
     for case_id in counts.case_order:
         states = arm.headers.get(case_id, Counter())
@@ -217,6 +201,7 @@ def build_report(counts: CountsTable | str | Path, by_tag: bool = False) -> dict
     """The report of a recorded run, in the JSON shape of docs/json.md."""
     if not isinstance(counts, CountsTable):
         counts = build_counts(counts)
+    judged = judged_arms(counts)
     return {
         "run": str(counts.run),
         "probeset": counts.probeset.name,
@@ -227,7 +212,7 @@ def build_report(counts: CountsTable | str | Path, by_tag: bool = False) -> dict
         "simulated": counts.simulated,
         "classification": counts.classification,
         "checks": counts.settings.to_dict(),
-        "arms": [_arm(arm, counts, by_tag) for arm in counts.arms],
+        "arms": [_arm(arm, counts, by_tag, judged) for arm in counts.arms],
         "models": [
             {"model": model, "endpoint": endpoint.to_dict(), **_price(match)}
             for model, (endpoint, match) in pricing(counts.manifest).items()
@@ -311,6 +296,7 @@ def render_report(report: dict[str, Any], fmt: str = "table", width: int | None 
     out += [f"{key}: {next(iter(values))}" for key, values in arm_columns if len(values) == 1]
     varying = [key for key, values in arm_columns if len(values) > 1]
     out += _rates_lines(report, varying, fmt, width)
+    out += _judge_lines(report, varying)
     out += _usage_lines(report, varying, fmt, width)
     for arm in report["arms"]:
         out += _arm_lines(arm, varying, fmt, width)
@@ -357,6 +343,18 @@ def _rates_lines(report: dict[str, Any], varying: list[str], fmt: str, width: in
         rows, headers, fmt, optional=("n_eff", "DEFF", "95% Wilson", "rate", "errors"), width=width
     )
     return ["", text, "", legend(shown, fmt)]
+
+
+def _judge_lines(report: dict[str, Any], varying: list[str]) -> list[str]:
+    """How far to trust each judged metric, per arm: the words of its `judge` object."""
+    out = []
+    for arm in report["arms"]:
+        label = ", ".join(str(arm[key]) for key in varying) or arm["prompt"]
+        for name, metric in arm["metrics"].items():
+            if "words" in metric.get("judge", {}):
+                out += ["", f"{name} ({label}), how far to trust its judge:"]
+                out += [f"- {line}" for line in metric["judge"]["words"]]
+    return out
 
 
 def _usage_lines(report: dict[str, Any], varying: list[str], fmt: str, width: int | None) -> list[str]:
