@@ -3,6 +3,7 @@
 import json
 import re
 import threading
+import tomllib
 
 import pytest
 from click.testing import CliRunner
@@ -144,6 +145,16 @@ def test_probe_demo_end_to_end_from_any_directory(demo_run):
     assert len(judgments) == 72 * 2 and all(j["label"] in ("pass", "fail") for j in judgments)
     assert metrics["answered"]["n"] == 36 and report["arms"][0]["metrics"]["answered"]["judge"]["repeats"] == 2
     assert "answered" in result.stdout and (run_dir.parent / "demo-labels.csv").is_file()
+    # What the demo shows of its judge covers the truth it was simulated with: a sample passes only
+    # when more than half of its judgments do, so with 2 judgments Se = se², Sp = 1 - (1 - sp)².
+    truth = tomllib.loads((ROOT / "src" / "promptprobe" / "demo" / "behaviour.toml").read_text())["judge"]
+    per_sample = {"sensitivity": truth["sensitivity"] ** 2, "specificity": 1 - (1 - truth["specificity"]) ** 2}
+    for arm in report["arms"]:
+        labels = arm["metrics"]["answered"]["judge"]["labels"]
+        assert labels["n"] >= 30
+        for name, value in per_sample.items():
+            low, high = labels[name]["interval"]
+            assert low <= value <= high, (arm["prompt"], name, value, labels[name])
     assert not [t for t in threading.enumerate() if "serve_forever" in t.name]  # the demo server stopped
 
 
