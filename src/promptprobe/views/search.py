@@ -12,11 +12,12 @@ import gc
 import os
 import threading
 from array import array
-from collections import Counter
 from collections.abc import Iterable
 from operator import itemgetter
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from ..counts import CountsTable, merged_samples
 from ..jsonio import loads
@@ -245,58 +246,81 @@ def _case_text(index: SearchIndex, at: int) -> str:
     return fold(case_id + "\n" + index.counts.cases[case_id].question)
 
 
-def matching(index: SearchIndex, filters: dict[str, Any]) -> list[int]:
+def _column(values: array) -> np.ndarray:
+    """A copy of one of the index's columns (a view would stop the array from growing)."""
+    return np.frombuffer(values, dtype=np.dtype(values.typecode)).copy()
+
+
+def _flags(values: list[int], bit: int) -> np.ndarray:
+    """Per sample: whether its bits have `bit` (any bit when 0)."""
+    if bit:
+        return np.fromiter((value & bit != 0 for value in values), dtype=bool, count=len(values))
+    return np.fromiter((value != 0 for value in values), dtype=bool, count=len(values))
+
+
+def matching(index: SearchIndex, filters: dict[str, Any]) -> np.ndarray:
     """The positions of the samples that pass every filter, in recorded order (the caller
-    holds the lock)."""
+    holds the lock); the filters are applied to whole columns at once."""
     words = fold(filters.get("q") or "").strip()
-    cases = set(range(len(index.case_ids)))
+    cases = np.ones(len(index.case_ids), dtype=bool)
     if filters.get("tag"):
         tag = filters["tag"]
-        cases = {i for i in cases if tag in index.counts.cases[index.case_ids[i]].tags}
-    texts: set[int] | None = None
-    if words:
-        questions = {i for i in cases if words in _case_text(index, i)}
-        texts = {i for i, text in enumerate(index.texts) if words in text}
-    else:
-        questions = set()
+        cases[:] = [tag in index.counts.cases[case_id].tags for case_id in index.case_ids]
+    case = _column(index.case)
+    keep = cases[case]
+    if filters.get("arm") is not None:
+        keep &= _column(index.arm) == filters["arm"] - 1
+    if filters.get("header"):
+        keep &= _column(index.state) == HEADER_CLASSES.index(filters["header"])
     bit = (1 << index.metric_names.index(filters["metric"])) if filters.get("metric") else 0
-    state = HEADER_CLASSES.index(filters["header"]) if filters.get("header") else None
-    arm = filters.get("arm")
-    failing = bool(filters.get("failing"))
-    found = []
-    for i in range(len(index.sample_ids)):
-        if index.case[i] not in cases:
-            continue
-        if arm is not None and index.arm[i] != arm - 1:
-            continue
-        if state is not None and index.state[i] != state:
-            continue
-        if bit and not index.applies[i] & bit:
-            continue
-        if failing and not (index.fails[i] & bit if bit else index.fails[i]):
-            continue
-        if texts is not None and index.output[i] not in texts and index.case[i] not in questions:
-            continue
-        found.append(i)
-    return found
+    if bit:
+        keep &= _flags(index.applies, bit)
+    if filters.get("failing"):
+        keep &= _flags(index.fails, bit)
+    if words:
+        questions = np.array(
+            [bool(cases[i]) and words in _case_text(index, i) for i in range(len(index.case_ids))], dtype=bool
+        )
+        texts = np.fromiter((words in text for text in index.texts), dtype=bool, count=len(index.texts))
+        keep &= texts[_column(index.output)] | questions[case]
+    return np.flatnonzero(keep)
 
 
-def grouped(index: SearchIndex, positions: list[int]) -> list[tuple[tuple[int, int, int], int]]:
+def _dims(index: SearchIndex) -> tuple[int, int, int]:
+    return max(1, len(index.case_ids)), max(1, len(index.arm_index)), max(1, len(index.texts))
+
+
+def _group_keys(index: SearchIndex, positions: np.ndarray) -> np.ndarray:
+    """Each matching sample's (case, arm, identical output) as one number, ordered as the tuple."""
+    columns = tuple(_column(values)[positions] for values in (index.case, index.arm, index.output))
+    return np.ravel_multi_index(columns, _dims(index))
+
+
+def grouped(index: SearchIndex, positions: np.ndarray) -> list[tuple[tuple[int, int, int], int]]:
     """The matching samples counted by (case, arm, identical output), in probe-set order, then
-    arm, then most frequent first."""
-    case, arm, output = index.case, index.arm, index.output
-    counted = Counter((case[i], arm[i], output[i]) for i in positions)
-    return sorted(counted.items(), key=lambda item: (item[0][0], item[0][1], -item[1]))
+    arm, then most frequent first (then in the order first matched)."""
+    found, first, counted = np.unique(_group_keys(index, positions), return_index=True, return_counts=True)
+    case, arm, output = np.unravel_index(found, _dims(index))
+    order = np.lexsort((first, -counted, arm, case))  # the last key sorts first
+    return [
+        ((c, a, o), n)
+        for c, a, o, n in zip(
+            *(column[order].tolist() for column in (case, arm, output, counted)), strict=True
+        )
+    ]
 
 
 def _sample_ids(
-    index: SearchIndex, positions: list[int], keys: set[tuple[int, int, int]]
+    index: SearchIndex, positions: np.ndarray, keys: set[tuple[int, int, int]]
 ) -> dict[Any, list[str]]:
     """The first sample ids of each of the groups shown (the others are only counted)."""
     found: dict[tuple[int, int, int], list[str]] = {key: [] for key in keys}
-    for i in positions:
-        ids = found.get((index.case[i], index.arm[i], index.output[i]))
-        if ids is not None and len(ids) < SAMPLE_IDS_PER_GROUP:
+    if not keys:
+        return found
+    wanted = np.ravel_multi_index(tuple(np.array(column) for column in zip(*keys, strict=True)), _dims(index))
+    for i in positions[np.isin(_group_keys(index, positions), wanted)].tolist():
+        ids = found[(index.case[i], index.arm[i], index.output[i])]
+        if len(ids) < SAMPLE_IDS_PER_GROUP:
             ids.append(index.sample_ids[i])
     return found
 
@@ -361,7 +385,7 @@ def search_view(
             "metrics": index.metric_names,
         },
         "indexed": {"samples": len(index.sample_ids), "distinct_outputs": len(index.texts)},
-        "matched": {"samples": len(positions), "groups": len(groups)},
+        "matched": {"samples": int(len(positions)), "groups": len(groups)},
         "page": page,
         "pages": pages,
         "results": results,
