@@ -47,53 +47,10 @@ def compare_sides(
             f"it counts only {rule.description}"
         )
     paired = is_paired(a, b)
-    notes: list[str] = []
-    paired_view = None
-    if paired:
-        order = list(a.per_case)
-        counts_a = [(a.per_case[c][0], a.per_case[c][1]) for c in order]
-        counts_b = [(b.per_case[c][0], b.per_case[c][1]) for c in order]
-        decision = paired_verdict(counts_a, counts_b, alpha)
-        general = generalisation(counts_a, counts_b, alpha)
-        paired_view = {
-            "cases": [
-                {"case_id": c, "a": list(ka), "b": list(kb), "diff": kb[0] / kb[1] - ka[0] / ka[1]}
-                for c, ka, kb in zip(order, counts_a, counts_b, strict=True)
-            ],
-            "mean_diff": general.mean_diff,
-            "interval": list(general.interval) if general.interval else None,
-            "p_value": general.p_value,
-            "test": "sign test over the cases that moved",
-            "moved": general.up + general.down,
-            "up": general.up,
-            "down": general.down,
-            "likely": general.likely,
-        }
-    else:
-        decision = unpaired_verdict(
-            [(c[0], c[1]) for c in a.per_case.values()], [(c[0], c[1]) for c in b.per_case.values()], alpha
-        )
-        if a.probeset_sha256 and b.probeset_sha256 and a.probeset_sha256 != b.probeset_sha256:
-            notes.append("the two sides ran different probe sets: no paired view")
-        else:
-            notes.append("the two sides did not ask the same questions: no paired view")
-    if sa["errors"] or sb["errors"]:
-        notes.append(
-            f"failed samples: A {sa['errors']} of {sa['n']}, B {sb['errors']} of {sb['n']}; each counts as "
-            f"{'a miss' if higher else 'an event'} for {metric} (errors never flatter an arm)"
-        )
-    affordable = boschloo_affordable(sa["n"], sb["n"])
-    if exact and not affordable:
-        notes.append(
-            "Boschloo's exact p is not computed at this size (it grows with n²); the verdict never used it"
-        )
+    decision, paired_view, notes = _decide(a, b, alpha, paired)
     effect = decision.effect
     failed = _every_sample_failed(sa, sb)
-    if effect.sign and (sb["rate"] - sa["rate"]) * effect.sign < 0:
-        notes.append(
-            "the pooled rates point the other way than the comparison within cases (Simpson's paradox: "
-            "repeats differ between cases); the verdict and the effect compare within cases"
-        )
+    notes += _caveats(sa, sb, metric, higher, exact, effect.sign)
     result = {
         "metric": metric,
         "design": "paired" if paired else "unpaired",
@@ -129,6 +86,57 @@ def compare_sides(
     if hints:
         add_hints(result, a, b, alpha)
     return result
+
+
+def _decide(a: Side, b: Side, alpha: float, paired: bool) -> tuple[Any, dict[str, Any] | None, list[str]]:
+    """The design's test (paired: with the per-case view and the generalisation line)."""
+    if not paired:
+        decision = unpaired_verdict(
+            [(c[0], c[1]) for c in a.per_case.values()], [(c[0], c[1]) for c in b.per_case.values()], alpha
+        )
+        if a.probeset_sha256 and b.probeset_sha256 and a.probeset_sha256 != b.probeset_sha256:
+            return decision, None, ["the two sides ran different probe sets: no paired view"]
+        return decision, None, ["the two sides did not ask the same questions: no paired view"]
+    order = list(a.per_case)
+    counts_a = [(a.per_case[c][0], a.per_case[c][1]) for c in order]
+    counts_b = [(b.per_case[c][0], b.per_case[c][1]) for c in order]
+    general = generalisation(counts_a, counts_b, alpha)
+    paired_view = {
+        "cases": [
+            {"case_id": c, "a": list(ka), "b": list(kb), "diff": kb[0] / kb[1] - ka[0] / ka[1]}
+            for c, ka, kb in zip(order, counts_a, counts_b, strict=True)
+        ],
+        "mean_diff": general.mean_diff,
+        "interval": list(general.interval) if general.interval else None,
+        "p_value": general.p_value,
+        "test": "sign test over the cases that moved",
+        "moved": general.up + general.down,
+        "up": general.up,
+        "down": general.down,
+        "likely": general.likely,
+    }
+    return paired_verdict(counts_a, counts_b, alpha), paired_view, []
+
+
+def _caveats(sa: dict[str, Any], sb: dict[str, Any], metric: str, higher: bool, exact: bool,
+             sign: int) -> list[str]:
+    """What a reader must know beside the verdict: failed samples, a skipped Boschloo, Simpson."""
+    notes = []
+    if sa["errors"] or sb["errors"]:
+        notes.append(
+            f"failed samples: A {sa['errors']} of {sa['n']}, B {sb['errors']} of {sb['n']}; each counts as "
+            f"{'a miss' if higher else 'an event'} for {metric} (errors never flatter an arm)"
+        )
+    if exact and not boschloo_affordable(sa["n"], sb["n"]):
+        notes.append(
+            "Boschloo's exact p is not computed at this size (it grows with n²); the verdict never used it"
+        )
+    if sign and (sb["rate"] - sa["rate"]) * sign < 0:
+        notes.append(
+            "the pooled rates point the other way than the comparison within cases (Simpson's paradox: "
+            "repeats differ between cases); the verdict and the effect compare within cases"
+        )
+    return notes
 
 
 def _every_sample_failed(a: dict[str, Any], b: dict[str, Any]) -> str | None:

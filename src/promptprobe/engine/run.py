@@ -532,52 +532,13 @@ def _resume(
         )
     if models is not None and sorted(m.spec for m in models) != sorted(m.spec for m in recorded_models):
         raise InputError("the models given differ from the ones this run used; give no --model")
-    target = manifest.get("target") or {}
-    config_path = target.get("config")
-    if config_path:
-        config = load_config(config_path)
-        if target.get("config_sha256") and config.sha256 != target["config_sha256"]:
-            raise InputError(
-                f"{config_path}: the target config changed since the run started (sha256); "
-                "resume needs the same target"
-            )
-    else:
-        config = TargetConfig()
     settings = CheckSettings.from_dict(manifest.get("checks") or {"header": manifest.get("header")})
-    config = replace(config, checks=replace(settings, top_k=None))
+    config = replace(_recorded_config(manifest), checks=replace(settings, top_k=None))
     changes = {k: v for k, v in (changes or {}).items() if v is not None}
     unknown = sorted(set(changes) - set(RESUME_CHANGEABLE))
     if unknown:
         raise InputError(f"a resumed run cannot change {', '.join(unknown)}")
-    parameters = {**(manifest.get("parameters") or {}), **changes}
-    base = options or RunOptions()
-    params = GenerationParams(
-        max_tokens=parameters.get("max_tokens", 1024),
-        temperature=parameters.get("temperature"),
-        seed=parameters.get("seed"),
-        stream=parameters.get("stream", False),
-        timeout=parameters.get("timeout", 120.0),
-        cache=parameters.get("cache", False),
-    )
-    run_options = replace(
-        base,
-        repeats=manifest["repeats"],
-        params=params,
-        concurrency=parameters.get("concurrency", base.concurrency),
-        max_attempts=parameters.get("max_attempts", base.max_attempts),
-        max_retry_wait=parameters.get("max_retry_wait", base.max_retry_wait),
-        rpm=parameters.get("rpm", base.rpm) or 0.0,
-        # The run's own cap holds unless --max-cost changes it (a resume is no way around it).
-        max_cost=parameters["max_cost"] if parameters.get("max_cost") is not None else base.max_cost,
-        seed=manifest["seed"],
-        top_k=settings.top_k,
-        yes=True,
-        batch=parameters.get("batch", False),
-        settings={
-            **(manifest.get("settings") or {}),
-            **{name: {"value": value, "from": "flag (resume)"} for name, value in changes.items()},
-        },
-    )
+    run_options = _resumed_options(manifest, options or RunOptions(), changes, settings.top_k)
     resumed = ResumedRun(
         path,
         manifest,
@@ -592,6 +553,55 @@ def _resume(
         k: {"from": (manifest.get("parameters") or {}).get(k), "to": v} for k, v in changes.items()
     }
     return resumed
+
+
+def _recorded_config(manifest: dict[str, Any]) -> TargetConfig:
+    """The target config the run started with, refused when it changed since."""
+    target = manifest.get("target") or {}
+    config_path = target.get("config")
+    if not config_path:
+        return TargetConfig()
+    config = load_config(config_path)
+    if target.get("config_sha256") and config.sha256 != target["config_sha256"]:
+        raise InputError(
+            f"{config_path}: the target config changed since the run started (sha256); "
+            "resume needs the same target"
+        )
+    return config
+
+
+def _resumed_options(
+    manifest: dict[str, Any], base: RunOptions, changes: dict[str, Any], top_k: int | None
+) -> RunOptions:
+    """The run's own settings, with the few a resume may change (RESUME_CHANGEABLE) changed."""
+    parameters = {**(manifest.get("parameters") or {}), **changes}
+    params = GenerationParams(
+        max_tokens=parameters.get("max_tokens", 1024),
+        temperature=parameters.get("temperature"),
+        seed=parameters.get("seed"),
+        stream=parameters.get("stream", False),
+        timeout=parameters.get("timeout", 120.0),
+        cache=parameters.get("cache", False),
+    )
+    return replace(
+        base,
+        repeats=manifest["repeats"],
+        params=params,
+        concurrency=parameters.get("concurrency", base.concurrency),
+        max_attempts=parameters.get("max_attempts", base.max_attempts),
+        max_retry_wait=parameters.get("max_retry_wait", base.max_retry_wait),
+        rpm=parameters.get("rpm", base.rpm) or 0.0,
+        # The run's own cap holds unless --max-cost changes it (a resume is no way around it).
+        max_cost=parameters["max_cost"] if parameters.get("max_cost") is not None else base.max_cost,
+        seed=manifest["seed"],
+        top_k=top_k,
+        yes=True,
+        batch=parameters.get("batch", False),
+        settings={
+            **(manifest.get("settings") or {}),
+            **{name: {"value": value, "from": "flag (resume)"} for name, value in changes.items()},
+        },
+    )
 
 
 __all__ = ["ProbeError", "ProbeRun", "RunOptions", "RunOutcome", "resume_run", "run_probe"]
