@@ -71,7 +71,7 @@ class Verifier:
             if e["kind"] in (TEXT, BODY)
         }
         self.check_samples()
-        self.check_index()
+        check_index(self.run_dir, self.problems, self.notes)
         state = run_state(self.run_dir, self.manifest)
         planned = (self.manifest.get("counts") or {}).get("planned")
         if isinstance(planned, int) and self.samples < planned:
@@ -190,60 +190,64 @@ class Verifier:
                     _problem(sid, str(where), f"its {kind} bytes do not match their recorded sha256")
                 )
 
-    def check_index(self) -> None:
-        packs = packs_of(self.run_dir)
-        if not packs:
-            return
-        sizes = {name: os.path.getsize(self.run_dir / name) for name in packs}
-        ends = dict.fromkeys(packs, 0)
-        whole = 0
-        for number, line in _lines(self.run_dir / INDEX, self.problems):
-            whole = number
-            try:
-                entry = loads(line)
-            except ValueError:
-                self.problems.append(_problem(None, INDEX, f"line {number} is not valid JSON"))
-                continue
-            if not is_index_entry(entry):
-                self.problems.append(_problem(None, INDEX, f"line {number} is not an index line"))
-                continue
-            self.check_blob(entry, number, sizes)
-            if entry["pack"] in ends:
-                ends[entry["pack"]] = max(ends[entry["pack"]], entry["offset"] + entry["bytes"])
-        if not whole:
-            self.problems.append(_problem(None, INDEX, "the run has packs but no index"))
-        for name in packs:
-            if sizes[name] > ends[name]:
-                self.notes.append(
-                    f"{name}: its last {sizes[name] - ends[name]} bytes are named by no index line "
-                    "(what a sample in flight wrote when the run stopped)"
-                )
 
-    def check_blob(self, entry: dict[str, Any], number: int, sizes: dict[str, int]) -> None:
-        name, sid = entry["pack"], entry["sample_id"]
-        if name not in sizes:
-            self.problems.append(_problem(sid, INDEX, f"line {number} names {name}, which is not there"))
-            return
-        if entry["offset"] + entry["bytes"] > sizes[name]:
-            self.problems.append(
-                _problem(
-                    sid,
-                    INDEX,
-                    f"line {number}: its {entry['kind']} lies past the end of {name} "
-                    "(the pack is cut short)",
-                )
+def check_index(run_dir: Path, problems: list[dict[str, Any]], notes: list[str]) -> None:
+    """Every index line against its pack: the pack there, long enough, its bytes as the sha256 says."""
+    packs = packs_of(run_dir)
+    if not packs:
+        return
+    sizes = {name: os.path.getsize(run_dir / name) for name in packs}
+    ends = dict.fromkeys(packs, 0)
+    whole = 0
+    for number, line in _lines(run_dir / INDEX, problems):
+        whole = number
+        try:
+            entry = loads(line)
+        except ValueError:
+            problems.append(_problem(None, INDEX, f"line {number} is not valid JSON"))
+            continue
+        if not is_index_entry(entry):
+            problems.append(_problem(None, INDEX, f"line {number} is not an index line"))
+            continue
+        _check_blob(run_dir, entry, number, sizes, problems)
+        if entry["pack"] in ends:
+            ends[entry["pack"]] = max(ends[entry["pack"]], entry["offset"] + entry["bytes"])
+    if not whole:
+        problems.append(_problem(None, INDEX, "the run has packs but no index"))
+    for name in packs:
+        if sizes[name] > ends[name]:
+            notes.append(
+                f"{name}: its last {sizes[name] - ends[name]} bytes are named by no index line "
+                "(what a sample in flight wrote when the run stopped)"
             )
-            return
-        with open(self.run_dir / name, "rb") as handle:
-            data = os.pread(handle.fileno(), entry["bytes"], entry["offset"])
-        if hashlib.sha256(data).hexdigest() != entry.get("sha256"):
-            self.problems.append(
-                _problem(
-                    sid,
-                    INDEX,
-                    (f"line {number}: its {entry['kind']} bytes in {name} do not match the index's sha256"),
-                )
+
+def _check_blob(
+    run_dir: Path, entry: dict[str, Any], number: int, sizes: dict[str, int], problems: list[dict[str, Any]]
+) -> None:
+    name, sid = entry["pack"], entry["sample_id"]
+    if name not in sizes:
+        problems.append(_problem(sid, INDEX, f"line {number} names {name}, which is not there"))
+        return
+    if entry["offset"] + entry["bytes"] > sizes[name]:
+        problems.append(
+            _problem(
+                sid,
+                INDEX,
+                f"line {number}: its {entry['kind']} lies past the end of {name} "
+                "(the pack is cut short)",
             )
+        )
+        return
+    with open(run_dir / name, "rb") as handle:
+        data = os.pread(handle.fileno(), entry["bytes"], entry["offset"])
+    if hashlib.sha256(data).hexdigest() != entry.get("sha256"):
+        problems.append(
+            _problem(
+                sid,
+                INDEX,
+                (f"line {number}: its {entry['kind']} bytes in {name} do not match the index's sha256"),
+            )
+        )
 
 
 def verify_run(run_dir: str | Path) -> dict[str, Any]:

@@ -34,6 +34,80 @@ def fold(text: str) -> str:
     return text.casefold()
 
 
+class DistinctOutputs:
+    """Each distinct output (or error) of a run, case-folded for search, and where to re-read the
+    record it was first seen in."""
+
+    def __init__(self, run: Path) -> None:
+        self.run = run
+        self.texts: list[str] = []  # each distinct output (or error), case-folded
+        self.unread: list[tuple[int, dict[str, Any]]] = []  # outputs of packs still to read: (text, raw)
+        # Where the record each distinct output was first seen in lies in samples.jsonl (start,
+        # length; -1: kept whole in `kept`, a reclassified run's): a result re-reads it to show it.
+        self.first_start = array("q")
+        self.first_length = array("I")
+        self.kept: dict[int, dict[str, Any]] = {}
+        self.known: dict[tuple[str, ...], int] = {}
+
+    def add(self, record: dict[str, Any], line: tuple[int, int] | None) -> int:
+        """The number of the record's distinct output (or error), added when new."""
+        error = record.get("error")
+        header = record.get("header") or {}
+        if error:
+            key: tuple[str, ...] = ("error", str(error.get("kind")), str(error.get("message")))
+        else:
+            key = ("output", str((record.get("raw") or {}).get("sha256")), str(header.get("header")))
+        found = self.known.get(key)
+        if found is not None:
+            return found
+        at = self.known[key] = len(self.texts)
+        raw = record.get("raw")
+        if error:
+            self.texts.append(fold(f"{error.get('kind')}: {error.get('message')}"))
+        elif isinstance(raw, dict) and "pack" in raw:
+            self.texts.append("")  # read with the others of this update, in one pass over the packs
+            self.unread.append((at, raw))
+        else:  # a run written before packs: one file per output
+            data = read_bytes(self.run, record)
+            self.texts.append(fold(data.decode("utf-8", "replace")) if data is not None else "")
+        if line is not None:
+            self.first_start.append(line[0])
+            self.first_length.append(line[1])
+        else:
+            self.first_start.append(-1)
+            self.first_length.append(0)
+            self.kept[at] = record
+        return at
+
+    def read_unread(self) -> None:
+        """The outputs this update found, read from the packs in large blocks, decoded once each;
+        not checked against their sha256 (`probe verify` is for that; a page that shows one does)."""
+        unread, self.unread = self.unread, []
+        found = read_many(self.run, [raw for _, raw in unread])
+        texts = self.texts
+        for (at, raw), data in zip(unread, found, strict=True):
+            if data is None:
+                LOG.warning(
+                    "%s: the output at %s offset %s cannot be read for search",
+                    self.run,
+                    raw.get("pack"),
+                    raw.get("offset"),
+                )
+            else:
+                texts[at] = data.decode("utf-8", "replace").casefold()  # fold(), inline: once per output
+
+    def first(self, output: int) -> dict[str, Any]:
+        """The record a distinct output was first seen in (re-read at its place in samples.jsonl)."""
+        start = self.first_start[output]
+        if start < 0:
+            return self.kept[output]
+        fd = os.open(self.run / "samples.jsonl", os.O_RDONLY)
+        try:
+            return loads(os.pread(fd, self.first_length[output], start))
+        finally:
+            os.close(fd)
+
+
 class SearchIndex:
     """The samples of one run, as the filters and the text search need them."""
 
@@ -55,15 +129,8 @@ class SearchIndex:
         self.output = array("i")  # index into the distinct outputs
         self.fails: list[int] = []  # bit i: fails metric i
         self.applies: list[int] = []  # bit i: metric i applies
-        self.texts: list[str] = []  # each distinct output (or error), case-folded
-        self.unread: list[tuple[int, dict[str, Any]]] = []  # outputs of packs still to read: (text, raw)
-        # Where the record each distinct output was first seen in lies in samples.jsonl (start,
-        # length; -1: kept whole in `kept`, a reclassified run's): a result re-reads it to show it.
-        self.first_start = array("q")
-        self.first_length = array("I")
-        self.kept: dict[int, dict[str, Any]] = {}
+        self.outputs = DistinctOutputs(self.run)
         self.line: tuple[int, int] | None = None  # the line of the record being indexed
-        self.known: dict[tuple[str, ...], int] = {}
         self.offset = 0
         self.classification = counts.classification
         self.built: tuple[int, int] | None = None  # a reclassified run: (classification, size) indexed
@@ -89,7 +156,7 @@ class SearchIndex:
                     self._start(counts)
                     self.line = None  # merged records: no line of their own to re-read
                     self._feed(merged_samples(self.run, counts.classification, lambda message: None))
-                    self._read_unread()
+                    self.outputs.read_unread()
                     self.built = (counts.classification, size)
                 self.counts = counts
                 return 0
@@ -100,7 +167,7 @@ class SearchIndex:
                 with open(path, "rb") as handle:
                     handle.seek(self.offset)
                     self._feed(self._lines(handle, limit))
-                self._read_unread()
+                self.outputs.read_unread()
             return max(0, size - self.offset)
         finally:
             if collecting:
@@ -166,7 +233,7 @@ class SearchIndex:
             add_arm(arm)
             add_case(case_at)
             add_state(states.get(state, -1))
-            add_output(self._output(record))
+            add_output(self.outputs.add(record, self.line))
             add_fails(bits[0])
             add_applies(bits[1])
 
@@ -183,62 +250,12 @@ class SearchIndex:
                     fails |= bit
         return fails, applies
 
-    def _output(self, record: dict[str, Any]) -> int:
-        error = record.get("error")
-        header = record.get("header") or {}
-        if error:
-            key: tuple[str, ...] = ("error", str(error.get("kind")), str(error.get("message")))
-        else:
-            key = ("output", str((record.get("raw") or {}).get("sha256")), str(header.get("header")))
-        found = self.known.get(key)
-        if found is not None:
-            return found
-        at = self.known[key] = len(self.texts)
-        raw = record.get("raw")
-        if error:
-            self.texts.append(fold(f"{error.get('kind')}: {error.get('message')}"))
-        elif isinstance(raw, dict) and "pack" in raw:
-            self.texts.append("")  # read with the others of this update, in one pass over the packs
-            self.unread.append((at, raw))
-        else:  # a run written before packs: one file per output
-            data = read_bytes(self.run, record)
-            self.texts.append(fold(data.decode("utf-8", "replace")) if data is not None else "")
-        if self.line is not None:
-            self.first_start.append(self.line[0])
-            self.first_length.append(self.line[1])
-        else:
-            self.first_start.append(-1)
-            self.first_length.append(0)
-            self.kept[at] = record
-        return at
-
-    def _read_unread(self) -> None:
-        """The outputs this update found, read from the packs in large blocks, decoded once each;
-        not checked against their sha256 (`probe verify` is for that; a page that shows one does)."""
-        unread, self.unread = self.unread, []
-        found = read_many(self.run, [raw for _, raw in unread])
-        texts = self.texts
-        for (at, raw), data in zip(unread, found, strict=True):
-            if data is None:
-                LOG.warning(
-                    "%s: the output at %s offset %s cannot be read for search",
-                    self.run,
-                    raw.get("pack"),
-                    raw.get("offset"),
-                )
-            else:
-                texts[at] = data.decode("utf-8", "replace").casefold()  # fold(), inline: once per output
+    @property
+    def texts(self) -> list[str]:
+        return self.outputs.texts
 
     def first(self, output: int) -> dict[str, Any]:
-        """The record a distinct output was first seen in (re-read at its place in samples.jsonl)."""
-        start = self.first_start[output]
-        if start < 0:
-            return self.kept[output]
-        fd = os.open(self.run / "samples.jsonl", os.O_RDONLY)
-        try:
-            return loads(os.pread(fd, self.first_length[output], start))
-        finally:
-            os.close(fd)
+        return self.outputs.first(output)
 
 
 def _case_text(index: SearchIndex, at: int) -> str:
