@@ -281,3 +281,49 @@ def test_the_index_reads_packs_in_blocks_as_the_raw_reader_reads_each_output(tmp
     reader = RawReader(tmp_path)
     assert found[:60] == [reader.read({"sample_id": blobs[i][0], "raw": locations[i]}) for i in order]
     assert found[:60] == [blobs[i][1] for i in order] and found[60:] == [None, None]
+
+
+def _columns(index) -> tuple:
+    index.outputs.read_unread()
+    return (index.sample_ids, list(index.arm), list(index.case), list(index.state), index.fails,
+            index.applies, [index.texts[o] for o in index.output], index.offset)
+
+
+def test_the_index_fed_by_the_counting_pass_is_the_index_read_on_its_own(run, tmp_path):
+    """The viewer's newest runs are indexed by their counting pass (each record parsed once): the
+    same columns as an index that reads samples.jsonl itself, while the run grows, when its
+    counting starts over, and past a blank line (from which the index reads on its own)."""
+    from promptprobe.counts import LiveCounts
+    from promptprobe.views.search import SearchIndex
+
+    copy = tmp_path / run.name
+    shutil.copytree(run, copy)
+    samples = copy / "samples.jsonl"
+    lines = samples.read_bytes().splitlines(keepends=True)
+    samples.write_bytes(b"".join(lines[:7]))
+    followed = SearchIndex(copy)
+    live = LiveCounts(copy, follower=followed)
+
+    def both_agree(fed: bool = True) -> None:
+        table = live.refresh()
+        # fed: the counting gave it every line; past a blank line it reads on its own
+        assert (followed.offset == samples.stat().st_size) is fed
+        alone = SearchIndex(copy)
+        alone.update(table)
+        followed.update(table)  # reads only what the counting left to it (nothing, or past a gap)
+        assert _columns(followed) == _columns(alone) and followed.offset == samples.stat().st_size
+
+    both_agree()
+    assert len(followed.sample_ids) == 7
+    with samples.open("ab") as handle:  # the run grows
+        handle.write(b"".join(lines[7:12]))
+    both_agree()
+    samples.write_bytes(b"".join(lines[:12]))  # replaced: the counting starts over, so does the index
+    both_agree()
+    with samples.open("ab") as handle:
+        handle.write(b"\n" + b"".join(lines[12:]))
+    both_agree(fed=False)
+    assert len(followed.sample_ids) == len(lines)
+    searched = {sid for sid, o in zip(followed.sample_ids, followed.output, strict=True)
+                if "reset link" in followed.texts[o]}
+    assert searched == brute_force(run, "reset link")  # the same samples, without the blank line

@@ -28,7 +28,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from . import endpoints
 from .checks import METRICS, CheckSettings, Metric, metrics_for
@@ -323,6 +323,15 @@ class LineIndex:
         return list(zip(starts, lengths, strict=True))
 
 
+class Follower(Protocol):
+    """What follows a LiveCounts' pass over samples.jsonl: started over with it, given each record
+    with where its line lies."""
+
+    def restart(self, table: CountsTable) -> None: ...
+
+    def take(self, record: dict[str, Any], start: int, length: int) -> None: ...
+
+
 class LiveCounts:
     """A run's counts table kept current while its samples.jsonl grows (the live viewer): each
     `refresh` reads only the whole lines appended since the last, and remembers where each
@@ -332,8 +341,10 @@ class LiveCounts:
     once the run has stopped, a last line without its newline is torn and ignored with a warning,
     as every reader does."""
 
-    def __init__(self, run_dir: str | Path) -> None:
+    def __init__(self, run_dir: str | Path, follower: "Follower | None" = None) -> None:
         self.run_dir = Path(run_dir)
+        # Given every record this counting parses (the viewer's search index), so a record is parsed once.
+        self.follower = follower
         self.lock = threading.Lock()
         self.version = 0  # grows whenever the table may have changed
         self._signature: tuple[Any, ...] | None = None
@@ -399,6 +410,8 @@ class LiveCounts:
         self._left = 0
         self._index = LineIndex()
         self._fed_warnings = []  # what feeding said (a sample of no arm): kept across looks
+        if self.follower is not None:
+            self.follower.restart(self._table)
 
     def _read(self, budget: int | None) -> bool:
         """Count what was appended (at most about `budget` bytes of it); True when anything
@@ -426,7 +439,7 @@ class LiveCounts:
             whole = budget is None or table.classification is not None or size - lines.offset <= budget
             with open(path, "rb") as handle:
                 handle.seek(lines.offset)
-                self._feed(handle, size - lines.offset if whole else budget, table.classification)
+                self._feed(handle, size - lines.offset if whole else budget, table.classification, True)
                 if whole:
                     rest = handle.read(size - lines.offset)
             if rest.strip() and state != "running":
@@ -438,7 +451,7 @@ class LiveCounts:
                         "and is ignored"
                     )
                 else:
-                    self._feed(io.BytesIO(rest + b"\n"), len(rest) + 1, table.classification)
+                    self._feed(io.BytesIO(rest + b"\n"), len(rest) + 1, table.classification, False)
                     lines.offset -= 1  # the newline added here is not in the file
         if size < whole_size and state != "running":
             warnings.append(nul_tail_warning(path, size, whole_size))
@@ -450,8 +463,9 @@ class LiveCounts:
             table.warnings = warnings
         return changed
 
-    def _feed(self, handle: Any, size: int, number: int | None) -> None:
-        """Count the whole lines among the next `size` bytes of `handle` (streamed: memory stays flat)."""
+    def _feed(self, handle: Any, size: int, number: int | None, in_file: bool) -> None:
+        """Count the whole lines among the next `size` bytes of `handle` (streamed: memory stays
+        flat); `in_file`: the lines are the file's as they are (not a last line given its newline)."""
         counter = self._counter
         assert counter is not None
         warnings = self._fed_warnings
@@ -459,8 +473,12 @@ class LiveCounts:
         samples = lines.read(handle, size)
         if number is not None:
             samples = merged_samples(self.run_dir, number, warnings.append, samples, judged=False)
+        # A reclassified run's records are merged with its overlay: the follower reads those itself.
+        follower = self.follower if number is None and in_file else None
         feed, add = counter.feed, self._index.add
         for sample in samples:
+            if follower is not None:
+                follower.take(sample, lines.start, lines.length)
             if feed(sample, warnings.append):  # a sample twice is shown once, as it is counted
                 add((sample["prompt"], sample["model"], sample["case_id"]), lines.start, lines.length)
 

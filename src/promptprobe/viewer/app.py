@@ -140,7 +140,7 @@ class Viewer:
     """The app's state: the runs directory, the templates and the background counter."""
 
     def __init__(self, runs_dir: Any, warm: bool = True, poll_ms: int = POLL_MS) -> None:
-        self.runs = RunsDir(runs_dir, pages.run_line, background=warm)
+        self.runs = RunsDir(runs_dir, pages.run_line, background=warm, follower_for=pages.search_follower)
         self.env = environment()
         self.env.globals.update(
             run_url=run_url,

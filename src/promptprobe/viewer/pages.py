@@ -305,11 +305,30 @@ def _index_of(counts: CountsTable, limit: int | None, wait: bool = True) -> tupl
     with _INDEXES_LOCK:
         index = _INDEXES.get(counts.run)
         if index is None:
-            index = _INDEXES[counts.run] = SearchIndex(counts)
+            index = _keep(SearchIndex(counts.run))
         _INDEXES.move_to_end(counts.run)
-        while len(_INDEXES) > MAX_INDEXED:
-            _INDEXES.popitem(last=False)
     return index, index.update(counts, limit, wait)
+
+
+def _keep(index: SearchIndex) -> SearchIndex:
+    """Keep a run's index (in place of any before it), dropping the least recently used beyond
+    MAX_INDEXED (the caller holds _INDEXES_LOCK)."""
+    before = _INDEXES.pop(index.run, None)
+    if before is not None:
+        before.detached = True
+    _INDEXES[index.run] = index
+    while len(_INDEXES) > MAX_INDEXED:
+        _INDEXES.popitem(last=False)[1].detached = True
+    return index
+
+
+def search_follower(runs: RunsDir, run_id: str, path: Path) -> SearchIndex | None:
+    """For one of the newest runs, a search index that its counting feeds (each record parsed once,
+    so its first search only reads the outputs): kept as the run's index."""
+    if run_id not in runs.ids()[:MAX_INDEXED]:
+        return None
+    with _INDEXES_LOCK:
+        return _keep(SearchIndex(path))
 
 
 def index_newest(runs: RunsDir) -> None:

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..counts import CountsTable, LiveCounts
+from ..counts import CountsTable, Follower, LiveCounts
 from ..engine.store import STATE_HINT, load_manifest, run_state
 from ..errors import InputError
 
@@ -65,7 +65,11 @@ class RunsDir:
     """Read-only access to one runs directory, shared by every request of the viewer."""
 
     def __init__(
-        self, root: Any, summarize: Callable[[CountsTable], dict[str, Any]], background: bool = False
+        self,
+        root: Any,
+        summarize: Callable[[CountsTable], dict[str, Any]],
+        background: bool = False,
+        follower_for: Callable[["RunsDir", str, Path], Follower | None] | None = None,
     ) -> None:
         from ..runstore import Store, is_store
         from ..runstore.mirror import Mirror
@@ -77,6 +81,7 @@ class RunsDir:
         self.shown = str(root)
         self.background = background  # whether a thread counts runs besides the pages
         self.summarize = summarize
+        self.follower_for = follower_for  # what follows a run's counting, if anything (search)
         self.lock = threading.Lock()
         self.live: OrderedDict[str, LiveCounts] = OrderedDict()
         self.summaries: dict[str, tuple[tuple[Any, ...], dict[str, Any]]] = {}
@@ -137,8 +142,14 @@ class RunsDir:
             raise InputError(f"{run_id}: no such run")
         with self.lock:
             live = self.live.get(run_id)
+            if live is not None and live.run_dir == path:
+                self.live.move_to_end(run_id)
+                return live
+        follower = self.follower_for(self, run_id, path) if self.follower_for else None
+        with self.lock:
+            live = self.live.get(run_id)
             if live is None or live.run_dir != path:
-                live = self.live[run_id] = LiveCounts(path)
+                live = self.live[run_id] = LiveCounts(path, follower)
             self.live.move_to_end(run_id)
             while len(self.live) > MAX_LIVE:
                 self.live.popitem(last=False)

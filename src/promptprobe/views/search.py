@@ -27,6 +27,7 @@ from .outputs import LOG, SAMPLE_IDS_PER_GROUP, inline_segments, read_bytes, wit
 from .show import HEADER_CLASSES
 
 RESULTS_PER_PAGE = 20
+STATES = {state: at for at, state in enumerate(HEADER_CLASSES)}
 
 
 def fold(text: str) -> str:
@@ -109,12 +110,15 @@ class DistinctOutputs:
 
 
 class SearchIndex:
-    """The samples of one run, as the filters and the text search need them."""
+    """The samples of one run, as the filters and the text search need them: read by `update`,
+    or given record by record by the run's counting pass (`take`, as its follower)."""
 
-    def __init__(self, counts: CountsTable) -> None:
-        self.run = Path(counts.run)
+    def __init__(self, run: Path) -> None:
+        self.run = Path(run)
         self.lock = threading.RLock()
-        self._start(counts)
+        self.counts: CountsTable | None = None
+        self.offset = 0
+        self.detached = False  # no longer kept by the viewer: what the counting gives is dropped
 
     def _start(self, counts: CountsTable) -> None:
         self.counts = counts
@@ -134,6 +138,41 @@ class SearchIndex:
         self.offset = 0
         self.classification = counts.classification
         self.built: tuple[int, int] | None = None  # a reclassified run: (classification, size) indexed
+        self.applicable = self._applicable(counts)
+        # A sample whose outcomes were recorded with it (every metric that applies) has the bits
+        # of any other sample of its case with the same recorded outcomes: worked out once.
+        self.memo: dict[tuple[Any, ...], tuple[int, int]] = {}
+
+    def _applicable(self, counts: CountsTable) -> dict[str, Any]:
+        """Per case: the metrics that apply (bit, name, metric), and a getter of their recorded
+        outcomes as one value (KeyError: one is not recorded). Which apply depends on the case only."""
+        applicable = {}
+        for case_id, case in counts.cases.items():
+            metrics = [
+                (1 << bit, name, counts.metrics[name])
+                for bit, name in enumerate(self.metric_names)
+                if counts.metrics[name].applies(case, counts.settings)
+            ]
+            names = [name for _, name, _ in metrics]
+            applicable[case_id] = (metrics, itemgetter(*names) if names else (lambda recorded: ()))
+        return applicable
+
+    def restart(self, counts: CountsTable) -> None:
+        """The run's counting starts over (from its first line): so does the index."""
+        with self.lock:
+            self._start(counts)
+
+    def take(self, record: dict[str, Any], start: int, length: int) -> None:
+        """A record the run's counting has just parsed, its line at `start`: indexed when it is the
+        next line (not one `update` has read already; a reclassified run's index reads itself)."""
+        if self.detached:
+            return
+        with self.lock:
+            if self.counts is None or self.classification is not None or start != self.offset:
+                return
+            self.offset = start + length
+            self.line = (start, length)
+            self._add(record)
 
     def update(self, counts: CountsTable, limit: int | None = None, wait: bool = True) -> int:
         """Index what was appended since the last update, at most `limit` samples of it this time
@@ -149,6 +188,8 @@ class SearchIndex:
         gc.disable()
         try:
             size = path.stat().st_size if path.is_file() else 0
+            if self.counts is None:
+                self._start(counts)
             if counts.classification is not None:
                 # A reclassified run is read whole (its overlay follows samples.jsonl line by
                 # line), and again only when the file has changed.
@@ -167,7 +208,7 @@ class SearchIndex:
                 with open(path, "rb") as handle:
                     handle.seek(self.offset)
                     self._feed(self._lines(handle, limit))
-                self.outputs.read_unread()
+            self.outputs.read_unread()  # what this update read, and what the counting gave since the last
             return max(0, size - self.offset)
         finally:
             if collecting:
@@ -191,51 +232,35 @@ class SearchIndex:
                 yield record
 
     def _feed(self, records: Iterable[dict[str, Any]]) -> None:
-        counts = self.counts
-        # Which metrics apply depends on the case only: worked out once per case.
-        applicable = {}
-        for case_id, case in counts.cases.items():
-            metrics = [
-                (1 << bit, name, counts.metrics[name])
-                for bit, name in enumerate(self.metric_names)
-                if counts.metrics[name].applies(case, counts.settings)
-            ]
-            # the recorded outcomes of those metrics, as one value (KeyError: one is not recorded)
-            names = [name for _, name, _ in metrics]
-            applicable[case_id] = (metrics, itemgetter(*names) if names else (lambda recorded: ()))
-        # A sample whose outcomes were recorded with it (every metric that applies) has the bits
-        # of any other sample of its case with the same recorded outcomes: worked out once.
-        memo: dict[tuple[Any, ...], tuple[int, int]] = {}
-        states = {state: at for at, state in enumerate(HEADER_CLASSES)}
-        arm_index, case_index = self.arm_index, self.case_index
-        add_id, add_arm, add_case = self.sample_ids.append, self.arm.append, self.case.append
-        add_state, add_output = self.state.append, self.output.append
-        add_fails, add_applies = self.fails.append, self.applies.append
         for record in records:
-            arm = arm_index.get((record.get("prompt"), record.get("model")))
-            case_id = record.get("case_id")
-            case_at = case_index.get(case_id)
-            if arm is None or case_at is None or "sample_id" not in record:
-                continue
-            error = record.get("error")
-            metrics, recorded_of = applicable[case_id]
-            try:
-                key: Any = (case_id, not error, recorded_of(record.get("outcomes")))
-                bits = memo.get(key)
-            except (KeyError, TypeError):  # not every outcome recorded (or not as a value): work out
-                key = bits = None
-            if bits is None:
-                bits = self._bits(record, metrics)
-                if key is not None:
-                    memo[key] = bits
-            state = "error" if error else (record.get("header") or {}).get("header")
-            add_id(record["sample_id"])
-            add_arm(arm)
-            add_case(case_at)
-            add_state(states.get(state, -1))
-            add_output(self.outputs.add(record, self.line))
-            add_fails(bits[0])
-            add_applies(bits[1])
+            self._add(record)
+
+    def _add(self, record: dict[str, Any]) -> None:
+        """Index one record (of no arm or case of the run: left out)."""
+        arm = self.arm_index.get((record.get("prompt"), record.get("model")))
+        case_id = record.get("case_id")
+        case_at = self.case_index.get(case_id)
+        if arm is None or case_at is None or "sample_id" not in record:
+            return
+        error = record.get("error")
+        metrics, recorded_of = self.applicable[case_id]
+        try:
+            key: Any = (case_id, not error, recorded_of(record.get("outcomes")))
+            bits = self.memo.get(key)
+        except (KeyError, TypeError):  # not every outcome recorded (or not as a value): work out
+            key = bits = None
+        if bits is None:
+            bits = self._bits(record, metrics)
+            if key is not None:
+                self.memo[key] = bits
+        state = "error" if error else (record.get("header") or {}).get("header")
+        self.sample_ids.append(record["sample_id"])
+        self.arm.append(arm)
+        self.case.append(case_at)
+        self.state.append(STATES.get(state, -1))
+        self.output.append(self.outputs.add(record, self.line))
+        self.fails.append(bits[0])
+        self.applies.append(bits[1])
 
     def _bits(self, record: dict[str, Any], metrics: list[tuple[int, str, Any]]) -> tuple[int, int]:
         """(which metrics the sample fails, which apply to it), one bit a metric."""
