@@ -31,6 +31,7 @@ from urllib.parse import urlencode
 import httpx
 
 sys.path.insert(0, str(Path(__file__).parent))
+from installed import compile_package  # noqa: E402
 from synthetic import PACK, make_run, packed  # noqa: E402
 
 PROBE = str(Path(sys.executable).parent / "probe")
@@ -335,6 +336,7 @@ def main() -> None:
     parser.add_argument("--work", type=Path, default=None, help="Where to write the synthetic run (kept).")
     parser.add_argument("--long-mb", type=float, default=20.0, help="The long output's size (0: none).")
     args = parser.parse_args()
+    compile_package()  # timed as an installed copy runs: bytecode compiled
     with tempfile.TemporaryDirectory(prefix="probe-viewer-") as folder:
         work = args.work or Path(folder)
         rows = measure(work, args.samples) if args.samples else []

@@ -225,3 +225,4 @@ def test_demo_batch_api_refuses_what_it_cannot_answer():
         client.close()
     finally:
         server.stop()
+

@@ -370,3 +370,43 @@ def test_the_viewer_refuses_a_raw_path_naming_another_file_and_logs_it(run, tmp_
     assert legacy[f"raw/{sid}.body"].decode()[:40] not in page and "OUTSIDE" not in page and "OUTSIDE" not in answer.text
     refused = [r.getMessage() for r in caplog.records if "not read" in r.getMessage()]
     assert refused and all("\n" not in line for line in refused)
+
+
+def test_blobs_are_written_at_sync_and_a_failed_write_is_cut_back_and_stops_the_writer(tmp_path, monkeypatch):
+    """An append places a blob and returns where it goes; the writing is the sync's (one write a
+    pack). A request placed but not yet written is read from memory; a write that fails is cut
+    back, so the pack holds only whole blobs, and every later append and sync raises it."""
+    from promptprobe.pack import INDEX, REQUEST, PackWriter, RawReader
+
+    (tmp_path / "raw").mkdir()
+    writer = PackWriter(tmp_path, 0o600, limit=40)  # a new pack every two blobs
+    blobs = [(f"s{i}", f"blob {i} \u00e9\r\n".encode()) for i in range(5)]
+    locations = [writer.append(sid, "txt", data) for sid, data in blobs]
+    request = writer.append("s9", REQUEST, b'{"messages": []}')
+    assert writer.placed("s9") == b'{"messages": []}'
+    assert not any((tmp_path / at["pack"]).stat().st_size for at in locations)  # placed, not written
+    writer.sync()
+    assert writer.placed("s9") is None
+    reader = RawReader(tmp_path)
+    assert [reader.read({"sample_id": sid, "raw": at}) for (sid, _), at in zip(blobs, locations, strict=True)] == [
+        data for _, data in blobs]
+    assert reader.read({"sample_id": "s9", "raw": request}) == b'{"messages": []}'
+    assert len((tmp_path / INDEX).read_bytes().splitlines()) == 6
+    size = (tmp_path / request["pack"]).stat().st_size
+    writer.append("s10", "txt", b"lost")
+    real_write = os.write
+
+    def full_disk(fd: int, data) -> int:  # half of it goes down, then the disk is full
+        if len(data) > 2:
+            return real_write(fd, bytes(data)[: len(data) // 2])
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "write", full_disk)
+    with pytest.raises(OSError, match="No space"):
+        writer.sync()
+    monkeypatch.setattr(os, "write", real_write)
+    assert (tmp_path / request["pack"]).stat().st_size == size
+    with pytest.raises(OSError):
+        writer.append("s11", "txt", b"after")
+    with pytest.raises(OSError):
+        writer.sync()

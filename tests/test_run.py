@@ -397,3 +397,43 @@ def test_keyboard_interrupt_in_the_main_thread_finishes_the_manifest(tmp_path, r
     samples = read_jsonl(run_dir / "samples.jsonl")
     assert 0 < len(samples) < 20
     assert manifest["counts"]["recorded"] == len(samples)
+
+
+def test_samples_tallied_by_their_recorded_outcomes_count_as_one_by_one(tmp_path, monkeypatch):
+    """The counting adds samples whose recorded outcomes alone decide their part once per distinct
+    set of outcomes (a check of yours that does not apply included): the same cells, patterns,
+    headers, errors and latencies as adding each sample on its own."""
+    from dataclasses import asdict
+
+    from promptprobe import counts
+
+    (tmp_path / "mycheck.py").write_text(
+        "def says_yes(sample):\n    text = sample['text'] or ''\n    return None if 'Sorry' in text else 'Yes' in text\n")
+    (tmp_path / "probe.toml").write_text(
+        '[[check]]\nname = "says_yes"\nfunction = "mycheck:says_yes"\n')
+    cases = [(name, f"q {name}", "answer" if i % 2 else "no_answer") for i, name in enumerate(TRICKY)]
+    probeset = write_probeset(tmp_path / "p.toml", [*cases, ("broken", "q broken", None)], repeats=3)
+    with LocalServer(lambda r: Reply(status=400) if "broken" in question_of(r)
+                     else Reply(TRICKY[question_of(r).split()[-1]])) as server:
+        monkeypatch.chdir(tmp_path)
+        result = CliRunner().invoke(main, [
+            "run", str(probeset), "--prompt", str(ROOT / "prompts" / "always-header.md"), "--retrieval", "none",
+            "--model", f"openai:m@{server.url}/v1", "--config", str(tmp_path / "probe.toml"),
+            "--runs-dir", str(tmp_path / "runs"), "--format", "json"])
+    run_dir = Path(json.loads(result.stdout)["run"])
+    real, tallied = counts._Slot._recorded, []
+
+    def seen(self, recorded):
+        found = real(self, recorded)
+        tallied.append(found is not None)
+        return found
+
+    monkeypatch.setattr(counts._Slot, "_recorded", seen)
+    fast = counts.build_counts(run_dir)
+    # every sample took the tallied way but the failed ones and those your check left out ("Sorry")
+    assert sum(tallied) == 3 * (len(TRICKY) - 1)
+    monkeypatch.setattr(counts._Slot, "_recorded", lambda self, recorded: None)  # each on its own
+    slow = counts.build_counts(run_dir)
+    assert [asdict(arm) for arm in fast.arms] == [asdict(arm) for arm in slow.arms]
+    assert fast.check_applies == slow.check_applies and fast.check_applies["says_yes"]["bom"] is False
+    assert fast.arms[0].errors == 3 and fast.recorded == slow.recorded == 3 * len(TRICKY) + 3

@@ -27,6 +27,7 @@ from array import array
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
+from operator import itemgetter
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -455,6 +456,7 @@ class LiveCounts:
                     lines.offset -= 1  # the newline added here is not in the file
         if size < whole_size and state != "running":
             warnings.append(nul_tail_warning(path, size, whole_size))
+        counter.flush()
         self._left = max(0, size - lines.offset - len(rest))
         table.sequential = list(iter_jsonl(self.run_dir / "sequential.jsonl", warnings.append))
         warnings = self._fed_warnings + warnings
@@ -620,7 +622,15 @@ class _Counter:
             table.simulated = "SIMULATED" in ((sample.get("response") or {}).get("model") or "")
         return True
 
+    def flush(self) -> None:
+        """Every tallied sample added into the table's cells (before the table is read)."""
+        applies = self.table.check_applies
+        for slot in self.slots.values():
+            if slot.tallied:
+                slot.flush(applies)
+
     def finish(self) -> None:
+        self.flush()
         table = self.table
         for arm in table.arms:
             for name, per_case in arm.pending.items():
@@ -774,6 +784,7 @@ def _count_range(
             if problem is not None:
                 raise InputError(f"{path}: the line at byte {position - len(line)} {problem}")
             counter.feed(sample, warnings.append)
+    counter.flush()
     slots = counter.slots.items()
     seen = [(key, bytes(slot.repeats), slot.odd) for key, slot in slots if slot.repeats or slot.odd]
     return _partial(counter.table), warnings, seen
@@ -882,6 +893,46 @@ class _Slot:
             derive = metric.outcome if overridden.intersection(metric.recompute_on) else None
             index = order.index(name)  # where its outcome sits in a pattern
             self.cells.append((cell, metric.higher_is_better, name, derive, metric.outcome, index))
+        # Where every metric of the case is a built-in one whose outcome was recorded as it stands,
+        # a sample's part in the cells and its pattern follow from those outcomes alone: the samples
+        # are tallied by them, and each distinct set is added once (flush), not sample by sample.
+        names = [name for _, _, name, *_ in self.cells]
+        self.recorded_of: Callable[[dict[str, Any]], tuple[Any, ...]] | None = None
+        if all(derive is None for _, _, _, derive, *_ in self.cells):
+            if len(names) > 1:
+                self.recorded_of = itemgetter(*names)
+            else:  # itemgetter of one name gives the value, not a tuple
+                self.recorded_of = lambda recorded: tuple(recorded[name] for name in names)
+        self.tallied: dict[tuple[Any, ...], int] = {}
+
+    def _recorded(self, recorded: Any) -> tuple[Any, ...] | None:
+        """The sample's recorded outcomes, one a cell, when they alone decide its part (else None)."""
+        if self.recorded_of is None or recorded is None:
+            return None
+        try:
+            outcomes = self.recorded_of(recorded)
+            hash(outcomes)
+        except (KeyError, TypeError):  # an outcome not recorded, or not a plain value: worked out
+            return None
+        return outcomes
+
+    def flush(self, applies: dict[str, dict[str, bool]]) -> None:
+        """Add the tallied samples into the cells and the patterns (as count() adds one)."""
+        tallied, self.tallied = self.tallied, {}
+        case_id = self.case.id
+        for outcomes, n in tallied.items():
+            pattern: list[int | None] = [None] * self.width
+            for (cell, _, name, *_, index), hit in zip(self.cells, outcomes, strict=True):
+                if name not in METRICS:
+                    seen = applies.setdefault(name, {})
+                    seen[case_id] = seen.get(case_id, False) or hit is not None
+                    if hit is None:
+                        continue  # a user's check said it does not apply to these samples
+                cell[1] += n
+                if hit:
+                    cell[0] += n
+                pattern[index] = 1 if hit else 0
+            self.patterns[tuple(pattern)] += n
 
     def seen_before(self, repeat: int) -> bool:
         """True when this repeat was counted already; else it is marked counted."""
@@ -913,9 +964,11 @@ class _Slot:
         arm = self.arm
         arm.samples += 1
         error = sample.get("error")
-        # This sample's outcome on every metric (None where it is outside the metric): its pattern.
-        pattern: list[int | None] = [None] * self.width
+        # This sample's outcome on every metric (None where it is outside the metric): its pattern
+        # (None: its recorded outcomes are tallied, and the pattern added with them).
+        pattern: list[int | None] | None = None
         if error:
+            pattern = [None] * self.width
             arm.errors += 1
             arm.error_kinds[error["kind"]] += 1
             self.headers["errors"] += 1
@@ -937,7 +990,14 @@ class _Slot:
             self.headers[header["header"] if header else "errors"] += 1
             case = self.case
             recorded = sample.get("outcomes")
-            for cell, _, name, derive, outcome, index in self.cells:
+            failed_checks = (sample.get("checks") or {}).get("user_errors")
+            outcomes = None if failed_checks else self._recorded(recorded)
+            if outcomes is not None:
+                self.tallied[outcomes] = self.tallied.get(outcomes, 0) + 1
+                pattern = None
+            else:
+                pattern = [None] * self.width
+            for cell, _, name, derive, outcome, index in self.cells if outcomes is None else ():
                 if derive is not None or recorded is None or name not in recorded:
                     # Changed settings, or a run recorded before outcomes were kept: derive it.
                     hit = (derive or outcome)(sample, case, settings)
@@ -952,7 +1012,6 @@ class _Slot:
                 if hit:
                     cell[0] += 1
                 pattern[index] = 1 if hit else 0
-            failed_checks = (sample.get("checks") or {}).get("user_errors")
             if failed_checks:
                 # A check of yours that failed on this sample: an error of that metric only.
                 for cell, _, name, *_ in self.cells:
@@ -964,7 +1023,8 @@ class _Slot:
             latency = sample.get("latency_ms")
             if latency is not None:
                 arm.latencies.append(latency)
-        self.patterns[tuple(pattern)] += 1
+        if pattern is not None:
+            self.patterns[tuple(pattern)] += 1
         response = sample.get("response")
         usage = response.get("usage") if response else None
         batched = sample.get("via") == "batch"

@@ -51,8 +51,12 @@ def packs_of(run_dir: Path) -> list[str]:
 
 
 class PackWriter:
-    """Appends blobs to the run's newest pack and queues their index lines; `sync` makes what was
-    appended so far durable (packs, then the index) before the records that point to it are written."""
+    """Appends blobs to the run's newest pack and queues their index lines; `sync` writes what was
+    appended so far and makes it durable (packs, then the index) before the records that point to
+    it are written. An append only places the blob (its offset is known at once) and keeps it in
+    memory: the writing is done by `sync`, one write a pack for every blob since the last, off the
+    threads that make calls (each write releases the interpreter, and taking it back costs a
+    busy worker more than the write)."""
 
     def __init__(self, run_dir: Path, file_mode: int, limit: int = PACK_LIMIT) -> None:
         self.run_dir = run_dir
@@ -61,11 +65,13 @@ class PackWriter:
         self.lock = threading.Lock()
         self.fd: int | None = None
         self.name = ""
-        self.offset = 0
-        self.dirty: set[int] = set()  # packs written since the last sync (fds)
+        self.offset = 0  # where the next blob goes in the current pack (written or not)
+        self.pending: dict[int, list[bytes]] = {}  # per pack (fd): blobs placed, not yet written
         self.retired: list[int] = []  # rolled-over packs' fds, closed once synced
         self.queued: list[bytes] = []  # index lines not yet written
         self.written: dict[str, tuple[str, int, int]] = {}  # this process's requests: pack, offset, bytes
+        self.unwritten: dict[str, bytes] = {}  # requests placed since the last sync, by sample id
+        self.broken: OSError | None = None  # a failed write: blobs placed after it have no bytes
 
     def _open(self, name: str) -> None:
         fd = os.open(self.run_dir / name, APPEND_FLAGS, self.file_mode)
@@ -84,49 +90,61 @@ class PackWriter:
         return self.fd
 
     def append(self, sample_id: str, kind: str, data: bytes) -> dict[str, Any]:
-        """Append one blob; returns its location {pack, offset, bytes, sha256}. A failed write is
-        cut back, so the pack never holds half a blob that a later one would follow."""
+        """Place one blob (written by the next `sync`); returns its location {pack, offset, bytes,
+        sha256}."""
         if not KIND.fullmatch(kind):
             raise ValueError(f"a raw kind is lower-case letters, digits, '.', '_' or '-', not {kind!r}")
         digest = hashlib.sha256(data).hexdigest()
+        data = bytes(data)  # kept until written: never a buffer its owner could change meanwhile
         with self.lock:
+            if self.broken is not None:
+                raise self.broken
             fd = self._target(len(data))
             start = self.offset
-            try:
-                view = memoryview(data)
-                while view:
-                    written = os.write(fd, view)
-                    if written <= 0:
-                        raise OSError(28, "short write")  # ENOSPC
-                    view = view[written:]
-            except OSError:
-                os.ftruncate(fd, start)
-                raise
             self.offset = start + len(data)
-            self.dirty.add(fd)
+            self.pending.setdefault(fd, []).append(data)
             location = {"pack": self.name, "offset": start, "bytes": len(data), "sha256": digest}
             self.queued.append(dumps_line({"sample_id": sample_id, "kind": kind, **location}))
             if kind == REQUEST:  # read again to resend a batch request: kept small, one per sample
                 self.written[sample_id] = (self.name, start, len(data))
+                self.unwritten[sample_id] = data
             return location
 
-    def sync(self) -> None:
-        """Packs to disk, then their index lines appended and to disk: an index line or a record
-        never points at bytes a power loss could take back."""
+    def placed(self, sample_id: str) -> bytes | None:
+        """A request appended since the last sync (not in its pack yet), or None."""
         with self.lock:
-            dirty, self.dirty = self.dirty, set()
+            return self.unwritten.get(sample_id)
+
+    def sync(self) -> None:
+        """Packs written and to disk, then their index lines appended and to disk: an index line
+        or a record never points at bytes a power loss could take back. A failed write is cut
+        back (a pack never holds part of a blob) and every later append and sync raises it."""
+        with self.lock:
+            if self.broken is not None:
+                raise self.broken
+            pending, self.pending = self.pending, {}
             retired, self.retired = self.retired, []
             lines, self.queued = self.queued, []
-        for fd in dirty:
+            self.unwritten = {}
+        for fd, blobs in pending.items():
+            start = None
+            try:
+                start = os.fstat(fd).st_size
+                _write_all(fd, b"".join(blobs))
+            except OSError as exc:
+                with self.lock:
+                    self.broken = exc
+                if start is not None:
+                    os.ftruncate(fd, start)
+                raise
+        for fd in pending:
             os.fdatasync(fd)
         for fd in retired:
             os.close(fd)
         if lines:
             fd = os.open(self.run_dir / INDEX, APPEND_FLAGS, self.file_mode)
             try:
-                data = memoryview(b"".join(lines))
-                while data:
-                    data = data[os.write(fd, data) :]
+                _write_all(fd, b"".join(lines))
                 os.fdatasync(fd)
             finally:
                 os.close(fd)
@@ -135,7 +153,16 @@ class PackWriter:
         with self.lock:
             for fd in [*self.retired, *([self.fd] if self.fd is not None else [])]:
                 os.close(fd)
-            self.fd, self.retired, self.dirty = None, [], set()
+            self.fd, self.retired, self.pending = None, [], {}
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        if written <= 0:
+            raise OSError(28, "short write")  # ENOSPC
+        view = view[written:]
 
 
 def _open_confined(root: Path, relative: str) -> int:

@@ -324,6 +324,10 @@ class RunStore:
 
     def read_bytes(self, sample_id: str, kind: str) -> bytes:
         """A blob this run wrote for a sample (a batch's request, to send it again)."""
+        if kind == REQUEST:
+            placed = self.packs.placed(sample_id)
+            if placed is not None:
+                return placed  # appended since the last sync: not in its pack yet
         found = self.packs.written.get(sample_id) if kind == REQUEST else None
         if found is None:
             return RawReader(self.path).read({"sample_id": sample_id}, kind)
