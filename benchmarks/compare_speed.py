@@ -7,7 +7,7 @@ different questions, so unpaired), runs `probe compare A B` on each in a fresh p
 prints the median and maximum wall time beyond a bare interpreter's start (`python -c pass`);
 then the same for `probe compare --all` on a demo run. Target: the maximum under 1 s.
 
-    .venv/bin/python benchmarks/compare_speed.py [--pairs 500]
+    .venv/bin/python benchmarks/compare_speed.py [--pairs 500] [--demo-compares 5]
 """
 
 import argparse
@@ -90,6 +90,8 @@ def wall(*args: str) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", type=int, default=500)
+    # Each is a fresh `probe` process: the test suite's smoke run times one.
+    parser.add_argument("--demo-compares", type=int, default=5, help="times `compare --all` on the demo run")
     args = parser.parse_args()
     started = time.perf_counter()
     rng = random.Random(SEED)
@@ -126,9 +128,10 @@ def main() -> None:
         runs = [
             wall(PROBE, "compare", f"{demo}#prompt=exception-only", f"{demo}#prompt=always-header", "--all")
             - bare
-            for _ in range(5)
+            for _ in range(args.demo_compares)
         ]
-        print("\n`probe compare --all` on the demo run (12 cases x 3 repeats, 13 metrics), 5 times:")
+        times_run = f"{args.demo_compares} times"
+        print(f"\n`probe compare --all` on the demo run (12 cases x 3 repeats, 13 metrics), {times_run}:")
         print(f"| median | maximum |\n|---:|---:|\n| {statistics.median(runs):.2f} s | {max(runs):.2f} s |")
     print(f"\ntook {time.perf_counter() - started:.0f} s")
 

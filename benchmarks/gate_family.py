@@ -20,7 +20,7 @@ question's 30 recorded ones; both arms alike, so any "worse" is a false alarm.
   real change elsewhere) and A's from exception-only; the share of probes whose gate calls
   "worse" on a metric where B truly got worse, and how often a real improvement is decided.
 
-    .venv/bin/python benchmarks/gate_family.py [--trials 2000]
+    .venv/bin/python benchmarks/gate_family.py [--trials 2000] [--pool-repeats 30]
 """
 
 import argparse
@@ -177,9 +177,13 @@ def gate_fails(names, p, sign, rule):
 
 
 def main() -> None:
+    global POOL_REPEATS
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=2000)
+    # The test suite's smoke run records fewer repeats: the demo run of the pools is most of its time.
+    parser.add_argument("--pool-repeats", type=int, default=POOL_REPEATS, help="recorded repeats a question")
     args = parser.parse_args()
+    POOL_REPEATS = args.pool_repeats
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as folder:
         pools = record_pools(Path(folder))

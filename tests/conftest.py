@@ -29,6 +29,14 @@ def clean_env(monkeypatch):
     from promptprobe.redaction import SCRUBBER
 
     SCRUBBER.take_warnings()  # a short key another test used is not this test's warning
+    # The secrets this test's runs add are forgotten after it, as they are when a `probe` process
+    # ends: each added secret recompiles the pattern of all of them and a check's worker process
+    # learns them one by one, so a worker process of the suite that kept every test's keys spent
+    # minutes of CPU compiling patterns (and a key with a space made every scrub take the slow path).
+    kept = (dict(SCRUBBER.secrets), SCRUBBER._pattern, list(SCRUBBER._order), SCRUBBER._quick)
+    yield
+    with SCRUBBER.lock:
+        SCRUBBER.secrets, SCRUBBER._pattern, SCRUBBER._order, SCRUBBER._quick = kept
 
 
 def search_reply(request: Request) -> Reply:

@@ -4,6 +4,7 @@ interface the run drives, no engine class past about 150 lines, registries where
 add to them."""
 
 import ast
+import functools
 from pathlib import Path
 
 from promptprobe import providers, retrievers
@@ -20,6 +21,12 @@ def module_name(path: Path) -> str:
 def imports(type_checking: bool = False) -> dict[str, set[str]]:
     """Every module's imports of other promptprobe modules, at any depth (inside functions too);
     those under `if TYPE_CHECKING:` only when `type_checking`."""
+    # Parsed once per process (the sources do not change during a session); each test gets its own sets.
+    return {name: set(targets) for name, targets in _imports(type_checking).items()}
+
+
+@functools.cache
+def _imports(type_checking: bool) -> dict[str, frozenset[str]]:
     modules = {module_name(p): p for p in PACKAGE.rglob("*.py")}
     graph: dict[str, set[str]] = {name: set() for name in modules}
     for name, path in modules.items():
@@ -42,7 +49,7 @@ def imports(type_checking: bool = False) -> dict[str, set[str]]:
                 targets = [f"{target}.{alias.name}" if f"{target}.{alias.name}" in modules else target
                            for alias in node.names]
             graph[name] |= {t for t in targets if t in modules and t != name}
-    return graph
+    return {name: frozenset(targets) for name, targets in graph.items()}
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:

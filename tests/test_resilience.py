@@ -469,12 +469,21 @@ def test_progress_lines_off_a_terminal(tmp_path):
 def test_progress_off_a_terminal_says_nothing_twice_while_a_batch_waits(capsys):
     from promptprobe.cli import Progress
 
+    err: list[str] = []
+
+    def said(count: int) -> bool:
+        err.append(capsys.readouterr().err)
+        return "".join(err).count("progress: ") >= count
+
     with Progress(24, interval=0.02) as progress:
         progress.batches("batches: 0/1 ended, 0/24 requests done")
+        wait_for(lambda: said(1))  # the reporting thread has had its turn, however loaded the machine
         time.sleep(0.3)  # some fifteen intervals with nothing new
         progress.batches("batches: 1/1 ended, 24/24 requests done")
-        time.sleep(0.1)
-    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("progress: ")]
+        wait_for(lambda: said(2))
+        time.sleep(0.1)  # more intervals with nothing new
+    said(0)
+    lines = [line for line in "".join(err).splitlines() if line.startswith("progress: ")]
     assert lines == [
         "progress: 0/24 samples recorded, 0 errors; batches: 0/1 ended, 0/24 requests done",
         "progress: 0/24 samples recorded, 0 errors; batches: 1/1 ended, 24/24 requests done",
