@@ -16,14 +16,13 @@ $(STAMP): pyproject.toml | $(BIN)/python
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
 
-# Three workers on the two cores of the development machine class: many tests wait on sockets
-# and subprocesses, so a third worker fills the waits (pytest-xdist; 3 min 50 s there, against
-# 5 min 18 s with two and 3 min 51 s with four, which only burn more CPU).
-# The sources are compiled first: where PYTHONDONTWRITEBYTECODE is set (CI images), every `probe`
-# a test starts would otherwise compile them again (0.1-0.2 s of CPU each).
+# Four workers on the two cores of the development machine class, each taking work from the
+# others when its own runs out (pytest-xdist's worksteal): many tests wait on sockets and
+# subprocesses, so the extra workers fill the waits (3 min 22-28 s there, against 4 min 12 s with
+# three and the default scheduling, and 3 min 58 s with six, which only burn more CPU).
 test: $(STAMP) lint
 	$(BIN)/python -m compileall -q src
-	$(BIN)/python -m pytest -n 3
+	$(BIN)/python -m pytest -n 4 --dist worksteal
 
 # Offline end to end: starts the SIMULATED demo model in-process, runs the example probe set
 # under both example prompts, prints the report and the comparison, and stops the server.
