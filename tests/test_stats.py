@@ -130,3 +130,21 @@ def test_adjusted_interval_is_never_narrower_than_at_n_eff(groups):
     # The coverage-keeping interval is at least as wide as the point-ICC one it replaced.
     point = intervals.wilson_crit(result.rate * result.n_eff, result.n_eff, intervals.t_critical(len(groups) - 1))
     assert lo <= point[0] + 1e-12 and hi >= point[1] - 1e-12
+
+
+def test_latency_percentiles_from_counted_values_are_numpys_linear_percentiles():
+    """The report's median and p90 latency come from the count of each distinct value (no sort of a
+    million latencies): the same numbers as numpy's linear interpolation between order statistics."""
+    import random
+
+    import numpy as np
+
+    from promptprobe.views.report import _percentiles
+
+    rng = random.Random(7)
+    samples = [[5.0], [3.0, 1.0], [2.0, 2.0, 2.0], [float(rng.randint(20, 40)) for _ in range(1001)],
+               [rng.random() * 900 for _ in range(250)], [float(v) for v in range(10, 0, -1)]]
+    for values in samples:
+        found = _percentiles(values, (0.5, 0.9))
+        assert found == pytest.approx([np.percentile(values, 50), np.percentile(values, 90)], abs=1e-9)
+    assert _percentiles([], (0.5, 0.9)) == [None, None]
