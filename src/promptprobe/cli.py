@@ -974,28 +974,37 @@ def _resume(ctx: click.Context, resume_path: Path, fmt: str, output: Path | None
     _execute(runner, fmt, runner.plan.samples, output)
 
 
-# What a run prints at its end (the report, its comparison): imported while the calls run, when
-# the process mostly waits on the network, instead of before the first call (0.1-0.2 s).
+# What a run prints at its end (the report, its comparison): imported while the calls run, once
+# the first sample is recorded (the first calls are out and the process mostly waits on the
+# network), instead of before the first call (0.1-0.2 s).
 END_OF_RUN_MODULES = ("promptprobe.api", "promptprobe.views.report", "promptprobe.arms")
 
 
-def _import_meanwhile(modules: tuple[str, ...]) -> None:
-    """Import modules in a background thread (an import the main thread needs meanwhile waits
-    for it under the import lock, as any import does)."""
-    import importlib
+class _ImportMeanwhile:
+    """Imports modules in a background thread the first time it is called (an import the main
+    thread needs meanwhile waits for it under the import lock, as any import does)."""
 
-    def load() -> None:
-        for name in modules:
+    def __init__(self, modules: tuple[str, ...]) -> None:
+        self.modules = modules
+        self.started = threading.Event()
+
+    def __call__(self) -> None:
+        if not self.started.is_set():
+            self.started.set()
+            threading.Thread(target=self._load, name="probe-imports", daemon=True).start()
+
+    def _load(self) -> None:
+        import importlib
+
+        for name in self.modules:
             try:
                 importlib.import_module(name)
             except Exception:  # the main thread's own import raises it again, where it is reported
                 return
 
-    threading.Thread(target=load, name="probe-imports", daemon=True).start()
-
 
 def _execute(runner: Any, fmt: str, total: int, output: Path | None = None) -> None:
-    _import_meanwhile(END_OF_RUN_MODULES)
+    import_meanwhile = _ImportMeanwhile(END_OF_RUN_MODULES)
     for warning in SCRUBBER.take_warnings():
         say(f"warning: {warning}", err=True)
 
@@ -1004,7 +1013,12 @@ def _execute(runner: Any, fmt: str, total: int, output: Path | None = None) -> N
     with Progress(total, at_most=sequential) as progress, interruptible(
         runner.cancel, lambda: runner.store is not None
     ) as received:
-        runner.on_record = progress.update
+
+        def recorded(record: dict[str, Any]) -> None:
+            import_meanwhile()
+            progress.update(record)
+
+        runner.on_record = recorded
         # Where the run is, as soon as it exists: another terminal can follow or resume it.
         runner.on_start = lambda path: progress.say(f"run: {getattr(runner.store, 'where', path)}")
         runner.on_batches = progress.batches

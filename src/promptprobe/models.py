@@ -119,11 +119,11 @@ def url_problem(url: str) -> str | None:
         return str(exc)
     if not parts.hostname:
         return "it names no host"
-    import httpx  # the SDKs' own parser (httpx2) is httpx's: what it refuses, this refuses
+    import httpx2  # the SDKs' own URL parser: what it refuses, this refuses (and the SDK loads it anyway)
 
     try:
-        httpx.URL(url)
-    except (httpx.InvalidURL, ValueError) as exc:
+        httpx2.URL(url)
+    except (httpx2.InvalidURL, ValueError) as exc:
         return str(exc)
     return None
 

@@ -162,19 +162,33 @@ class GroupCommit:
             _append_synced(self.path / name, b"".join(pieces), self.file_mode)
 
 
+# How long the writer gathers lines before a group commit, and how many make it commit at once:
+# a kill loses at most what was gathered (the samples in flight, which --resume runs again).
+WRITER_LINGER = 0.02
+GROUP_LINES = 256
+
+
 class BackgroundWriter:
     """Writes a live run's lines on a thread of its own, everything queued meanwhile in one group
     commit: a worker hands its record over and goes on to its next call instead of waiting for
     the disk (the fsyncs and the writes hold no worker). A write that fails is raised to the next
     caller and at `flush`; the records it lost are handed to `on_lost` (no longer counted)."""
 
-    def __init__(self, commits: GroupCommit, on_lost: Callable[[list[dict[str, Any]]], None]) -> None:
+    def __init__(
+        self,
+        commits: GroupCommit,
+        on_lost: Callable[[list[dict[str, Any]]], None],
+        linger: float = WRITER_LINGER,
+    ) -> None:
         self.commits = commits
         self.on_lost = on_lost
+        self.linger = linger
         self.cond = threading.Condition()
         self.queue: list[tuple[str, bytes, dict[str, Any] | None]] = []
         self.error: StorageError | None = None
         self.busy = False
+        self.idle = False  # the writer waits for a first line to write
+        self.hurry = False  # a flush or stop waits: write what is queued without lingering
         self.stopping = False
         self.thread = threading.Thread(target=self._run, name="probe-writer", daemon=True)
         self.thread.start()
@@ -186,15 +200,22 @@ class BackgroundWriter:
             if self.stopping:
                 raise StoreClosed(name)
             self.queue.append((name, data, record))
-            self.cond.notify_all()
+            if self.idle:  # only a writer waiting for work is woken; one lingering gathers on
+                self.cond.notify_all()
 
     def _run(self) -> None:
         while True:
             with self.cond:
+                self.idle = True
                 while not self.queue and not self.stopping:
                     self.cond.wait()
+                self.idle = False
                 if not self.queue:
                     return
+                # Lines keep coming while calls return: gathering them a moment makes one commit
+                # (its fsyncs, its wake-ups) serve many samples instead of one or two.
+                if not (self.stopping or self.hurry) and len(self.queue) < GROUP_LINES:
+                    self.cond.wait(self.linger)
                 batch, self.queue = self.queue, []
                 self.busy = True
             try:
@@ -211,8 +232,11 @@ class BackgroundWriter:
     def flush(self) -> None:
         """Wait until everything handed over is written; raise the failure if one happened."""
         with self.cond:
+            self.hurry = True
+            self.cond.notify_all()
             while self.queue or self.busy:
                 self.cond.wait()
+            self.hurry = False
             if self.error is not None:
                 raise self.error
 
@@ -348,6 +372,11 @@ class RunStore:
             self.commits.append([(name, data)])
 
     def start_writer(self, on_lost: Callable[[list[dict[str, Any]]], None]) -> None:
+        previous = self.writer
+        if previous is not None:  # a sequential run's next round: the last round's lines first
+            previous.stop()
+            if previous.error is not None:
+                raise previous.error
         self.writer = BackgroundWriter(self.commits, on_lost)  # lines written by a thread of their own
 
     def flush_writes(self) -> None:
