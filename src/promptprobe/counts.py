@@ -893,9 +893,9 @@ class _Slot:
             derive = metric.outcome if overridden.intersection(metric.recompute_on) else None
             index = order.index(name)  # where its outcome sits in a pattern
             self.cells.append((cell, metric.higher_is_better, name, derive, metric.outcome, index))
-        # Where every metric of the case is a built-in one whose outcome was recorded as it stands,
-        # a sample's part in the cells and its pattern follow from those outcomes alone: the samples
-        # are tallied by them, and each distinct set is added once (flush), not sample by sample.
+        # Where every metric of the case keeps its recorded outcome (no setting changed for this
+        # report), a sample's part in the cells and its pattern follow from those outcomes alone:
+        # samples are tallied by them, and each distinct set is added once (flush), not one by one.
         names = [name for _, _, name, *_ in self.cells]
         self.recorded_of: Callable[[dict[str, Any]], tuple[Any, ...]] | None = None
         if all(derive is None for _, _, _, derive, *_ in self.cells):

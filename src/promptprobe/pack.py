@@ -71,6 +71,7 @@ class PackWriter:
         self.queued: list[bytes] = []  # index lines not yet written
         self.written: dict[str, tuple[str, int, int]] = {}  # this process's requests: pack, offset, bytes
         self.unwritten: dict[str, bytes] = {}  # requests placed since the last sync, by sample id
+        self.writing: dict[str, bytes] = {}  # those a sync is writing now
         self.broken: OSError | None = None  # a failed write: blobs placed after it have no bytes
 
     def _open(self, name: str) -> None:
@@ -113,7 +114,7 @@ class PackWriter:
     def placed(self, sample_id: str) -> bytes | None:
         """A request appended since the last sync (not in its pack yet), or None."""
         with self.lock:
-            return self.unwritten.get(sample_id)
+            return self.unwritten.get(sample_id) or self.writing.get(sample_id)
 
     def sync(self) -> None:
         """Packs written and to disk, then their index lines appended and to disk: an index line
@@ -125,7 +126,7 @@ class PackWriter:
             pending, self.pending = self.pending, {}
             retired, self.retired = self.retired, []
             lines, self.queued = self.queued, []
-            self.unwritten = {}
+            self.writing, self.unwritten = self.unwritten, {}
         for fd, blobs in pending.items():
             start = None
             try:
@@ -137,6 +138,8 @@ class PackWriter:
                 if start is not None:
                     os.ftruncate(fd, start)
                 raise
+        with self.lock:
+            self.writing = {}  # in their packs now: read from there
         for fd in pending:
             os.fdatasync(fd)
         for fd in retired:
