@@ -285,8 +285,9 @@ def test_the_index_reads_packs_in_blocks_as_the_raw_reader_reads_each_output(tmp
 
 def _columns(index) -> tuple:
     index.outputs.read_unread()
-    return (index.sample_ids, list(index.arm), list(index.case), list(index.state), index.fails,
-            index.applies, [index.texts[o] for o in index.output], index.offset)
+    found = index.columns
+    return (found.sample_ids, list(found.arm), list(found.case), list(found.state), found.fails,
+            found.applies, [index.texts[o] for o in found.output], index.offset)
 
 
 def test_the_index_fed_by_the_counting_pass_is_the_index_read_on_its_own(run, tmp_path):
@@ -314,7 +315,7 @@ def test_the_index_fed_by_the_counting_pass_is_the_index_read_on_its_own(run, tm
         assert _columns(followed) == _columns(alone) and followed.offset == samples.stat().st_size
 
     both_agree()
-    assert len(followed.sample_ids) == 7
+    assert len(followed.columns.sample_ids) == 7
     with samples.open("ab") as handle:  # the run grows
         handle.write(b"".join(lines[7:12]))
     both_agree()
@@ -323,7 +324,7 @@ def test_the_index_fed_by_the_counting_pass_is_the_index_read_on_its_own(run, tm
     with samples.open("ab") as handle:
         handle.write(b"\n" + b"".join(lines[12:]))
     both_agree(fed=False)
-    assert len(followed.sample_ids) == len(lines)
-    searched = {sid for sid, o in zip(followed.sample_ids, followed.output, strict=True)
+    assert len(followed.columns.sample_ids) == len(lines)
+    searched = {sid for sid, o in zip(followed.columns.sample_ids, followed.columns.output, strict=True)
                 if "reset link" in followed.texts[o]}
     assert searched == brute_force(run, "reset link")  # the same samples, without the blank line

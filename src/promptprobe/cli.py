@@ -988,6 +988,15 @@ class _ImportMeanwhile:
         self.modules = modules
         self.started = threading.Event()
 
+    def before(self, then: Callable[[dict[str, Any]], None]) -> Callable[[dict[str, Any]], None]:
+        """`then`, with the imports started the first time it is called."""
+
+        def call(record: dict[str, Any]) -> None:
+            self()
+            then(record)
+
+        return call
+
     def __call__(self) -> None:
         if not self.started.is_set():
             self.started.set()
@@ -1013,12 +1022,7 @@ def _execute(runner: Any, fmt: str, total: int, output: Path | None = None) -> N
     with Progress(total, at_most=sequential) as progress, interruptible(
         runner.cancel, lambda: runner.store is not None
     ) as received:
-
-        def recorded(record: dict[str, Any]) -> None:
-            import_meanwhile()
-            progress.update(record)
-
-        runner.on_record = recorded
+        runner.on_record = import_meanwhile.before(progress.update)
         # Where the run is, as soon as it exists: another terminal can follow or resume it.
         runner.on_start = lambda path: progress.say(f"run: {getattr(runner.store, 'where', path)}")
         runner.on_batches = progress.batches

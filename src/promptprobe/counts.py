@@ -594,7 +594,7 @@ class _Counter:
             )
             return False
         repeat = sample["repeat"]
-        if slot.seen_before(repeat):
+        if slot.repeats.seen_before(repeat):
             self.duplicates += 1
             if self.duplicates == 1:
                 warn(
@@ -626,7 +626,7 @@ class _Counter:
         """Every tallied sample added into the table's cells (before the table is read)."""
         applies = self.table.check_applies
         for slot in self.slots.values():
-            if slot.tallied:
+            if slot.tally:
                 slot.flush(applies)
 
     def finish(self) -> None:
@@ -786,7 +786,7 @@ def _count_range(
             counter.feed(sample, warnings.append)
     counter.flush()
     slots = counter.slots.items()
-    seen = [(key, bytes(slot.repeats), slot.odd) for key, slot in slots if slot.repeats or slot.odd]
+    seen = [(key, bytes(slot.repeats.bits), slot.repeats.odd) for key, slot in slots if slot.repeats]
     return _partial(counter.table), warnings, seen
 
 
@@ -821,7 +821,7 @@ def _count_in_parallel(
         for message in warnings:
             warn(message)
         for key, repeats, odd in seen:
-            twice = counter.slots[key].merge(repeats, odd) or twice
+            twice = counter.slots[key].repeats.merge(repeats, odd) or twice
     return not twice
 
 
@@ -857,6 +857,102 @@ def pricing(
     }
 
 
+def _add_outcomes(
+    cells: list[tuple[Any, ...]],
+    hits: tuple[Any, ...],
+    n: int,
+    applies: dict[str, dict[str, bool]],
+    case_id: str,
+    width: int,
+) -> tuple[int | None, ...]:
+    """Add `n` samples with these outcomes (one a cell) into the cells; their pattern (None where a
+    metric is outside them). A user's check that said None does not apply to them."""
+    pattern: list[int | None] = [None] * width
+    for (cell, _, name, *_, index), hit in zip(cells, hits, strict=True):
+        if name not in METRICS:
+            seen = applies.setdefault(name, {})
+            seen[case_id] = seen.get(case_id, False) or hit is not None
+            if hit is None:
+                continue
+        cell[1] += n
+        if hit:
+            cell[0] += n
+        pattern[index] = 1 if hit else 0
+    return tuple(pattern)
+
+
+class _Repeats:
+    """The repeats of one (arm, case) counted already, a bit each: a sample is counted once."""
+
+    def __init__(self) -> None:
+        self.bits = bytearray()
+        self.odd: set[int] = set()  # repeats too large for the bits
+
+    def __bool__(self) -> bool:
+        return bool(self.bits) or bool(self.odd)
+
+    def seen_before(self, repeat: int) -> bool:
+        """True when this repeat was counted already; else it is marked counted."""
+        if not 0 <= repeat < 1 << 24:
+            if repeat in self.odd:
+                return True
+            self.odd.add(repeat)
+            return False
+        bits, byte, bit = self.bits, repeat >> 3, 1 << (repeat & 7)
+        if byte >= len(bits):
+            bits.extend(bytes(byte + 1 - len(bits)))
+        elif bits[byte] & bit:
+            return True
+        bits[byte] |= bit
+        return False
+
+    def merge(self, bits: bytes, odd: set[int]) -> bool:
+        """Add what another process counted; True when a repeat was counted by both."""
+        mine, theirs = int.from_bytes(self.bits, "little"), int.from_bytes(bits, "little")
+        both = bool(mine & theirs) or bool(self.odd & odd)
+        self.bits = bytearray((mine | theirs).to_bytes(max(len(self.bits), len(bits)), "little"))
+        self.odd |= odd
+        return both
+
+
+class _Tally:
+    """Samples of one (arm, case) tallied by their recorded outcomes, where those alone decide their
+    part in the cells and their pattern (every metric keeps its recorded outcome: no setting
+    changed for this report): each distinct set is added once (`_add_outcomes`), not one by one."""
+
+    def __init__(self, cells: list[tuple[Any, ...]]) -> None:
+        names = [name for _, _, name, *_ in cells]
+        self.recorded_of: Callable[[dict[str, Any]], tuple[Any, ...]] | None = None
+        if all(derive is None for _, _, _, derive, *_ in cells):
+            if len(names) > 1:
+                self.recorded_of = itemgetter(*names)
+            else:  # itemgetter of one name gives the value, not a tuple
+                self.recorded_of = lambda recorded: tuple(recorded[name] for name in names)
+        self.tallied: dict[tuple[Any, ...], int] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self.tallied)
+
+    def outcomes_of(self, recorded: Any) -> tuple[Any, ...] | None:
+        """The sample's recorded outcomes, one a cell, when they alone decide its part (else None)."""
+        if self.recorded_of is None or recorded is None:
+            return None
+        try:
+            outcomes = self.recorded_of(recorded)
+            hash(outcomes)
+        except (KeyError, TypeError):  # an outcome not recorded, or not a plain value: worked out
+            return None
+        return outcomes
+
+    def add(self, outcomes: tuple[Any, ...]) -> None:
+        self.tallied[outcomes] = self.tallied.get(outcomes, 0) + 1
+
+    def drain(self) -> list[tuple[tuple[Any, ...], int]]:
+        """The tallied outcomes with their counts, the tally emptied."""
+        tallied, self.tallied = self.tallied, {}
+        return list(tallied.items())
+
+
 class _Slot:
     """One (arm, case): where its samples are counted, with the metrics that apply to the case."""
 
@@ -885,78 +981,29 @@ class _Slot:
         self.width = len(order)
         self.price = price
         self.cells = []
-        self.repeats = bytearray()  # a bit per repeat counted already: a sample is counted once
-        self.odd: set[int] = set()  # repeats too large for the bits
+        self.repeats = _Repeats()
         for name, metric in metrics:
             cell = arm.metrics[name].setdefault(case.id, [0, 0, 0])
             # The recorded outcome stands unless a setting it depends on is changed for this report.
             derive = metric.outcome if overridden.intersection(metric.recompute_on) else None
             index = order.index(name)  # where its outcome sits in a pattern
             self.cells.append((cell, metric.higher_is_better, name, derive, metric.outcome, index))
-        # Where every metric of the case keeps its recorded outcome (no setting changed for this
-        # report), a sample's part in the cells and its pattern follow from those outcomes alone:
-        # samples are tallied by them, and each distinct set is added once (flush), not one by one.
-        names = [name for _, _, name, *_ in self.cells]
-        self.recorded_of: Callable[[dict[str, Any]], tuple[Any, ...]] | None = None
-        if all(derive is None for _, _, _, derive, *_ in self.cells):
-            if len(names) > 1:
-                self.recorded_of = itemgetter(*names)
-            else:  # itemgetter of one name gives the value, not a tuple
-                self.recorded_of = lambda recorded: tuple(recorded[name] for name in names)
-        self.tallied: dict[tuple[Any, ...], int] = {}
-
-    def _recorded(self, recorded: Any) -> tuple[Any, ...] | None:
-        """The sample's recorded outcomes, one a cell, when they alone decide its part (else None)."""
-        if self.recorded_of is None or recorded is None:
-            return None
-        try:
-            outcomes = self.recorded_of(recorded)
-            hash(outcomes)
-        except (KeyError, TypeError):  # an outcome not recorded, or not a plain value: worked out
-            return None
-        return outcomes
+        self.tally = _Tally(self.cells)
 
     def flush(self, applies: dict[str, dict[str, bool]]) -> None:
-        """Add the tallied samples into the cells and the patterns (as count() adds one)."""
-        tallied, self.tallied = self.tallied, {}
-        case_id = self.case.id
-        for outcomes, n in tallied.items():
-            pattern: list[int | None] = [None] * self.width
-            for (cell, _, name, *_, index), hit in zip(self.cells, outcomes, strict=True):
-                if name not in METRICS:
-                    seen = applies.setdefault(name, {})
-                    seen[case_id] = seen.get(case_id, False) or hit is not None
-                    if hit is None:
-                        continue  # a user's check said it does not apply to these samples
-                cell[1] += n
-                if hit:
-                    cell[0] += n
-                pattern[index] = 1 if hit else 0
-            self.patterns[tuple(pattern)] += n
+        """Add the tallied samples into the cells and the patterns."""
+        for outcomes, n in self.tally.drain():
+            self.patterns[_add_outcomes(self.cells, outcomes, n, applies, self.case.id, self.width)] += n
 
-    def seen_before(self, repeat: int) -> bool:
-        """True when this repeat was counted already; else it is marked counted."""
-        if not 0 <= repeat < 1 << 24:
-            if repeat in self.odd:
-                return True
-            self.odd.add(repeat)
-            return False
-        bits, byte, bit = self.repeats, repeat >> 3, 1 << (repeat & 7)
-        if byte >= len(bits):
-            bits.extend(bytes(byte + 1 - len(bits)))
-        elif bits[byte] & bit:
-            return True
-        bits[byte] |= bit
-        return False
-
-    def merge(self, repeats: bytes, odd: set[int]) -> bool:
-        """Add what another process counted; True when a repeat was counted by both."""
-        mine, theirs = int.from_bytes(self.repeats, "little"), int.from_bytes(repeats, "little")
-        both = bool(mine & theirs) or bool(self.odd & odd)
-        merged = mine | theirs
-        self.repeats = bytearray(merged.to_bytes(max(len(self.repeats), len(repeats)), "little"))
-        self.odd |= odd
-        return both
+    def _hit(
+        self, sample: dict[str, Any], recorded: Any, settings: CheckSettings, cell: tuple[Any, ...]
+    ) -> Any:
+        """The sample's outcome on one cell's metric: as recorded, or derived (changed settings, or
+        a run recorded before outcomes were kept)."""
+        _, _, name, derive, outcome, _ = cell
+        if derive is not None or recorded is None or name not in recorded:
+            return (derive or outcome)(sample, self.case, settings)
+        return recorded[name]
 
     def count(
         self, sample: dict[str, Any], settings: CheckSettings, applies: dict[str, dict[str, bool]]
@@ -964,11 +1011,9 @@ class _Slot:
         arm = self.arm
         arm.samples += 1
         error = sample.get("error")
-        # This sample's outcome on every metric (None where it is outside the metric): its pattern
-        # (None: its recorded outcomes are tallied, and the pattern added with them).
-        pattern: list[int | None] | None = None
         if error:
-            pattern = [None] * self.width
+            # This sample's outcome on every metric (None where it is outside the metric): its pattern.
+            pattern: list[int | None] = [None] * self.width
             arm.errors += 1
             arm.error_kinds[error["kind"]] += 1
             self.headers["errors"] += 1
@@ -985,33 +1030,18 @@ class _Slot:
                 if not higher_is_better:
                     cell[0] += 1
                 pattern[index] = 0 if higher_is_better else 1
+            self.patterns[tuple(pattern)] += 1
         else:
             header = sample.get("header")
             self.headers[header["header"] if header else "errors"] += 1
-            case = self.case
             recorded = sample.get("outcomes")
             failed_checks = (sample.get("checks") or {}).get("user_errors")
-            outcomes = None if failed_checks else self._recorded(recorded)
+            outcomes = None if failed_checks else self.tally.outcomes_of(recorded)
             if outcomes is not None:
-                self.tallied[outcomes] = self.tallied.get(outcomes, 0) + 1
-                pattern = None
+                self.tally.add(outcomes)
             else:
-                pattern = [None] * self.width
-            for cell, _, name, derive, outcome, index in self.cells if outcomes is None else ():
-                if derive is not None or recorded is None or name not in recorded:
-                    # Changed settings, or a run recorded before outcomes were kept: derive it.
-                    hit = (derive or outcome)(sample, case, settings)
-                else:
-                    hit = recorded[name]
-                if name not in METRICS:
-                    seen = applies.setdefault(name, {})
-                    seen[case.id] = seen.get(case.id, False) or hit is not None
-                    if hit is None:
-                        continue  # a user's check said it does not apply to this sample
-                cell[1] += 1
-                if hit:
-                    cell[0] += 1
-                pattern[index] = 1 if hit else 0
+                hits = tuple(self._hit(sample, recorded, settings, cell) for cell in self.cells)
+                self.patterns[_add_outcomes(self.cells, hits, 1, applies, self.case.id, self.width)] += 1
             if failed_checks:
                 # A check of yours that failed on this sample: an error of that metric only.
                 for cell, _, name, *_ in self.cells:
@@ -1023,8 +1053,6 @@ class _Slot:
             latency = sample.get("latency_ms")
             if latency is not None:
                 arm.latencies.append(latency)
-        if pattern is not None:
-            self.patterns[tuple(pattern)] += 1
         response = sample.get("response")
         usage = response.get("usage") if response else None
         batched = sample.get("via") == "batch"

@@ -142,13 +142,8 @@ class RunsDir:
             raise InputError(f"{run_id}: no such run")
         with self.lock:
             live = self.live.get(run_id)
-            if live is not None and live.run_dir == path:
-                self.live.move_to_end(run_id)
-                return live
-        follower = self.follower_for(self, run_id, path) if self.follower_for else None
-        with self.lock:
-            live = self.live.get(run_id)
             if live is None or live.run_dir != path:
+                follower = self.follower_for(self, run_id, path) if self.follower_for else None
                 live = self.live[run_id] = LiveCounts(path, follower)
             self.live.move_to_end(run_id)
             while len(self.live) > MAX_LIVE:

@@ -109,19 +109,13 @@ class DistinctOutputs:
             os.close(fd)
 
 
-class SearchIndex:
-    """The samples of one run, as the filters and the text search need them: read by `update`,
-    or given record by record by the run's counting pass (`take`, as its follower)."""
+class SampleColumns:
+    """Per sample of a run, the few numbers the filters need: arm, case, header class, which
+    distinct output, which metrics apply and which it fails (worked out once per case and set of
+    recorded outcomes)."""
 
-    def __init__(self, run: Path) -> None:
-        self.run = Path(run)
-        self.lock = threading.RLock()
-        self.counts: CountsTable | None = None
-        self.offset = 0
-        self.detached = False  # no longer kept by the viewer: what the counting gives is dropped
-
-    def _start(self, counts: CountsTable) -> None:
-        self.counts = counts
+    def __init__(self, counts: CountsTable) -> None:
+        self.counts = counts  # the table whose settings decide the outcomes (the newest given)
         self.metric_names = list(counts.metrics)
         self.case_ids = counts.case_order
         self.case_index = {c: i for i, c in enumerate(self.case_ids)}
@@ -133,11 +127,6 @@ class SearchIndex:
         self.output = array("i")  # index into the distinct outputs
         self.fails: list[int] = []  # bit i: fails metric i
         self.applies: list[int] = []  # bit i: metric i applies
-        self.outputs = DistinctOutputs(self.run)
-        self.line: tuple[int, int] | None = None  # the line of the record being indexed
-        self.offset = 0
-        self.classification = counts.classification
-        self.built: tuple[int, int] | None = None  # a reclassified run: (classification, size) indexed
         self.applicable = self._applicable(counts)
         # A sample whose outcomes were recorded with it (every metric that applies) has the bits
         # of any other sample of its case with the same recorded outcomes: worked out once.
@@ -157,6 +146,68 @@ class SearchIndex:
             applicable[case_id] = (metrics, itemgetter(*names) if names else (lambda recorded: ()))
         return applicable
 
+    def add(self, record: dict[str, Any], outputs: DistinctOutputs, line: tuple[int, int] | None) -> None:
+        """One record's numbers (of no arm or case of the run: left out)."""
+        arm = self.arm_index.get((record.get("prompt"), record.get("model")))
+        case_id = record.get("case_id")
+        case_at = self.case_index.get(case_id)
+        if arm is None or case_at is None or "sample_id" not in record:
+            return
+        error = record.get("error")
+        metrics, recorded_of = self.applicable[case_id]
+        try:
+            key: Any = (case_id, not error, recorded_of(record.get("outcomes")))
+            bits = self.memo.get(key)
+        except (KeyError, TypeError):  # not every outcome recorded (or not as a value): work out
+            key = bits = None
+        if bits is None:
+            bits = self._bits(record, metrics)
+            if key is not None:
+                self.memo[key] = bits
+        state = "error" if error else (record.get("header") or {}).get("header")
+        self.sample_ids.append(record["sample_id"])
+        self.arm.append(arm)
+        self.case.append(case_at)
+        self.state.append(STATES.get(state, -1))
+        self.output.append(outputs.add(record, line))
+        self.fails.append(bits[0])
+        self.applies.append(bits[1])
+
+    def _bits(self, record: dict[str, Any], metrics: list[tuple[int, str, Any]]) -> tuple[int, int]:
+        """(which metrics the sample fails, which apply to it), one bit a metric."""
+        counts = self.counts
+        case = counts.cases[record["case_id"]]
+        fails = applies = 0
+        for bit, name, metric in metrics:
+            value = outcome(name, metric, record, case, counts.settings, counts.check_applies)
+            if value is not None:
+                applies |= bit
+                if failed(metric, value):
+                    fails |= bit
+        return fails, applies
+
+
+class SearchIndex:
+    """The samples of one run, as the filters and the text search need them (`columns`, and the
+    distinct `outputs`): read by `update`, or given record by record by the run's counting pass
+    (`take`, as its follower)."""
+
+    def __init__(self, run: Path) -> None:
+        self.run = Path(run)
+        self.lock = threading.RLock()
+        self.counts: CountsTable | None = None
+        self.offset = 0
+        self.detached = False  # no longer kept by the viewer: what the counting gives is dropped
+
+    def _start(self, counts: CountsTable) -> None:
+        self.counts = counts
+        self.columns = SampleColumns(counts)
+        self.outputs = DistinctOutputs(self.run)
+        self.line: tuple[int, int] | None = None  # the line of the record being indexed
+        self.offset = 0
+        self.classification = counts.classification
+        self.built: tuple[int, int] | None = None  # a reclassified run: (classification, size) indexed
+
     def restart(self, counts: CountsTable) -> None:
         """The run's counting starts over (from its first line): so does the index."""
         with self.lock:
@@ -172,7 +223,7 @@ class SearchIndex:
                 return
             self.offset = start + length
             self.line = (start, length)
-            self._add(record)
+            self.columns.add(record, self.outputs, self.line)
 
     def update(self, counts: CountsTable, limit: int | None = None, wait: bool = True) -> int:
         """Index what was appended since the last update, at most `limit` samples of it this time
@@ -199,11 +250,12 @@ class SearchIndex:
                     self._feed(merged_samples(self.run, counts.classification, lambda message: None))
                     self.outputs.read_unread()
                     self.built = (counts.classification, size)
-                self.counts = counts
+                self.counts = self.columns.counts = counts
                 return 0
-            if self.classification is not None or size < self.offset or counts.case_order != self.case_ids:
+            started_over = counts.case_order != self.columns.case_ids or size < self.offset
+            if self.classification is not None or started_over:
                 self._start(counts)
-            self.counts = counts
+            self.counts = self.columns.counts = counts
             if size > self.offset:
                 with open(path, "rb") as handle:
                     handle.seek(self.offset)
@@ -233,47 +285,7 @@ class SearchIndex:
 
     def _feed(self, records: Iterable[dict[str, Any]]) -> None:
         for record in records:
-            self._add(record)
-
-    def _add(self, record: dict[str, Any]) -> None:
-        """Index one record (of no arm or case of the run: left out)."""
-        arm = self.arm_index.get((record.get("prompt"), record.get("model")))
-        case_id = record.get("case_id")
-        case_at = self.case_index.get(case_id)
-        if arm is None or case_at is None or "sample_id" not in record:
-            return
-        error = record.get("error")
-        metrics, recorded_of = self.applicable[case_id]
-        try:
-            key: Any = (case_id, not error, recorded_of(record.get("outcomes")))
-            bits = self.memo.get(key)
-        except (KeyError, TypeError):  # not every outcome recorded (or not as a value): work out
-            key = bits = None
-        if bits is None:
-            bits = self._bits(record, metrics)
-            if key is not None:
-                self.memo[key] = bits
-        state = "error" if error else (record.get("header") or {}).get("header")
-        self.sample_ids.append(record["sample_id"])
-        self.arm.append(arm)
-        self.case.append(case_at)
-        self.state.append(STATES.get(state, -1))
-        self.output.append(self.outputs.add(record, self.line))
-        self.fails.append(bits[0])
-        self.applies.append(bits[1])
-
-    def _bits(self, record: dict[str, Any], metrics: list[tuple[int, str, Any]]) -> tuple[int, int]:
-        """(which metrics the sample fails, which apply to it), one bit a metric."""
-        counts = self.counts
-        case = counts.cases[record["case_id"]]
-        fails = applies = 0
-        for bit, name, metric in metrics:
-            value = outcome(name, metric, record, case, counts.settings, counts.check_applies)
-            if value is not None:
-                applies |= bit
-                if failed(metric, value):
-                    fails |= bit
-        return fails, applies
+            self.columns.add(record, self.outputs, self.line)
 
     @property
     def texts(self) -> list[str]:
@@ -284,7 +296,7 @@ class SearchIndex:
 
 
 def _case_text(index: SearchIndex, at: int) -> str:
-    case_id = index.case_ids[at]
+    case_id = index.columns.case_ids[at]
     return fold(case_id + "\n" + index.counts.cases[case_id].question)
 
 
@@ -304,37 +316,39 @@ def matching(index: SearchIndex, filters: dict[str, Any]) -> np.ndarray:
     """The positions of the samples that pass every filter, in recorded order (the caller
     holds the lock); the filters are applied to whole columns at once."""
     words = fold(filters.get("q") or "").strip()
-    cases = np.ones(len(index.case_ids), dtype=bool)
+    cases = np.ones(len(index.columns.case_ids), dtype=bool)
     if filters.get("tag"):
         tag = filters["tag"]
-        cases[:] = [tag in index.counts.cases[case_id].tags for case_id in index.case_ids]
-    case = _column(index.case)
+        cases[:] = [tag in index.counts.cases[case_id].tags for case_id in index.columns.case_ids]
+    case = _column(index.columns.case)
     keep = cases[case]
     if filters.get("arm") is not None:
-        keep &= _column(index.arm) == filters["arm"] - 1
+        keep &= _column(index.columns.arm) == filters["arm"] - 1
     if filters.get("header"):
-        keep &= _column(index.state) == HEADER_CLASSES.index(filters["header"])
-    bit = (1 << index.metric_names.index(filters["metric"])) if filters.get("metric") else 0
+        keep &= _column(index.columns.state) == HEADER_CLASSES.index(filters["header"])
+    bit = (1 << index.columns.metric_names.index(filters["metric"])) if filters.get("metric") else 0
     if bit:
-        keep &= _flags(index.applies, bit)
+        keep &= _flags(index.columns.applies, bit)
     if filters.get("failing"):
-        keep &= _flags(index.fails, bit)
+        keep &= _flags(index.columns.fails, bit)
     if words:
         questions = np.array(
-            [bool(cases[i]) and words in _case_text(index, i) for i in range(len(index.case_ids))], dtype=bool
+            [bool(cases[i]) and words in _case_text(index, i) for i in range(len(index.columns.case_ids))],
+            dtype=bool,
         )
         texts = np.fromiter((words in text for text in index.texts), dtype=bool, count=len(index.texts))
-        keep &= texts[_column(index.output)] | questions[case]
+        keep &= texts[_column(index.columns.output)] | questions[case]
     return np.flatnonzero(keep)
 
 
 def _dims(index: SearchIndex) -> tuple[int, int, int]:
-    return max(1, len(index.case_ids)), max(1, len(index.arm_index)), max(1, len(index.texts))
+    return max(1, len(index.columns.case_ids)), max(1, len(index.columns.arm_index)), max(1, len(index.texts))
 
 
 def _group_keys(index: SearchIndex, positions: np.ndarray) -> np.ndarray:
     """Each matching sample's (case, arm, identical output) as one number, ordered as the tuple."""
-    columns = tuple(_column(values)[positions] for values in (index.case, index.arm, index.output))
+    found = index.columns
+    columns = tuple(_column(values)[positions] for values in (found.case, found.arm, found.output))
     return np.ravel_multi_index(columns, _dims(index))
 
 
@@ -361,9 +375,9 @@ def _sample_ids(
         return found
     wanted = np.ravel_multi_index(tuple(np.array(column) for column in zip(*keys, strict=True)), _dims(index))
     for i in positions[np.isin(_group_keys(index, positions), wanted)].tolist():
-        ids = found[(index.case[i], index.arm[i], index.output[i])]
+        ids = found[(index.columns.case[i], index.columns.arm[i], index.columns.output[i])]
         if len(ids) < SAMPLE_IDS_PER_GROUP:
-            ids.append(index.sample_ids[i])
+            ids.append(index.columns.sample_ids[i])
     return found
 
 
@@ -381,7 +395,7 @@ def _shown(
     error = first.get("error")
     header = first.get("header") or {}
     raw = first.get("raw") or {}
-    case_id = index.case_ids[case_at]
+    case_id = index.columns.case_ids[case_at]
     shaped = {
         "count": count,
         "header": "error" if error else header.get("header", "?"),
@@ -424,9 +438,9 @@ def search_view(
         "choices": {
             "headers": list(HEADER_CLASSES),
             "tags": sorted({tag for case in counts.probeset.cases for tag in case.tags}),
-            "metrics": index.metric_names,
+            "metrics": index.columns.metric_names,
         },
-        "indexed": {"samples": len(index.sample_ids), "distinct_outputs": len(index.texts)},
+        "indexed": {"samples": len(index.columns.sample_ids), "distinct_outputs": len(index.texts)},
         "matched": {"samples": int(len(positions)), "groups": len(groups)},
         "page": page,
         "pages": pages,
