@@ -1,5 +1,6 @@
 import json
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -10,6 +11,12 @@ sys.path.insert(0, str(Path(__file__).parent))
 from servers import LocalServer, Reply, Request  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
+
+# A test runner started with Ctrl-C ignored (a background job of a non-interactive shell, nohup)
+# would pass the ignoring on to every probe a test starts, and a probe keeps ignoring Ctrl-C
+# then: the tests that press Ctrl-C need it to arrive. (Those that test the ignoring set it.)
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 PASSAGES = {
     "default": [

@@ -141,7 +141,7 @@ def test_a_trickling_reply_meets_the_deadline(tmp_path, stream):
         elapsed = time.monotonic() - started
     assert sample["error"]["kind"] == "timeout"
     assert "no complete reply within 1 s" in sample["error"]["message"]
-    assert elapsed < 4  # the reply alone would take 25 s
+    assert elapsed < 12  # the reply alone would take 25 s (room for a loaded machine)
 
 
 def test_a_connection_reset_mid_stream_is_retried(tmp_path):
@@ -166,19 +166,36 @@ def test_every_attempt_is_logged_with_status_request_id_and_body(tmp_path):
 
 
 @pytest.mark.parametrize("header,low,high", [
-    ({"retry-after": "HTTP-DATE"}, 1.5, 4.5),  # a date (one-second resolution), honoured
     ({"retry-after-ms": "1500"}, 1.5, 2.0),
     ({"retry-after": "2"}, 2.0, 2.7),
 ])
 def test_retry_after_in_each_form(tmp_path, header, low, high):
-    if header.get("retry-after") == "HTTP-DATE":
-        header = {"retry-after": formatdate(time.time() + 3, usegmt=True)}
     waits: list[float] = []
     with LocalServer(scripted(Reply(status=429, body=b"{}", headers=header), Reply("[[ANSWER]]\nok"))) as server:
         _, (sample,) = probe(tmp_path, server, waits=waits)
     assert sample["error"] is None
     # The endpoint pauses for the wait, plus at most 10% jitter and a stagger of up to a fifth.
     assert len(waits) == 1 and low <= waits[0] <= high
+
+
+def test_retry_after_as_an_http_date_waits_until_that_date(tmp_path):
+    date = int(time.time()) + 20  # whole seconds: the header's resolution
+    answered: list[float] = []
+
+    def responder(request):
+        answered.append(time.time())
+        if len(answered) == 1:
+            return Reply(status=429, body=b"{}", headers={"retry-after": formatdate(date, usegmt=True)})
+        return Reply("[[ANSWER]]\nok")
+
+    waits: list[float] = []
+    with LocalServer(responder) as server:
+        _, (sample,) = probe(tmp_path, server, waits=waits)
+    ended = time.time()
+    assert sample["error"] is None and len(waits) == 1
+    # Read between the 429 going out and the run's end, whatever the machine's load made of that
+    # time; the jitter adds at most 10%, the endpoint's stagger at most a fifth.
+    assert date - ended <= waits[0] <= (date - answered[0]) * 1.1 * 1.2
 
 
 def test_max_retry_wait_caps_a_long_retry_after(tmp_path):
@@ -332,7 +349,7 @@ def test_a_hanging_server_meets_the_timeout(tmp_path):
         started = time.monotonic()
         _, (sample,) = probe(tmp_path, server, max_attempts=1, params=GenerationParams(timeout=1.0))
         elapsed = time.monotonic() - started
-    assert sample["error"]["kind"] == "timeout" and elapsed < 5
+    assert sample["error"]["kind"] == "timeout" and elapsed < 15  # the reply would take 30 s
 
 
 @pytest.mark.parametrize("fault", ["hangs", "resets mid-stream"])
@@ -357,10 +374,13 @@ def test_rpm_spaces_the_calls_of_a_provider(tmp_path):
         times.append(time.monotonic())
         return Reply("[[ANSWER]]\nok")
 
+    started = time.monotonic()
     with LocalServer(responder) as server:
         probe(tmp_path, server, cases=4, concurrency=4, rpm=120, sleep=None)  # one call every 0.5 s
-    gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
-    assert len(times) == 4 and min(gaps) >= 0.45
+    # The k-th call may go out no earlier than k half-seconds after the start; a loaded machine
+    # only delays a call (two arrivals may then come closer than 0.5 s), never brings one forward.
+    assert len(times) == 4
+    assert all(arrived - started >= 0.5 * k for k, arrived in enumerate(sorted(times)))
 
 
 def test_a_spent_rate_limit_budget_pauses_until_its_reset(tmp_path):

@@ -80,7 +80,8 @@ def test_response_headers_trickled_a_byte_a_second_stop_at_the_deadline(tmp_path
             max_attempts=1,
             params=GenerationParams(timeout=2.0),
         )
-    assert samples[0]["latency_ms"] < (2.0 + 1) * 1000  # the whole attempt, headers and all
+    # The whole attempt, headers and all (a byte a second, the headers alone would take minutes).
+    assert samples[0]["latency_ms"] < (2.0 + 10) * 1000
     assert samples[0]["error"]["kind"] == "timeout" and "within 2 s" in samples[0]["error"]["message"]
 
 
@@ -98,7 +99,7 @@ def test_an_http_retrieval_trickled_a_byte_a_second_stops_at_its_timeout(tmp_pat
         started = time.monotonic()
         with pytest.raises(RetrievalError, match="no complete reply within 1.5 s"):
             retriever.retrieve("q", [])
-        assert time.monotonic() - started < 1.5 + 1
+        assert time.monotonic() - started < 1.5 + 10  # the whole reply would trickle for minutes
 
 
 # -- replies the SDK accepts but that are not answers -----------------------------------------------

@@ -467,6 +467,31 @@ def test_probe_view_serves_until_interrupted(runs):
     assert process.returncode == 130 and err.strip() == "interrupted", err  # Ctrl-C, as for every command
 
 
+def test_probe_view_started_with_ctrl_c_ignored_keeps_ignoring_it_and_stops_on_sigterm(runs):
+    import signal
+    import subprocess
+    import sys
+
+    import httpx
+
+    folder, ab, _ = runs
+    probe = str(Path(sys.executable).parent / "probe")
+    process = subprocess.Popen(
+        [probe, "view", str(folder), "--port", "0"], stderr=subprocess.PIPE, text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),  # like `nohup probe view &`
+    )
+    try:
+        url = re.search(r"at (http://127\.0\.0\.1:\d+/)", process.stderr.readline()).group(1)
+        process.send_signal(signal.SIGINT)
+        # Still serving after the ignored Ctrl-C (uvicorn alone would have caught it and stopped).
+        assert httpx.get(f"{url}runs/{ab}.json").json()["report"]["recorded"] == 24
+        assert process.poll() is None
+    finally:
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=30)
+    assert process.returncode == 143 and err.strip() == "interrupted", err
+
+
 def _is_json(data: bytes) -> bool:
     try:
         json.loads(data)

@@ -1773,7 +1773,8 @@ def view(runs_folder: Path | None, port: int, host: str, allow_hosts: tuple[str,
     ./runs): the runs (live while written), each run's verdicts, rates and case x arm grid, one
     case's outputs grouped by identical text, any two arms side by side with the cases where one
     fails and the other passes first, why phrases as filters, and incident files. Every page is
-    also JSON at its address plus .json. Ctrl-C stops it (exit 130, as for every command)."""
+    also JSON at its address plus .json. Ctrl-C stops it (exit 130, as for every command; 143 for
+    SIGTERM); started with Ctrl-C ignored (nohup, a background job), it keeps ignoring it."""
     try:
         import uvicorn  # noqa: F401
     except ImportError:
@@ -1790,11 +1791,14 @@ def view(runs_folder: Path | None, port: int, host: str, allow_hosts: tuple[str,
         say(f"probe view: {folder} at {url} (read-only; Ctrl-C stops it)", err=True)
 
     try:
-        serve(
+        stopped_by = serve(
             folder, host, port, on_ready=ready, allow_hosts=allow_hosts, on_exposed=lambda s: say(s, err=True)
         )
     except OSError as exc:
         raise StartError(f"cannot listen on {host}:{port} ({exc.strerror or exc})") from None
+    if stopped_by is not None:
+        say("interrupted", err=True)
+        sys.exit(128 + stopped_by)
 
 
 # -- runs -----------------------------------------------------------------------------------

@@ -40,14 +40,16 @@ class Listening:
     """A viewer bound to its address, not serving yet: its URL, the Host names it answers and, when
     it listens beyond loopback, the sentence that says what that exposes."""
 
-    server: Any  # uvicorn.Server
+    server: Any  # viewer.server.ViewerServer
     sock: socket.socket
     url: str
     hosts: list[str]
     exposed: str | None
 
-    def run(self) -> None:
+    def run(self) -> int | None:
+        """Serve until stopped; the signal that stopped it (None when none did)."""
         self.server.run(sockets=[self.sock])
+        return self.server.stopped_by
 
 
 def host_names(host: str, address: str, allow: Sequence[str] = ()) -> list[str]:
@@ -94,6 +96,7 @@ def listen(
     import uvicorn
 
     from .app import create_app
+    from .server import ViewerServer
 
     for name in allow_hosts:
         checked_name(name)  # before anything listens
@@ -105,7 +108,7 @@ def listen(
     # rebound to another machine, a DNS name can (so only the names allowed are answered).
     any_ip = not ipaddress.ip_address(bound[0]).is_loopback
     app = create_app(runs_dir, hosts=hosts, port=bound[1], any_ip=any_ip)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+    server = ViewerServer(uvicorn.Config(app, log_level="warning", lifespan="on"))
     url = f"http://{shown}:{bound[1]}/"
     return Listening(server, sock, url, hosts, exposure(bound[0], bound[1], Path(runs_dir), hosts))
 
@@ -117,13 +120,13 @@ def serve(
     on_ready: Callable[[str], None] | None = None,
     allow_hosts: Sequence[str] = (),
     on_exposed: Callable[[str], None] | None = None,
-) -> None:
-    """Serve the viewer until interrupted (uvicorn); `on_exposed(sentence)` is called when it
-    listens beyond loopback and `on_ready(url)` once it listens (a port that cannot be had raises
-    OSError before anything is served)."""
+) -> int | None:
+    """Serve the viewer until interrupted (uvicorn) and return the signal that stopped it;
+    `on_exposed(sentence)` is called when it listens beyond loopback and `on_ready(url)` once it
+    listens (a port that cannot be had raises OSError before anything is served)."""
     listening = listen(runs_dir, host, port, allow_hosts)
     if listening.exposed and on_exposed is not None:
         on_exposed(listening.exposed)
     if on_ready is not None:
         on_ready(listening.url)
-    listening.run()
+    return listening.run()
