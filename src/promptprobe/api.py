@@ -418,21 +418,15 @@ def run(
     folder = arguments.runs_location("runs_dir", runs_dir)
     if retrieval is not None and retrieval != "none":
         raise InputError(f"retrieval={retrieval!r}: the only choice is 'none'; the config says how otherwise")
-    repeats = arguments.run_number("repeats", repeats)
-    concurrency = arguments.run_number("concurrency", concurrency)
-    max_tokens = arguments.run_number("max_tokens", max_tokens)
-    temperature = arguments.run_number("temperature", temperature)
-    seed = arguments.run_number("seed", seed)
-    poll_interval = arguments.run_number("poll_interval", poll_interval)
-    until_decided = bool(arguments.flag("until_decided", until_decided))
+    numbers = {
+        name: arguments.run_number(name, value)
+        for name, value in (("repeats", repeats), ("concurrency", concurrency), ("max_tokens", max_tokens),
+                            ("temperature", temperature), ("seed", seed), ("poll_interval", poll_interval))
+    }
+    rule = _sequential_rule(until_decided, metric, alpha, detect)
     batch = arguments.flag("batch", batch, optional=True)
     cache = arguments.flag("cache", cache, optional=True)
     arguments.number("max_cost", max_cost, 0, unit="USD", optional=True)
-    arguments.metric_names("metric", metric)
-    if not isinstance(metric, str):
-        raise InputError(f"metric={metric!r}: the metric until_decided decides on (one name)")
-    arguments.number("alpha", alpha, 0, 0.5, low_open=True)
-    arguments.number("detect", detect, 0, 100, low_open=True, unit="points")
     target = with_retrieval(load_config(config_path), retrieval)
     loaded = load_probeset(probeset_path)
     precedence = Precedence.of(target, loaded, given_as="argument")
@@ -440,27 +434,36 @@ def run(
         target.run,
         location(folder, target.run.runs_dir, target.base_dir),
         precedence=precedence,
-        repeats=repeats,
-        max_tokens=max_tokens,
-        temperature=temperature,
-        seed=seed,
         cache=cache,
-        concurrency=concurrency,
         batch=batch,
-        poll_interval=poll_interval,
         max_cost=max_cost,
+        **numbers,
     )
     specs = target.models_for(specs_given)
     options.settings["models"] = models_setting(specs_given, specs, precedence)
     versions = [load_prompt(p) for p in prompt_files]
-    if until_decided:
-        from .engine.sequential import SequentialRule, SequentialRun
+    if rule is not None:
+        from .engine.sequential import SequentialRun
 
-        rule = SequentialRule(metric=metric, alpha=alpha, detect=detect / 100)
         runner: Any = SequentialRun.new(loaded, versions, specs, target, options, rule)
     else:
         runner = ProbeRun(loaded, versions, specs, target, options)
     return RunResult.of(runner.execute())
+
+
+def _sequential_rule(until_decided: Any, metric: Any, alpha: Any, detect: Any) -> Any:
+    """The rule `until_decided` runs by (its arguments checked either way); None without it."""
+    until_decided = bool(arguments.flag("until_decided", until_decided))
+    arguments.metric_names("metric", metric)
+    if not isinstance(metric, str):
+        raise InputError(f"metric={metric!r}: the metric until_decided decides on (one name)")
+    arguments.number("alpha", alpha, 0, 0.5, low_open=True)
+    arguments.number("detect", detect, 0, 100, low_open=True, unit="points")
+    if not until_decided:
+        return None
+    from .engine.sequential import SequentialRule
+
+    return SequentialRule(metric=metric, alpha=alpha, detect=detect / 100)
 
 
 __all__ = ["Comparison", "Plan", "Report", "Run", "RunResult", "compare", "load", "plan", "report", "run"]

@@ -86,6 +86,40 @@ def _same(
     return False
 
 
+def _classified(
+    checks: list[Any], view: SampleView, sample: dict[str, Any], settings: CheckSettings
+) -> dict[str, Any]:
+    """The sample's line of a classification: its header, checks and outcomes, or the check error."""
+    line: dict[str, Any] = {"sample_id": sample["sample_id"]}
+    try:
+        line["header"], line["checks"] = run_checks(checks, view)
+        if (sample.get("error") or {}).get("kind") in CHECK_ERRORS:
+            line["error"] = None  # the checks that failed on this output run cleanly now
+        line["outcomes"] = outcomes(dict(sample, **line), view.case, settings)
+    except CheckError as exc:
+        line.update(
+            header=None,
+            checks={},
+            error={"kind": exc.kind, "message": str(exc), "attempts": sample["attempts"]},
+        )
+    return line
+
+
+def _metrics_changed(
+    sample: dict[str, Any], new: dict[str, Any], case: Any, old: CheckSettings, settings: CheckSettings
+) -> list[str]:
+    """The metrics whose outcome for this sample differs between the two classifications."""
+    if sample.get("error") or new.get("error"):
+        return []
+    return [
+        name
+        for name, metric in metrics_for(settings).items()
+        if metric.applies(case, old)
+        and metric.applies(case, settings)
+        and metric.outcome(sample, case, old) != metric.outcome(new, case, settings)
+    ]
+
+
 def reclassify_run(run_dir: Path, settings: CheckSettings | None = None) -> dict[str, Any]:
     """Re-run every check offline; write classification N; say what moved against the latest.
     With the settings and code of an existing classification, that one is reused."""
@@ -150,29 +184,13 @@ def reclassify_run(run_dir: Path, settings: CheckSettings | None = None) -> dict
             response = sample.get("response") or {}
             text = None if response.get("content", "") is None else raw
             got = passages.get((case.id, sample["repeat"]), [])
-            view = SampleView(case, text, got, response, settings, {})
-            line: dict[str, Any] = {"sample_id": sample["sample_id"]}
-            try:
-                line["header"], line["checks"] = run_checks(checks, view)
-                if (sample.get("error") or {}).get("kind") in CHECK_ERRORS:
-                    line["error"] = None  # the checks that failed on this output run cleanly now
-                line["outcomes"] = outcomes(dict(sample, **line), case, settings)
-            except CheckError as exc:
-                line.update(
-                    header=None,
-                    checks={},
-                    error={"kind": exc.kind, "message": str(exc), "attempts": sample["attempts"]},
-                )
+            line = _classified(checks, SampleView(case, text, got, response, settings, {}), sample, settings)
             store.append(name, line)
             new = dict(sample, **line)
             before, after = header_class(sample) or "error", header_class(new) or "error"
             if before != after:
                 moved[(before, after)] += 1
-            for metric_name, metric in metrics_for(settings).items():
-                old_applies, new_applies = metric.applies(case, old_settings), metric.applies(case, settings)
-                if old_applies and new_applies and not sample.get("error") and not new.get("error"):
-                    if metric.outcome(sample, case, old_settings) != metric.outcome(new, case, settings):
-                        changed[metric_name] += 1
+            changed.update(_metrics_changed(sample, new, case, old_settings, settings))
     finally:
         close_checks(checks)
     return {

@@ -15,7 +15,7 @@ from .pairs import Pair, pair_arms
 from .selectors import parse_selector
 from .sequential import apply_sequential, stopped_elsewhere
 from .settle import finish, settle
-from .side import applies_across, arm_names, side_of
+from .side import Side, applies_across, arm_names, side_of
 from .words import interval_heading
 
 
@@ -106,17 +106,8 @@ def compare_tables(
             results.append(result)
             sides.append((side_a, side_b))
             rows.append((counts_a, arm_a, counts_b, arm_b, metric))
-    if len(results) > 1:
-        adjust(results, alpha, joint_patterns(rows))
+    _decide(results, sides, rows, alpha, hints)
     for result in results:
-        if "words" not in result:  # one metric: its own p decides
-            settle(result, result["p_value"], alpha)
-    if hints:
-        for result, (side_a, side_b) in zip(results, sides, strict=True):
-            add_hints(result, side_a, side_b, alpha)
-    _judged(results, rows, alpha)
-    for result in results:
-        finish(result)
         # Which classification each side's counts come from (None: the run's own).
         result["a"]["classification"] = counts_a.classification
         result["b"]["classification"] = counts_b.classification
@@ -133,6 +124,23 @@ def compare_tables(
             *((counts_b.warnings + _unfinished(counts_b)) if counts_b is not counts_a else []),
         ],
     }
+
+
+def _decide(
+    results: list[dict[str, Any]], sides: list[tuple[Side, Side]], rows: list[Any], alpha: float, hints: bool
+) -> None:
+    """Each comparison's verdict, as one family (adjusted when it has several), with its hints."""
+    if len(results) > 1:
+        adjust(results, alpha, joint_patterns(rows))
+    for result in results:
+        if "words" not in result:  # one metric: its own p decides
+            settle(result, result["p_value"], alpha)
+    if hints:
+        for result, (side_a, side_b) in zip(results, sides, strict=True):
+            add_hints(result, side_a, side_b, alpha)
+    _judged(results, rows, alpha)
+    for result in results:
+        finish(result)
 
 
 def _judged(results: list[dict[str, Any]], rows: list[Any], alpha: float) -> None:

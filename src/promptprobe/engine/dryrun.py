@@ -24,8 +24,8 @@ from ..probeset import Case, ProbeSet
 from ..prompts import PromptVersion, check_prompts, fill
 from ..providers import refuse_batch
 from ..retrievers import Passage, RetrievalError, make_retriever
-from .cost import Tokens, estimate_tokens, load_prices, price_sentence, refuse_unknown
-from .plan import make_arms
+from .cost import PriceTable, Tokens, estimate_tokens, load_prices, price_sentence, refuse_unknown
+from .plan import Arm, make_arms
 from .retry import Attempted, RetryPolicy, call_with_retries
 from .run import LARGE_PLAN, RunOptions
 
@@ -86,39 +86,15 @@ def dry_run(
     assemble = production_assembler(function) if function else default_messages
     max_tokens = options.params.max_tokens
     rows = []
-    total_cost: float | None = 0.0
     for arm in arms:
         per_case = [
             _input_tokens(assemble, arm.prompt, case, (fetched or {}).get(case.id, []), config.vars)
             for case in probeset.cases
         ]
-        input_tokens = sum(per_case) * repeats
-        output_tokens = max_tokens * len(probeset.cases) * repeats
-        protect(arm.model)
-        endpoint = resolve(arm.model)
-        match = prices.match(arm.model, endpoint)
-        price = match.price
-        cost = price.cost_of(Tokens(input_tokens, 0, 0, output_tokens), options.batch) if price else None
-        if cost is None:
-            total_cost = None
-        elif total_cost is not None:
-            total_cost += cost
-        rows.append(
-            {
-                "prompt": arm.prompt.name,
-                "model": arm.model.label,
-                "calls": len(probeset.cases) * repeats,
-                "input_tokens": input_tokens,
-                "output_tokens_max": output_tokens,
-                "cost_usd": cost,
-                "price": None if price is None else price.to_dict(options.batch),
-                "cost_unknown": match.reason,
-                "endpoint": endpoint.to_dict(),
-            }
-        )
+        rows.append(_arm_row(arm, len(probeset.cases) * repeats, sum(per_case) * repeats, prices, options))
     judge_rows = _judge_rows(config, models, len(arms) * len(probeset.cases) * repeats, fetched, options)
-    for row in judge_rows:
-        total_cost = None if total_cost is None or row["cost_usd"] is None else total_cost + row["cost_usd"]
+    costs = [row["cost_usd"] for row in rows + judge_rows]
+    total_cost = None if None in costs else sum(costs)
     calls = sum(r["calls"] for r in rows) + sum(r["calls"] for r in judge_rows)
     passages = sum(len(p) for p in (fetched or {}).values())
     passage_tokens = sum(estimate_tokens(p.text) for ps in (fetched or {}).values() for p in ps)
@@ -149,6 +125,29 @@ def dry_run(
             if config.path is None and not config.retrieval_given
             else []
         ),
+    }
+
+
+def _arm_row(
+    arm: Arm, calls: int, input_tokens: int, prices: PriceTable, options: RunOptions
+) -> dict[str, Any]:
+    """One arm's calls, tokens (output at most max_tokens a call) and cost, with its price."""
+    output_tokens = options.params.max_tokens * calls
+    protect(arm.model)
+    endpoint = resolve(arm.model)
+    match = prices.match(arm.model, endpoint)
+    price = match.price
+    cost = price.cost_of(Tokens(input_tokens, 0, 0, output_tokens), options.batch) if price else None
+    return {
+        "prompt": arm.prompt.name,
+        "model": arm.model.label,
+        "calls": calls,
+        "input_tokens": input_tokens,
+        "output_tokens_max": output_tokens,
+        "cost_usd": cost,
+        "price": None if price is None else price.to_dict(options.batch),
+        "cost_unknown": match.reason,
+        "endpoint": endpoint.to_dict(),
     }
 
 
