@@ -108,6 +108,23 @@ def call_with_retries(
         elif cancel.wait(seconds):
             raise Cancelled
 
+    # The first attempt is made before tenacity is set up: most calls succeed at once, and its
+    # bookkeeping (a Retrying, its state, its actions) is then work for nothing.
+    try:
+        return attempt(), attempts, log
+    except BaseException as exc:  # as tenacity takes it: anything retryable is retried
+        if isinstance(exc, Cancelled) or not _retryable(exc) or policy.max_attempts <= 1:
+            if isinstance(exc, retryable_kinds) and not isinstance(exc, Cancelled):
+                raise Attempted(exc, attempts, log) from exc
+            raise
+        first: list[BaseException] = [exc]
+
+    def again() -> T:
+        """Tenacity's first attempt is the failure above (its wait and count as ever), then real ones."""
+        if first:
+            raise first.pop()
+        return attempt()
+
     retrying = Retrying(
         stop=stop_after_attempt(policy.max_attempts),
         wait=wait,
@@ -116,7 +133,7 @@ def call_with_retries(
         reraise=True,
     )
     try:
-        return retrying(attempt), attempts, log
+        return retrying(again), attempts, log
     except Cancelled:
         raise
     except retryable_kinds as exc:
