@@ -10,6 +10,7 @@ from typing import Any
 import httpcore2
 import httpx2
 import openai
+import pydantic
 
 from .. import deadline
 from ..models import ModelSpec
@@ -174,8 +175,17 @@ def reply_of(response: httpx2.Response) -> Any:
             return response.text
     if isinstance(data, dict) and "usage" in data:
         # Only the usage is built as the SDK builds it: the whole reply costs 0.25 ms of CPU more.
-        data = {**data, "usage": openai.types.chat.ChatCompletion.construct(usage=data["usage"]).usage}
+        data = {**data, "usage": sdk_usage(data["usage"])}
     return data
+
+
+def sdk_usage(value: Any) -> Any:
+    """A reply's usage as the SDK's parse builds it: validated when it validates (which is what the
+    SDK tries first, and 20 times quicker than its construct), else constructed as it is."""
+    try:
+        return openai.types.CompletionUsage.model_validate(value)
+    except pydantic.ValidationError:
+        return openai.types.chat.ChatCompletion.construct(usage=value).usage
 
 
 def read_completion(completion: Any) -> dict[str, Any]:
