@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 from conftest import ROOT, write_probeset
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from servers import LocalServer, Reply, anthropic_body, anthropic_stream, openai_body, openai_stream, sse
 
@@ -127,6 +127,67 @@ def test_any_reply_is_read_or_is_a_provider_error(scripted_server, provider, mon
     check()
     for provider_object in providers.values():
         provider_object.close()
+
+
+@st.composite
+def plain_replies(draw) -> Reply:
+    reply = draw(replies("openai"))
+    if reply.content_type == "text/event-stream":
+        return Reply(body=reply.body, content_type=draw(st.sampled_from(["application/json", "text/plain"])))
+    return reply
+
+
+def test_a_reply_is_read_as_the_sdks_own_parse_reads_it(scripted_server):
+    """The OpenAI provider posts its body and reads the reply's JSON itself (no typed create, no
+    whole parse): what it reads of any reply, or the error it raises, is what the SDK's parse gave."""
+    import httpx2
+    import openai
+
+    from promptprobe.providers.openai_provider import read_completion, reply_of
+
+    server, current = scripted_server
+    client = openai.OpenAI(api_key="k", base_url=f"{server.url}/v1", max_retries=0)
+
+    def outcome(read) -> str:
+        try:
+            return json.dumps(read_completion(read()))  # in its order: the record keeps it
+        except Exception as exc:
+            return f"{type(exc).__name__}: {exc}"
+
+    usages = [
+        {"total_tokens": 3, "prompt_tokens": "2", "completion_tokens": 1.0, "x": 1},
+        {"prompt_tokens": 2, "completion_tokens": 1, "total_tokens": 3, "prompt_tokens_details": {"cached_tokens": "1"}},
+        {"prompt_tokens": -5, "completion_tokens_details": 4, "server_tool_use": {"a": 1}},
+        [1],
+        "12",
+    ]
+
+    @FUZZ
+    @given(plain_replies())
+    @example(Reply(body=b"null", content_type="text/plain"))
+    @example(Reply(body=b'{"choices": []}', content_type="text/plain"))
+    @example(Reply(body=b"[{}]", content_type="application/json"))
+    @example(Reply(body=b'{"choices": [[{"message": {"content": "a"}}]]}', content_type="application/json"))
+    @example(Reply(body=b'{"choices": [{"message": {"content": "\\ud800"}}]}', content_type="application/json"))
+    @example(Reply(body=b'{"choices": {"0": {}}}', content_type="application/json"))
+    @example(Reply(body=b"\xff\xfe", content_type="text/plain"))
+    def check(reply):
+        current["reply"] = reply
+        request = {"model": "m", "messages": [{"role": "user", "content": "q"}], "max_tokens": 5}
+        try:
+            typed = client.chat.completions.with_raw_response.create(**request)
+        except openai.APIError:
+            return  # a status error either way (the server answers 200 here)
+        posted = client.post("/chat/completions", body=request, cast_to=httpx2.Response)
+        assert outcome(lambda: reply_of(posted)) == outcome(typed.parse)
+
+    try:
+        check()
+        for usage in usages:  # the usage as the SDK builds it: its order, its coercions
+            body = json.loads(openai_body("ok", "m", None))
+            check.hypothesis.inner_test(Reply(body=json.dumps({**body, "usage": usage}).encode()))
+    finally:
+        client.close()
 
 
 @pytest.mark.parametrize("provider", ["openai", "anthropic"])

@@ -22,6 +22,7 @@ from typing import Any
 
 import click
 
+from . import collector
 from .checks import metric_names
 from .errors import InputError, ProbeError, StartError
 from .jsonio import dumps_line, dumps_pretty
@@ -286,6 +287,8 @@ def main() -> None:
     with Wilson intervals, so two versions are called different only when the sample can
     tell them apart. Formats and statistics: docs/ in the repository.
     """
+    if click.get_current_context().invoked_subcommand != "run":
+        collector.release()  # `probe run` releases it once its providers are built
 
 
 # -- init / check / classify --------------------------------------------------------------
@@ -860,6 +863,7 @@ def _print_dry_run(
 ) -> None:
     """--dry-run: the plan, tokens and cost (of a fixed run, or of a sequential run to its cap);
     with --max-cost, refused exactly as the run would refuse it."""
+    collector.release()  # no provider is built: start-up is over
     from .engine.dryrun import check_max_cost, render_dry_run
     from .engine.dryrun import dry_run as price_plan
     from .engine.sequential import dry_run_sequential
@@ -886,6 +890,7 @@ def _start(
         from .engine.sequential import SequentialRun
 
         runner = SequentialRun.new(*planned, rule)
+        collector.release()
         say(runner.describe(), err=True)
         _execute(runner, fmt, runner.plan.samples, output)
         return
@@ -896,6 +901,7 @@ def _start(
 
         check_max_cost(*planned, fetch=fetch)
     runner = ProbeRun(*planned)
+    collector.release()
     _execute(runner, fmt, runner.plan.samples, output)
 
 
@@ -951,6 +957,7 @@ def _resume(ctx: click.Context, resume_path: Path, fmt: str, output: Path | None
     if ctx.params["poll_interval"] is not None:
         base = replace(base, poll_interval=ctx.params["poll_interval"])
     runner = resume_run(resume_path, base, changes=changes)
+    collector.release()
     if base.cancel_batches and not runner.options.batch:
         raise InputError(f"{resume_path}: --cancel is for batch runs; this run called live")
     for name, change in runner.changes.items():

@@ -51,6 +51,8 @@ def backend_for(httpcore: Any) -> Any:
     class DeadlineStream(httpcore.NetworkStream):
         def __init__(self, inner: Any) -> None:
             self.inner = inner
+            # The pool asks every idle connection on every request (15 times a call): no frame of ours.
+            self.get_extra_info = inner.get_extra_info
 
         def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
             return self.inner.read(max_bytes, _bounded(timeout, httpcore.ReadTimeout))
@@ -66,9 +68,6 @@ def backend_for(httpcore: Any) -> Any:
         ) -> Any:
             bounded = _bounded(timeout, httpcore.ConnectTimeout)
             return DeadlineStream(self.inner.start_tls(ssl_context, server_hostname, bounded))
-
-        def get_extra_info(self, info: str) -> Any:
-            return self.inner.get_extra_info(info)
 
     class DeadlineBackend(httpcore.NetworkBackend):
         def __init__(self) -> None:

@@ -21,6 +21,9 @@ def main() -> None:
     # A probe started with Ctrl-C ignored (nohup, a background job) keeps ignoring it.
     if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
         signal.signal(signal.SIGINT, _interrupted)
+    from . import collector
+
+    collector.hold()  # until start-up is over (the cli releases it)
     from .cli import main as cli
 
     sys.exit(cli())

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .cost import PriceTable, split_usage
+from .cost import Price, PriceTable, split_usage
 from .plan import Arm
 from .store import RunStore
 
@@ -38,6 +38,7 @@ class Recorder:
         self.group = group
         self.buffer: list[dict[str, Any]] = []
         self.lock = threading.Lock()
+        self.price_of: dict[str, Price | None] = {}  # by model spec
         if group <= 1:
             store.start_writer(self._lost)  # workers hand records over; one thread writes them
 
@@ -76,15 +77,29 @@ class Recorder:
             self.store.append_many("samples.jsonl", buffer)
 
     def _add_cost(self, arm: Arm, record: dict[str, Any]) -> None:
-        add_cost(self.tally, self.prices, arm, record)
+        if not _usage(record):
+            return
+        spec = arm.model.spec
+        if spec not in self.price_of:  # looked up once a model: a lookup resolves its endpoint
+            self.price_of[spec] = self.prices.lookup(arm.model) if self.prices else None
+        add_priced(self.tally, self.price_of[spec], record)
+
+
+def _usage(record: dict[str, Any]) -> Any:
+    return (record.get("response") or {}).get("usage")
 
 
 def add_cost(tally: Tally, prices: PriceTable | None, arm: Arm, record: dict[str, Any]) -> None:
     """Count what a recorded sample cost in the tally (its usage at its arm's model's price)."""
-    usage = (record.get("response") or {}).get("usage")
+    if _usage(record):
+        add_priced(tally, prices.lookup(arm.model) if prices else None, record)
+
+
+def add_priced(tally: Tally, price: Price | None, record: dict[str, Any]) -> None:
+    """Count a recorded sample's usage at `price` (None: unknown, and so is the run's cost)."""
+    usage = _usage(record)
     if not usage:
         return
-    price = prices.lookup(arm.model) if prices else None
     if price is None:
         tally.cost_known = False
         return

@@ -6,13 +6,14 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
-
-from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..redaction import SCRUBBER
 from .limiter import Cancelled, Limiter
 from .store import utc_now
+
+if TYPE_CHECKING:
+    from tenacity import RetryCallState
 
 T = TypeVar("T")
 BODY_LIMIT = 64 * 1024
@@ -90,7 +91,7 @@ def call_with_retries(
             log.append(attempt_entry(exc))
             raise
 
-    def wait(state: RetryCallState) -> float:
+    def wait(state: "RetryCallState") -> float:
         error = state.outcome.exception() if state.outcome else None
         seconds = policy.wait_for(error, state.attempt_number)
         last = state.attempt_number >= policy.max_attempts  # tenacity asks before it checks stop
@@ -108,6 +109,26 @@ def call_with_retries(
         elif cancel.wait(seconds):
             raise Cancelled
 
+    # The first attempt is made before tenacity is set up: most calls succeed at once, and its
+    # bookkeeping (a Retrying, its state, its actions) is then work for nothing.
+    try:
+        return attempt(), attempts, log
+    except BaseException as exc:  # as tenacity takes it: anything retryable is retried
+        if isinstance(exc, Cancelled) or not _retryable(exc) or policy.max_attempts <= 1:
+            if isinstance(exc, retryable_kinds) and not isinstance(exc, Cancelled):
+                raise Attempted(exc, attempts, log) from exc
+            raise
+        first: list[BaseException] = [exc]
+
+    def again() -> T:
+        """Tenacity's first attempt is the failure above (its wait and count as ever), then real ones."""
+        if first:
+            raise first.pop()
+        return attempt()
+
+    # Imported here: a run whose calls all succeed at once never needs it (15 ms of start-up).
+    from tenacity import Retrying, retry_if_exception, stop_after_attempt
+
     retrying = Retrying(
         stop=stop_after_attempt(policy.max_attempts),
         wait=wait,
@@ -116,7 +137,7 @@ def call_with_retries(
         reraise=True,
     )
     try:
-        return retrying(attempt), attempts, log
+        return retrying(again), attempts, log
     except Cancelled:
         raise
     except retryable_kinds as exc:

@@ -5,12 +5,12 @@ a provider's SDK is imported only when a model of that provider is used, and thi
 imports nothing heavy, so reading a run never pays for it.
 """
 
-import gc
 import importlib
 import os
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from ..collector import paused
 from ..errors import InputError
 from ..models import DEFAULT_KEY_ENV, ModelSpec, parse_model_spec
 
@@ -73,16 +73,10 @@ def make_provider(spec: ModelSpec, params: "GenerationParams") -> "Provider":
     # they built is frozen: those many long-lived objects are never collected, so sparing the
     # collector from walking them cuts the import, every later collection and the
     # interpreter's exit (about 0.6 s for openai on a small machine).
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
+    with paused():
         if isinstance(factory, str):
             factory = importlib.import_module(factory).make
         return factory(spec, params, key)
-    finally:
-        gc.freeze()
-        if enabled:
-            gc.enable()
 
 
 def protect_keys(specs: Sequence[ModelSpec]) -> None:

@@ -10,6 +10,7 @@ from typing import Any
 import httpcore2
 import httpx2
 import openai
+import pydantic
 
 from .. import deadline
 from ..models import ModelSpec
@@ -51,6 +52,8 @@ from .batching import (
 NO_KEY = "no-key-needed"
 # Reasoning models refuse `max_tokens` (HTTP 400) and take `max_completion_tokens`.
 COMPLETION_TOKENS_MODELS = re.compile(r"^(o\d|gpt-5)")
+# What create() gives a Chat Completions request besides its body: the key as a bearer token.
+CHAT_OPTIONS: Any = {"security": {"bearer_auth": True}}
 
 
 def uses_max_completion_tokens(model: str) -> bool:
@@ -70,7 +73,8 @@ class OpenAIProvider(Provider):
             options["base_url"] = spec.base_url
         self.client = self.make_client(options)
         deadline.apply(options["http_client"], httpcore2)  # --timeout bounds headers and connect too
-        self.client.chat.completions.with_raw_response  # noqa: B018  # its lazy imports now, not at the first call
+        if params.stream:
+            self.client.chat.completions  # noqa: B018  # its lazy imports now, not at the first call
 
     def make_client(self, options: dict[str, Any]) -> Any:
         """The SDK client (a subclass picks another of the SDK's client classes)."""
@@ -96,17 +100,21 @@ class OpenAIProvider(Provider):
         with self.calling(openai, httpx2.TransportError, cancel):
             if self.params.stream:
                 return self._stream(request)
-            raw = self.client.chat.completions.with_raw_response.create(**request)
+            # The body as create() would send it, posted as it is: its messages are plain strings,
+            # which create() walks against its types (about 1 ms of CPU a call) to change nothing.
+            response = self.client.post(
+                "/chat/completions", body=sdk_ordered(request), cast_to=httpx2.Response, options=CHAT_OPTIONS
+            )
             try:
-                reply = read_completion(raw.parse())
+                reply = read_completion(reply_of(response))
             except Exception as exc:  # HTML, cut-off JSON, or JSON of another shape: not a reply
                 raise bad_body(self.spec, self.monitor, exc) from None
             return Completion(
                 text=reply["text"],
-                body=self.monitor.take() or raw.http_response.content,
+                body=self.monitor.take() or response.content,
                 stop_reason=reply["stop"],
                 usage=reply["usage"],
-                request_id=raw.headers.get("x-request-id"),
+                request_id=response.headers.get("x-request-id"),
                 model=reply["model"],
                 refusal=reply["refusal"],
                 headers=self.monitor.headers(),
@@ -145,6 +153,39 @@ class OpenAIProvider(Provider):
 
     def close(self) -> None:
         self.client.close()
+
+
+def sdk_ordered(request: dict[str, Any]) -> dict[str, Any]:
+    """A request's keys in the order create() sends them (seed before temperature)."""
+    if "seed" in request and "temperature" in request:
+        request["temperature"] = request.pop("temperature")
+    return request
+
+
+def reply_of(response: httpx2.Response) -> Any:
+    """A reply's JSON as the SDK's parse reads it: a body not labelled JSON is read as JSON when it
+    is, else as text; the usage is the SDK's own object (its order, its coercions)."""
+    content_type = response.headers.get("content-type", "*").split(";")[0]
+    if content_type.endswith("json"):
+        data = response.json()
+    else:
+        try:
+            data = response.json()
+        except Exception:  # not JSON: the text, which read_completion refuses as no reply
+            return response.text
+    if isinstance(data, dict) and "usage" in data:
+        # Only the usage is built as the SDK builds it: the whole reply costs 0.25 ms of CPU more.
+        data = {**data, "usage": sdk_usage(data["usage"])}
+    return data
+
+
+def sdk_usage(value: Any) -> Any:
+    """A reply's usage as the SDK's parse builds it: validated when it validates (which is what the
+    SDK tries first, and 20 times quicker than its construct), else constructed as it is."""
+    try:
+        return openai.types.CompletionUsage.model_validate(value)
+    except pydantic.ValidationError:
+        return openai.types.chat.ChatCompletion.construct(usage=value).usage
 
 
 def read_completion(completion: Any) -> dict[str, Any]:
