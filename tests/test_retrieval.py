@@ -145,3 +145,29 @@ def test_redact_removes_credentials_under_any_key_or_auth_name():
     assert redact({"headers": headers})["headers"] == {
         "Ocp-Apim-Subscription-Key": "[removed]", "X-Auth": "[removed]", "Proxy-Authorization": "[removed]",
         "X-Session-Id": "[removed]", "Accept": "json"}
+
+
+@pytest.mark.parametrize("params", [{}, {"seed": 42, "temperature": 0.0}, {"max_tokens": 7}], ids=str)
+def test_an_openai_call_sends_what_the_sdks_create_sends_byte_for_byte(params):
+    """The provider posts its body through the SDK's client without create()'s type walk: the
+    server must not be able to tell the two apart (body bytes, path, method and headers)."""
+    import openai
+
+    from promptprobe.models import parse_model_spec
+    from promptprobe.providers import make_provider
+    from promptprobe.providers.base import GenerationParams
+
+    messages = [{"role": "system", "content": "Sé breve.\r\n"}, {"role": "user", "content": "價格？\u200b"}]
+    with LocalServer() as server:
+        provider = make_provider(parse_model_spec(f"openai:m@{server.url}/v1"), GenerationParams(**params))
+        provider.complete(messages)
+        request = provider._request(messages)  # the same request, as create() takes it
+        client = openai.OpenAI(api_key="no-key-needed", base_url=f"{server.url}/v1", max_retries=0)
+        client.chat.completions.create(**request)
+        client.close()
+        ours, sdks = server.requests
+    per_call = {"x-stainless-read-timeout"}  # the provider's --timeout, against the bare client's default
+    assert (ours.method, ours.path, ours.body) == (sdks.method, sdks.path, sdks.body)
+    assert {k: v for k, v in ours.headers.items() if k not in per_call} == {
+        k: v for k, v in sdks.headers.items() if k not in per_call
+    }
