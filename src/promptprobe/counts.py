@@ -196,7 +196,12 @@ def settings_of(run_dir: Path, manifest: dict[str, Any], number: int | None) -> 
     return CheckSettings.from_dict(manifest.get("checks") or {"header": manifest.get("header")})
 
 
-def _probeset(manifest: dict[str, Any]) -> ProbeSet:
+def arm_specs(manifest: dict[str, Any]) -> dict[str, str]:
+    """Each model's spec by its arm name (the spec itself unless named NAME=SPEC)."""
+    return {m.get("name") or m["spec"]: m["spec"] for m in manifest.get("models", [])}
+
+
+def run_probeset(manifest: dict[str, Any]) -> ProbeSet:
     return parse_probeset(manifest["probeset"]["source"].encode("utf-8"), Path(manifest["probeset"]["path"]))
 
 
@@ -545,7 +550,7 @@ def _start(run_dir: Path, classification: int | None, top_k: int | None) -> tupl
         raise InputError(f"{run_dir}: no classification {classification} (this run has: {known})")
     number = classification if classification is not None else (numbers[-1] if numbers else None)
     settings = settings_of(run_dir, manifest, number).with_top_k(top_k)
-    probeset = _probeset(manifest)
+    probeset = run_probeset(manifest)
     table = CountsTable(run_dir, manifest, run_state(run_dir, manifest), probeset, settings, number, [])
     return table, _Counter(table, {"top_k"} if top_k is not None else set())
 
@@ -557,7 +562,7 @@ class _Counter:
         self.table = table
         manifest, settings = table.manifest, table.settings
         cases = {c.id: c for c in table.probeset.cases}
-        spec_of = {m.get("name") or m["spec"]: m["spec"] for m in manifest.get("models", [])}
+        spec_of = arm_specs(manifest)
         table.arms = [
             ArmCounts(a["prompt"], a["model"], spec=spec_of.get(a["model"], a["model"]))
             for a in manifest["arms"]
@@ -836,7 +841,7 @@ def _child(send: Any, counter: _Counter, path: Path, start: int, end: int, last:
 
 def _pricer(prices: PriceTable, manifest: dict[str, Any]) -> Callable[[str], Any]:
     matches = pricing(manifest, prices)
-    spec_of = {m.get("name") or m["spec"]: m["spec"] for m in manifest.get("models", [])}  # arm name -> spec
+    spec_of = arm_specs(manifest)
 
     def price_of(model: str) -> Any:
         spec = spec_of.get(model, model)

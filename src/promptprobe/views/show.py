@@ -334,14 +334,23 @@ def show(
 
 
 def shown_provenance(run_dir: Path, records: list[dict[str, Any]]) -> dict[str, Any]:
-    """The provenance of the arms the shown samples belong to (every arm when none is shown)."""
-    from ..counts import build_counts
-    from .provenance import provenance
+    """The provenance of the arms the shown samples belong to (every arm when none is shown): from
+    the totals the run's manifest keeps when they still hold (promptprobe.totals), else counted."""
+    from ..counts import build_counts, run_probeset
+    from ..engine.store import run_state
+    from ..totals import kept_totals
+    from .provenance import RunSource, provenance, provenance_of
 
-    counts = build_counts(run_dir)
     pairs = {(r["prompt"], r["model"]) for r in records}
-    arms = [i for i, arm in enumerate(counts.arms, 1) if (arm.prompt, arm.model) in pairs]
-    return provenance(counts, arms or None)
+    manifest = load_manifest(run_dir)
+    totals = kept_totals(run_dir, manifest)
+    if totals is None:
+        counts = build_counts(run_dir)
+        arms = [i for i, arm in enumerate(counts.arms, 1) if (arm.prompt, arm.model) in pairs]
+        return provenance(counts, arms or None)
+    chosen = [(i, arm) for i, arm in enumerate(totals, 1) if (arm.prompt, arm.model) in pairs]
+    source = RunSource(run_dir, manifest, run_state(run_dir, manifest), run_probeset(manifest))
+    return provenance_of(source, chosen or list(enumerate(totals, 1)))
 
 
 def _fence(text: str) -> str:
