@@ -195,3 +195,31 @@ def test_a_question_with_line_endings_stays_in_its_markdown_quote(tmp_path):
     md = CliRunner().invoke(main, ["export", str(run)])
     assert md.exit_code == 0, md.output
     assert "\n> first | part\n> second\n> third\n> fourth\n" in md.output
+
+
+@pytest.mark.parametrize("window", [1, 5, 4096, 1 << 20])
+def test_a_sample_is_found_by_its_bytes_whatever_window_the_file_is_searched_in(tmp_path, monkeypatch, window):
+    """`probe show --sample` finds a sample's lines by its id's bytes, a window of the file at a time:
+    every line naming it (a duplicate too), none twice, whichever window boundary a line or its id
+    straddles; a last line without its end, or a line that is not JSON, leaves it to the careful reader."""
+    from promptprobe.views import show
+
+    monkeypatch.setattr(show, "SEARCH_WINDOW", window)
+    monkeypatch.setattr(show, "LINE_STEP", 7)
+    def compact(record):
+        return json.dumps(record, separators=(",", ":"))
+
+    lines = [compact({"sample_id": f"s{i % 50}", "n": i, "pad": "x" * (i % 97)}) for i in range(400)]
+    lines[10] = compact({"sample_id": "s3", "inner": {"sample_id": "s3"}})  # the id's bytes twice in a line
+    path = tmp_path / "samples.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    for wanted in ("s3", "s49", "s0"):
+        expected = [json.loads(line) for line in lines if json.loads(line)["sample_id"] == wanted]
+        assert show.lines_naming(path, wanted) == expected
+    assert show.lines_naming(path, "s50") is None
+    path.write_text("\n".join(lines) + "\n" + compact({"sample_id": "s7"}))  # no newline at its end
+    assert show.lines_naming(path, "s7") is None
+    path.write_text('{"sample_id":"s1", torn\n')
+    assert show.lines_naming(path, "s1") is None
+    path.write_text("")
+    assert show.lines_naming(path, "s1") is None
