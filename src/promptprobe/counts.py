@@ -20,6 +20,7 @@ the check applies: the failures count (errors never flatter an arm), the same in
 with the other run's outputs (promptprobe.comparison).
 """
 
+import gc
 import io
 import os
 import threading
@@ -582,7 +583,13 @@ class _Counter:
         self.duplicates = 0  # samples seen again (a hand-edited or damaged file): not counted twice
         self.slots = {
             (arm.prompt, arm.model, case_id): _Slot(
-                arm, case, applicable[case_id], price_of(arm.model), overridden, table.pattern_metrics
+                arm,
+                case,
+                applicable[case_id],
+                price_of(arm.model),
+                overridden,
+                table.pattern_metrics,
+                table.snapshots,
             )
             for arm in table.arms
             for case_id, case in cases.items()
@@ -613,25 +620,26 @@ class _Counter:
             cost = self.judgments.cost_of(sample["sample_id"])
             slot.arm.judge_cost += cost or 0.0
             slot.arm.judge_cost_unknown = slot.arm.judge_cost_unknown or cost is None
-        slot.count(sample, table.settings, table.check_applies)
+        response = slot.count(sample, table.settings, table.check_applies)
         retrieval = sample.get("retrieval")
         if retrieval is not None:
             ids = retrieval.get("passage_ids") or ()
-            snapshot = table.snapshots.get(slot.case.id)
-            if snapshot is None:
-                snapshot = table.snapshots[slot.case.id] = Counter()
-            snapshot[tuple(ids)] += 1
+            passages = slot.passages
+            if passages.same and ids == passages.ids:  # the common case: what the last sample got
+                passages.same += 1
+            else:
+                passages.start(ids)
             if not ids:
                 table.empty_retrievals[slot.case.id] += 1
         if not table.simulated:
-            table.simulated = "SIMULATED" in ((sample.get("response") or {}).get("model") or "")
+            table.simulated = "SIMULATED" in ((response or {}).get("model") or "")
         return True
 
     def flush(self) -> None:
         """Every tallied sample added into the table's cells (before the table is read)."""
         applies = self.table.check_applies
         for slot in self.slots.values():
-            if slot.tally:
+            if slot.tally or slot.passages.same:
                 slot.flush(applies)
 
     def finish(self) -> None:
@@ -764,31 +772,31 @@ def _line_ranges(path: Path, size: int, parts: int) -> list[tuple[int, int]]:
 def _count_range(
     counter: _Counter, path: Path, start: int, end: int, last: bool
 ) -> tuple[dict[str, Any], list[str], list[tuple[Any, list[int]]]]:
-    """Count the lines that start within [start, end), streaming them."""
+    """Count the lines that start within [start, end), streaming them (ranges start at line
+    starts: only the last range's last line can lack its newline, or run on into a NUL tail)."""
     warnings: list[str] = []
+    feed, warn = counter.feed, warnings.append
     with open(path, "rb") as handle:
         handle.seek(start)
         position = start
-        while position < end:
-            line = handle.readline(end - position)  # ranges start at line starts: a line ends by `end`
-            if not line:
+        for line in handle:  # the file's own line iterator: the cheapest way through a million lines
+            line_start, position = position, position + len(line)
+            if position > end:
+                line = line[: end - line_start]
+            if line and not line.isspace():
+                try:
+                    sample = loads(line)
+                except ValueError:
+                    if last and position >= end and not line.endswith(b"\n"):
+                        warnings.append(f"{path}: the last line is torn (cut off mid-write) and is ignored")
+                        break
+                    raise InputError(f"{path}: the line at byte {line_start} is not valid JSON") from None
+                problem = sample_problem(sample)
+                if problem is not None:
+                    raise InputError(f"{path}: the line at byte {line_start} {problem}")
+                feed(sample, warn)
+            if position >= end:
                 break
-            position += len(line)
-            if not line.strip():
-                continue
-            try:
-                sample = loads(line)
-            except ValueError:
-                if last and position >= end and not line.endswith(b"\n"):
-                    warnings.append(f"{path}: the last line is torn (cut off mid-write) and is ignored")
-                    break
-                raise InputError(
-                    f"{path}: the line at byte {position - len(line)} is not valid JSON"
-                ) from None
-            problem = sample_problem(sample)
-            if problem is not None:
-                raise InputError(f"{path}: the line at byte {position - len(line)} {problem}")
-            counter.feed(sample, warnings.append)
     counter.flush()
     slots = counter.slots.items()
     seen = [(key, bytes(slot.repeats.bits), slot.repeats.odd) for key, slot in slots if slot.repeats]
@@ -831,6 +839,9 @@ def _count_in_parallel(
 
 
 def _child(send: Any, counter: _Counter, path: Path, start: int, end: int, last: bool) -> None:
+    # A parsed line holds no reference cycle (refcounting frees it): the cycle collector's passes
+    # would only cost time (~8% of a count), and touch every inherited object (copying its page).
+    gc.disable()
     try:
         send.send(("ok", _count_range(counter, path, start, end, last)))
     except InputError as exc:
@@ -921,9 +932,10 @@ class _Repeats:
 
 
 class _Tally:
-    """Samples of one (arm, case) tallied by their recorded outcomes, where those alone decide their
-    part in the cells and their pattern (every metric keeps its recorded outcome: no setting
-    changed for this report): each distinct set is added once (`_add_outcomes`), not one by one."""
+    """Samples of one (arm, case) tallied by their header class and recorded outcomes, where those
+    alone decide their part in the cells and their pattern (every metric keeps its recorded
+    outcome: no setting changed for this report): each distinct set is added once (`_Slot.flush`),
+    not one by one."""
 
     def __init__(self, cells: list[tuple[Any, ...]]) -> None:
         names = [name for _, _, name, *_ in cells]
@@ -938,24 +950,53 @@ class _Tally:
     def __bool__(self) -> bool:
         return bool(self.tallied)
 
-    def outcomes_of(self, recorded: Any) -> tuple[Any, ...] | None:
-        """The sample's recorded outcomes, one a cell, when they alone decide its part (else None)."""
+    def took(self, header: str, recorded: Any) -> bool:
+        """Tally a sample by its header class and its recorded outcomes, one a cell, when those
+        alone decide its part; False (nothing tallied) when they do not."""
         if self.recorded_of is None or recorded is None:
-            return None
+            return False
         try:
-            outcomes = self.recorded_of(recorded)
-            hash(outcomes)
+            key = (header, self.recorded_of(recorded))
+            self.tallied[key] = self.tallied.get(key, 0) + 1
         except (KeyError, TypeError):  # an outcome not recorded, or not a plain value: worked out
-            return None
-        return outcomes
+            return False
+        return True
 
-    def add(self, outcomes: tuple[Any, ...]) -> None:
-        self.tallied[outcomes] = self.tallied.get(outcomes, 0) + 1
-
-    def drain(self) -> list[tuple[tuple[Any, ...], int]]:
-        """The tallied outcomes with their counts, the tally emptied."""
+    def drain(self) -> list[tuple[tuple[str, tuple[Any, ...]], int]]:
+        """The tallied header classes and outcomes with their counts, the tally emptied."""
         tallied, self.tallied = self.tallied, {}
         return list(tallied.items())
+
+
+class _Passages:
+    """The passage ids one (arm, case)'s samples got, counted into the case's snapshots (shared by
+    its arms). A run of samples that got the same ids, the common case, is added at once; each
+    key is entered at its first sample, so the snapshots keep the order ids were first seen in."""
+
+    def __init__(self, case_id: str, snapshots: dict[str, Counter]) -> None:
+        self.case_id = case_id
+        self.snapshots = snapshots
+        self.snapshot: Counter | None = None  # the case's, once one of its samples got passages
+        self.ids: Any = None  # the last sample's passage ids, as recorded
+        self.key: tuple[Any, ...] = ()
+        self.same = 0  # samples that got `ids`, not yet added into the snapshot
+
+    def start(self, ids: Any) -> None:
+        """A sample whose ids are not the last one's (or the first since a flush)."""
+        if self.same:
+            self.flush()
+        snapshot = self.snapshot
+        if snapshot is None:
+            snapshot = self.snapshot = self.snapshots.setdefault(self.case_id, Counter())
+        key = tuple(ids)
+        if key not in snapshot:
+            snapshot[key] = 0
+        self.ids, self.key, self.same = ids, key, 1
+
+    def flush(self) -> None:
+        assert self.snapshot is not None
+        self.snapshot[self.key] += self.same
+        self.same = 0
 
 
 class _Slot:
@@ -978,6 +1019,7 @@ class _Slot:
         price: Any,
         overridden: set[str],
         order: list[str],
+        snapshots: dict[str, Counter],
     ) -> None:
         self.arm = arm
         self.case = case
@@ -987,6 +1029,7 @@ class _Slot:
         self.price = price
         self.cells = []
         self.repeats = _Repeats()
+        self.passages = _Passages(case.id, snapshots)
         for name, metric in metrics:
             cell = arm.metrics[name].setdefault(case.id, [0, 0, 0])
             # The recorded outcome stands unless a setting it depends on is changed for this report.
@@ -996,9 +1039,14 @@ class _Slot:
         self.tally = _Tally(self.cells)
 
     def flush(self, applies: dict[str, dict[str, bool]]) -> None:
-        """Add the tallied samples into the cells and the patterns."""
-        for outcomes, n in self.tally.drain():
+        """Add the tallied samples into the header classes, the cells and the patterns, and the
+        last passage ids' samples into the case's snapshots."""
+        for (header, outcomes), n in self.tally.drain():
+            self.headers[header] += n
             self.patterns[_add_outcomes(self.cells, outcomes, n, applies, self.case.id, self.width)] += n
+        if self.passages.same:
+            self.passages.flush()
+
 
     def _hit(
         self, sample: dict[str, Any], recorded: Any, settings: CheckSettings, cell: tuple[Any, ...]
@@ -1010,41 +1058,45 @@ class _Slot:
             return (derive or outcome)(sample, self.case, settings)
         return recorded[name]
 
+    def _count_failed(self, error: dict[str, Any]) -> None:
+        """A sample that failed (no output): its outcome on every metric it belongs to."""
+        arm = self.arm
+        # This sample's outcome on every metric (None where it is outside the metric): its pattern.
+        pattern: list[int | None] = [None] * self.width
+        arm.errors += 1
+        arm.error_kinds[error["kind"]] += 1
+        self.headers["errors"] += 1
+        for cell, higher_is_better, name, *_, index in self.cells:
+            if name not in METRICS:
+                # A user's check: whether it applies to this case is known once every sample is read.
+                pending = arm.pending.setdefault(name, {})
+                pending[self.case.id] = pending.get(self.case.id, 0) + 1
+                pattern[index] = PENDING
+                continue
+            cell[1] += 1
+            cell[2] += 1
+            # Errors never flatter an arm: a miss where higher is better, an event where lower is.
+            if not higher_is_better:
+                cell[0] += 1
+            pattern[index] = 0 if higher_is_better else 1
+        self.patterns[tuple(pattern)] += 1
+
     def count(
         self, sample: dict[str, Any], settings: CheckSettings, applies: dict[str, dict[str, bool]]
-    ) -> None:
+    ) -> Any:
+        """Count a sample into its arm and case; its response (what the table's simulated flag reads)."""
         arm = self.arm
         arm.samples += 1
         error = sample.get("error")
         if error:
-            # This sample's outcome on every metric (None where it is outside the metric): its pattern.
-            pattern: list[int | None] = [None] * self.width
-            arm.errors += 1
-            arm.error_kinds[error["kind"]] += 1
-            self.headers["errors"] += 1
-            for cell, higher_is_better, name, *_, index in self.cells:
-                if name not in METRICS:
-                    # A user's check: whether it applies to this case is known once every sample is read.
-                    pending = arm.pending.setdefault(name, {})
-                    pending[self.case.id] = pending.get(self.case.id, 0) + 1
-                    pattern[index] = PENDING
-                    continue
-                cell[1] += 1
-                cell[2] += 1
-                # Errors never flatter an arm: a miss where higher is better, an event where lower is.
-                if not higher_is_better:
-                    cell[0] += 1
-                pattern[index] = 0 if higher_is_better else 1
-            self.patterns[tuple(pattern)] += 1
+            self._count_failed(error)
         else:
             header = sample.get("header")
-            self.headers[header["header"] if header else "errors"] += 1
+            state = header["header"] if header else "errors"
             recorded = sample.get("outcomes")
             failed_checks = (sample.get("checks") or {}).get("user_errors")
-            outcomes = None if failed_checks else self.tally.outcomes_of(recorded)
-            if outcomes is not None:
-                self.tally.add(outcomes)
-            else:
+            if failed_checks or not self.tally.took(state, recorded):
+                self.headers[state] += 1
                 hits = tuple(self._hit(sample, recorded, settings, cell) for cell in self.cells)
                 self.patterns[_add_outcomes(self.cells, hits, 1, applies, self.case.id, self.width)] += 1
             if failed_checks:
@@ -1061,7 +1113,8 @@ class _Slot:
         response = sample.get("response")
         usage = response.get("usage") if response else None
         batched = sample.get("via") == "batch"
-        arm.batched += batched
+        if batched:
+            arm.batched += 1
         if usage:
             if (
                 "prompt_tokens" in usage
@@ -1076,7 +1129,7 @@ class _Slot:
                     arm.cost_unknown = True
                 else:
                     arm.cost += self.price.cost(tokens_in, tokens_out)
-                return
+                return response
             tokens = split_usage(usage)
             arm.input_tokens += tokens.input + tokens.cache_read + tokens.cache_write
             arm.output_tokens += tokens.output
@@ -1086,3 +1139,4 @@ class _Slot:
                 cost = self.price.cost_of(tokens, batched)
                 arm.cost += cost
                 arm.cache_saved += self.price.without_cache(tokens, batched) - cost
+        return response
