@@ -1,7 +1,6 @@
 """Showing recorded samples: raw outputs with invisible characters made visible (the incident
 file, which exports them, is views/incident.py)."""
 
-import os
 import re
 import unicodedata
 from pathlib import Path
@@ -10,8 +9,9 @@ from typing import Any
 from ..counts import classifications, merged_samples
 from ..engine.store import load_manifest
 from ..errors import InputError
-from ..jsonio import dumps_line, dumps_pretty, loads, warn
+from ..jsonio import dumps_pretty, warn
 from ..pack import RawUnreadable, read_raw
+from ..sample_lines import lines_naming
 from .provenance import render_provenance
 
 HEADER_CLASSES = ("present", "absent", "misplaced", "empty", "error")
@@ -168,74 +168,6 @@ def select_samples(
         what = f"sample {sample!r}" if sample else f"case {case!r}"
         raise InputError(f"{run_dir}: no {what} in this run")
     return manifest, chosen
-
-
-def lines_naming(path: Path, sample_id: str) -> list[dict[str, Any]] | None:
-    """The records of one sample found by searching the file's bytes for its id (one sample of a
-    million-sample run without parsing a million lines); None when the search cannot tell."""
-    needle = b'"sample_id":' + dumps_line(sample_id).rstrip(b"\n")
-    found = []
-    try:
-        with open(path, "rb") as handle:
-            size = os.fstat(handle.fileno()).st_size
-            at = _find(handle, size, needle, 0)
-            while at >= 0:
-                line = _line_around(handle, at)
-                if line is None:
-                    return None  # a last line without its end: the careful reader decides
-                start, end = line
-                record = loads(os.pread(handle.fileno(), end - start, start))
-                if isinstance(record, dict) and record.get("sample_id") == sample_id:
-                    found.append(record)
-                at = _find(handle, size, needle, end)
-    except (OSError, ValueError):
-        return None  # a line that is not JSON: the careful reader says what
-    return found or None
-
-
-SEARCH_WINDOW = 16 << 20  # the bytes of the file mapped at a time: memory stays small whatever its size
-LINE_STEP = 1 << 16  # read at a time looking for a line's ends
-
-
-def _find(handle: Any, size: int, needle: bytes, start: int) -> int:
-    """Where `needle` first occurs in the file at or after byte `start` (-1: nowhere), searched
-    one mapped window at a time (windows overlap by the needle's length)."""
-    import mmap
-
-    granule = mmap.ALLOCATIONGRANULARITY
-    while start < size:
-        base = start - start % granule
-        length = min(start - base + SEARCH_WINDOW + len(needle), size - base)
-        with mmap.mmap(handle.fileno(), length, access=mmap.ACCESS_READ, offset=base) as data:
-            at = data.find(needle, start - base)
-        if at >= 0:
-            return base + at
-        if base + length >= size:
-            break
-        start = base + length - len(needle) + 1
-    return -1
-
-
-def _line_around(handle: Any, at: int) -> tuple[int, int] | None:
-    """Where the line holding byte `at` starts and where its newline is (None: it has none)."""
-    fd = handle.fileno()
-    start = at
-    while start > 0:
-        step = min(LINE_STEP, start)
-        cut = os.pread(fd, step, start - step).rfind(b"\n")
-        if cut >= 0:
-            start = start - step + cut + 1
-            break
-        start -= step
-    end = at
-    while True:
-        chunk = os.pread(fd, LINE_STEP, end)
-        if not chunk:
-            return None
-        cut = chunk.find(b"\n")
-        if cut >= 0:
-            return start, end + cut
-        end += len(chunk)
 
 
 class Damage:
