@@ -226,8 +226,8 @@ PARALLEL_AND_SERIAL = (
 
 def test_counting_in_parallel_parts_gives_the_table_of_one_pass_on_untidy_lines(demo_run, tmp_path):
     """Each counting process reads its part of samples.jsonl line by line: blank and whitespace lines,
-    CRLF endings, a torn last line, a NUL tail after it; the table is the one pass's, every count,
-    latency and snapshot in the same order."""
+    CRLF endings, a record without some keys, a torn last line, a NUL tail after it; the table is
+    the one pass's, every count, latency and snapshot in the same order."""
     import shutil
 
     _, run = demo_run
@@ -235,6 +235,9 @@ def test_counting_in_parallel_parts_gives_the_table_of_one_pass_on_untidy_lines(
     shutil.copytree(run, copy)
     lines = (copy / "samples.jsonl").read_bytes().splitlines(keepends=True)
     lines[3] = lines[3].replace(b"\n", b"\r\n")
+    older = json.loads(lines[4])  # a record without some keys (an older writer's): read key by key
+    del older["raw"], older["retrieval"], older["checks"]
+    lines[4] = json.dumps(older).encode() + b"\n"
     lines.insert(5, b"\n")
     lines.insert(9, b"  \t\n")
     for tail, torn in ((b"", False), (b'{"sample_id": "cut', True), (b'{"sample_id": "cut' + b"\0" * 5000, True)):

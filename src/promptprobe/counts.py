@@ -281,6 +281,25 @@ def finished_copy(table: CountsTable) -> CountsTable:
     )
 
 
+# What counting reads of a sample record, each looked up once: a record the engine writes has every
+# key (one C call gets them all), an older or hand-made one may lack some (None, as .get gives).
+FIELDS = (
+    "sample_id", "case_id", "repeat", "prompt", "model", "raw", "header", "error",
+    "outcomes", "checks", "latency_ms", "response", "retrieval",
+)  # fmt: skip
+_ALL_FIELDS = itemgetter(*FIELDS)
+_PART_TYPES = (dict, type(None))
+_NO_FIELDS = (None,) * len(FIELDS)
+
+
+def fields_of(sample: dict[str, Any]) -> tuple[Any, ...]:
+    """The sample's FIELDS, None for a key it lacks."""
+    try:
+        return _ALL_FIELDS(sample)
+    except KeyError:
+        return tuple(map(sample.get, FIELDS))
+
+
 PENDING = -1  # in a pattern: a failed sample's user check, until it is known to apply to the case
 
 
@@ -597,31 +616,33 @@ class _Counter:
 
     def feed(self, sample: dict[str, Any], warn: Callable[[str], None]) -> bool:
         """Count a sample; False when it is not counted (of no arm or case, or seen already)."""
+        return self.feed_fields(sample, fields_of(sample), warn)
+
+    def feed_fields(
+        self, sample: dict[str, Any], fields: tuple[Any, ...], warn: Callable[[str], None]
+    ) -> bool:
+        """`feed`, the sample's FIELDS read already (`fields_of`)."""
+        sample_id, case_id, repeat, prompt, model, _, _, _, _, _, _, _, retrieval = fields
         table = self.table
-        slot = self.slots.get((sample["prompt"], sample["model"], sample["case_id"]))
+        slot = self.slots.get((prompt, model, case_id))
         if slot is None:
-            warn(
-                f"{table.run}: sample {sample['sample_id']} belongs to no arm or case of the manifest; "
-                "ignored"
-            )
+            warn(f"{table.run}: sample {sample_id} belongs to no arm or case of the manifest; ignored")
             return False
-        repeat = sample["repeat"]
         if slot.repeats.seen_before(repeat):
             self.duplicates += 1
             if self.duplicates == 1:
                 warn(
-                    f"{table.run}: sample {sample['sample_id']} is in samples.jsonl more than once: each "
+                    f"{table.run}: sample {sample_id} is in samples.jsonl more than once: each "
                     "sample is counted once (probe verify lists every duplicate)"
                 )
             return False
         table.recorded += 1
         if self.judgments is not None:
             sample = self.judgments.attach(sample)
-            cost = self.judgments.cost_of(sample["sample_id"])
+            cost = self.judgments.cost_of(sample_id)
             slot.arm.judge_cost += cost or 0.0
             slot.arm.judge_cost_unknown = slot.arm.judge_cost_unknown or cost is None
-        response = slot.count(sample, table.settings, table.check_applies)
-        retrieval = sample.get("retrieval")
+        response = slot.count(sample, fields, table.settings, table.check_applies)
         if retrieval is not None:
             ids = retrieval.get("passage_ids") or ()
             passages = slot.passages
@@ -778,7 +799,7 @@ def _count_range(
     """Count the lines that start within [start, end), streaming them (ranges start at line
     starts: only the last range's last line can lack its newline, or run on into a NUL tail)."""
     warnings: list[str] = []
-    feed, warn = counter.feed, warnings.append
+    feed, warn = counter.feed_fields, warnings.append
     with open(path, "rb", buffering=READ_BUFFER) as handle:
         handle.seek(start)
         position = start
@@ -794,10 +815,26 @@ def _count_range(
                         warnings.append(f"{path}: the last line is torn (cut off mid-write) and is ignored")
                         break
                     raise InputError(f"{path}: the line at byte {line_start} is not valid JSON") from None
-                problem = sample_problem(sample)
-                if problem is not None:
-                    raise InputError(f"{path}: the line at byte {line_start} {problem}")
-                feed(sample, warn)
+                try:
+                    fields = _ALL_FIELDS(sample)
+                except (KeyError, TypeError):  # a key missing, or not an object: as sample_problem judges
+                    fields = _NO_FIELDS
+                # The exact types the engine writes: sample_problem finds nothing wrong (else it says).
+                if not (
+                    type(fields[0]) is str
+                    and type(fields[1]) is str
+                    and type(fields[2]) is int
+                    and type(fields[3]) is str
+                    and type(fields[4]) is str
+                    and type(fields[5]) in _PART_TYPES
+                    and type(fields[6]) in _PART_TYPES
+                    and type(fields[7]) in _PART_TYPES
+                ):
+                    problem = sample_problem(sample)
+                    if problem is not None:
+                        raise InputError(f"{path}: the line at byte {line_start} {problem}")
+                    fields = fields_of(sample)
+                feed(sample, fields, warn)
             if position >= end:
                 break
     counter.flush()
@@ -1052,7 +1089,6 @@ class _Slot:
         if self.passages.same:
             self.passages.flush()
 
-
     def _hit(
         self, sample: dict[str, Any], recorded: Any, settings: CheckSettings, cell: tuple[Any, ...]
     ) -> Any:
@@ -1087,19 +1123,22 @@ class _Slot:
         self.patterns[tuple(pattern)] += 1
 
     def count(
-        self, sample: dict[str, Any], settings: CheckSettings, applies: dict[str, dict[str, bool]]
+        self,
+        sample: dict[str, Any],
+        fields: tuple[Any, ...],
+        settings: CheckSettings,
+        applies: dict[str, dict[str, bool]],
     ) -> Any:
-        """Count a sample into its arm and case; its response (what the table's simulated flag reads)."""
+        """Count a sample (its FIELDS read already) into its arm and case; its response (what the
+        table's simulated flag reads)."""
+        _, _, _, _, _, _, header, error, recorded, checks, latency, response, _ = fields
         arm = self.arm
         arm.samples += 1
-        error = sample.get("error")
         if error:
             self._count_failed(error)
         else:
-            header = sample.get("header")
             state = header["header"] if header else "errors"
-            recorded = sample.get("outcomes")
-            failed_checks = (sample.get("checks") or {}).get("user_errors")
+            failed_checks = (checks or {}).get("user_errors")
             if failed_checks or not self.tally.took(state, recorded):
                 self.headers[state] += 1
                 hits = tuple(self._hit(sample, recorded, settings, cell) for cell in self.cells)
@@ -1112,10 +1151,8 @@ class _Slot:
                         arm.check_errors[name] += 1
             if settings.judges:
                 self._judge_errors(sample, settings)
-            latency = sample.get("latency_ms")
             if latency is not None:
                 self.add_latency(latency)
-        response = sample.get("response")
         usage = response.get("usage") if response else None
         batched = sample.get("via") == "batch"
         if batched:
