@@ -226,8 +226,9 @@ PARALLEL_AND_SERIAL = (
 
 def test_counting_in_parallel_parts_gives_the_table_of_one_pass_on_untidy_lines(demo_run, tmp_path):
     """Each counting process reads its part of samples.jsonl line by line: blank and whitespace lines,
-    CRLF endings, a record without some keys, a torn last line, a NUL tail after it; the table is
-    the one pass's, every count, latency and snapshot in the same order."""
+    CRLF endings, a record without some keys, a torn last line, a NUL tail after it, a sample
+    recorded again in the other part; the table is the one pass's, every count, latency and
+    snapshot in the same order."""
     import shutil
 
     _, run = demo_run
@@ -240,7 +241,9 @@ def test_counting_in_parallel_parts_gives_the_table_of_one_pass_on_untidy_lines(
     lines[4] = json.dumps(older).encode() + b"\n"
     lines.insert(5, b"\n")
     lines.insert(9, b"  \t\n")
-    for tail, torn in ((b"", False), (b'{"sample_id": "cut', True), (b'{"sample_id": "cut' + b"\0" * 5000, True)):
+    again = lines[0]  # the first part's first sample, recorded again at the end (in the other part)
+    for tail, torn in ((b"", False), (b'{"sample_id": "cut', True), (b'{"sample_id": "cut' + b"\0" * 5000, True),
+                       (again, False)):
         (copy / "samples.jsonl").write_bytes(b"".join(lines) + tail)
         done = subprocess.run([sys.executable, "-c", PARALLEL_AND_SERIAL, str(copy)], capture_output=True,
                               text=True, timeout=120)
@@ -248,5 +251,8 @@ def test_counting_in_parallel_parts_gives_the_table_of_one_pass_on_untidy_lines(
         (parallel, warned), (serial, _), calls = json.loads(done.stdout)
         assert calls == 1 and parallel == serial
         assert parallel["recorded"] == len(lines) - 2
+        if tail is again:  # counted twice in parallel: counted again in one pass, once
+            assert len(warned) == 1 and "is in samples.jsonl more than once" in warned[0]
+            continue
         assert warned == ([f"{copy / 'samples.jsonl'}: the last line is torn (cut off mid-write) and is ignored"]
                           if torn else [])

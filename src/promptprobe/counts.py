@@ -938,28 +938,33 @@ def _add_outcomes(
 
 
 class _Repeats:
-    """The repeats of one (arm, case) counted already, a bit each: a sample is counted once."""
+    """The repeats of one (arm, case) counted already, a byte each (a bit cost more to test and
+    set than memory it saves): a sample is counted once."""
+
+    LIMIT = 1 << 21  # repeats from here on (or below 0) are kept in a set: at most 2 MB of marks
 
     def __init__(self) -> None:
-        self.bits = bytearray()
-        self.odd: set[int] = set()  # repeats too large for the bits
+        self.bits = bytearray()  # 1 at each repeat counted
+        self.odd: set[int] = set()  # repeats beyond the marks
 
     def __bool__(self) -> bool:
         return bool(self.bits) or bool(self.odd)
 
     def seen_before(self, repeat: int) -> bool:
         """True when this repeat was counted already; else it is marked counted."""
-        if not 0 <= repeat < 1 << 24:
+        marks = self.bits
+        if 0 <= repeat < len(marks):
+            if marks[repeat]:
+                return True
+            marks[repeat] = 1
+            return False
+        if not 0 <= repeat < self.LIMIT:
             if repeat in self.odd:
                 return True
             self.odd.add(repeat)
             return False
-        bits, byte, bit = self.bits, repeat >> 3, 1 << (repeat & 7)
-        if byte >= len(bits):
-            bits.extend(bytes(byte + 1 - len(bits)))
-        elif bits[byte] & bit:
-            return True
-        bits[byte] |= bit
+        marks.extend(bytes(min(max(repeat + 1, 2 * len(marks)), self.LIMIT) - len(marks)))
+        marks[repeat] = 1
         return False
 
     def merge(self, bits: bytes, odd: set[int]) -> bool:
