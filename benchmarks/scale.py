@@ -7,8 +7,9 @@ children included):
 - `probe compare --all` on the 100k run (each run directory is read once for all metrics);
 - `probe compare` of two 25,000-sample arms (Boschloo is skipped above its affordable size);
 - the header classifier on 1 KB outputs without a header (target: 25,000 outputs/s);
-- on the 1,000,000-sample run, whose outputs are in a pack as a run writes them: `probe show` of
-  one sample (read by its id at its offset) and the run's file count (`--million-only`: only
+- on the 1,000,000-sample run, whose outputs are in a pack and whose manifest keeps its totals as
+  a run writes them: `probe show` of one sample (read by its id at its offset, its provenance
+  from the manifest's totals) and the run's file count (`--million-only`: only
   these and the 1M report).
 
     .venv/bin/python benchmarks/scale.py [--work DIR] [--skip-million] [--million-only] [--quick]
@@ -117,7 +118,10 @@ def measure(work: Path, args: argparse.Namespace) -> None:
 def million(work: Path, rows: list[tuple[str, float, float, str]]) -> None:
     """The 1,000,000-sample run, its outputs packed: report (5 s), show of one sample, its files."""
     huge = make_run(
-        work / "r1m", 1_000_000, output="[[ANSWER]]\nThe Team plan is $20 per user per month.\n"
+        work / "r1m",
+        1_000_000,
+        output="[[ANSWER]]\nThe Team plan is $20 per user per month.\n",
+        totals=True,  # as probe run leaves it: show's provenance from the manifest
     )
     rows.append(("probe report, 1,000,000 samples", *best_of(3, "report", str(huge)), "5 s, 150 MB"))
     rows.append(

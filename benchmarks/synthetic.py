@@ -10,6 +10,7 @@ from promptprobe.checks import CheckSettings, outcomes
 from promptprobe.checks.header import classify
 from promptprobe.jsonio import dumps_line, dumps_pretty
 from promptprobe.probeset import parse_probeset
+from promptprobe.totals import count_and_keep
 
 HEADER_SETTINGS = {
     "markers": ["[[ANSWER]]", "[[NO_ANSWER]]"],
@@ -67,11 +68,18 @@ def run_manifest(
 
 
 def make_run(
-    path: Path, samples: int, cases: int = 20, arms: int = 2, seed: int = 1, output: str | None = None
+    path: Path,
+    samples: int,
+    cases: int = 20,
+    arms: int = 2,
+    seed: int = 1,
+    output: str | None = None,
+    totals: bool = False,
 ) -> Path:
     """A complete run of `samples` samples over `cases` cases and `arms` prompts; with `output`,
     each sample's raw text is that text, in a pack (raw/pack-000001.bin, raw/index.jsonl) as a
-    run writes it; without, the records point at raw files that do not exist."""
+    run writes it; without, the records point at raw files that do not exist. With `totals`, its
+    manifest keeps the per-arm totals `probe run` keeps at a run's end (a pass over the run)."""
     path.mkdir(parents=True, exist_ok=True)
     (path / "raw").mkdir(exist_ok=True)
     case_ids = [f"case-{i:03d}" for i in range(cases)]
@@ -142,6 +150,8 @@ def make_run(
     for handle in (pack, index):
         if handle is not None:
             handle.close()
+    if totals:
+        count_and_keep(path)
     return path
 
 

@@ -159,3 +159,22 @@ def test_a_run_without_retrieval_does_not_report_its_retrievals_as_empty(tmp_pat
     assert "empty results" not in result.output
     report = json.loads(CliRunner().invoke(main, ["report", str(run_dir_of(result)), "--json"]).stdout)
     assert [c["empty"] for c in report["retrieval"]["cases"]] == [0, 0]
+
+
+def test_a_report_imports_neither_numpy_nor_scipy(tmp_path, monkeypatch):
+    """The report's own path is pure Python (docs/performance.md): numpy and scipy, 0.1-1 s to
+    import, are for the comparisons and the judges' statistics."""
+    import subprocess
+    import sys
+
+    probeset = write_probeset(tmp_path / "p.toml", [("a", "Question one?", None), ("b", "Question two?", None)])
+    with LocalServer() as server:
+        result = invoke(tmp_path, monkeypatch, str(probeset), "--prompt", PROMPT, "--model", f"openai:m@{server.url}/v1")
+    assert result.exit_code == 0, result.output
+    script = ("import sys\nfrom promptprobe.cli import main\n"
+              "try:\n    main(['report', sys.argv[1], '--json'], standalone_mode=False)\n"
+              "finally:\n    print([m for m in ('numpy', 'scipy') if m in sys.modules], file=sys.stderr)\n")
+    done = subprocess.run([sys.executable, "-c", script, str(run_dir_of(result))], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.strip().splitlines()[-1] == "[]"

@@ -205,3 +205,54 @@ def test_compare_all_adjusts_a_paired_family_by_westfall_young(demo_run):
     assert all(r <= a for r, a in zip(raw, adjusted, strict=True))
     # Never above Holm's on the same p-values (up to the draws' Monte Carlo error).
     assert all(a <= h + 0.01 for a, h in zip(adjusted, holm(raw), strict=True))
+
+
+PARALLEL_AND_SERIAL = (
+    "import json, sys\n"
+    "from dataclasses import asdict\n"
+    "from promptprobe import counts\n"
+    "calls = []\n"
+    "real = counts._count_in_parallel\n"
+    "counts._count_in_parallel = lambda *a: calls.append(1) or real(*a)\n"
+    "def table(parallel):\n"
+    "    counts.PARALLEL_BYTES, counts.MAX_PROCESSES = (0, 3) if parallel else (1 << 60, 1)\n"
+    "    found = counts.build_counts(sys.argv[1])\n"
+    "    arms = [{k: (list(v) if k == 'latencies' else repr(v)) for k, v in asdict(a).items()} for a in found.arms]\n"
+    "    return {'arms': arms, 'recorded': found.recorded, 'snapshots': repr(found.snapshots),\n"
+    "            'empty': repr(found.empty_retrievals), 'simulated': found.simulated}, found.warnings\n"
+    "print(json.dumps([table(True), table(False), len(calls)]))\n"
+)
+
+
+def test_counting_in_parallel_parts_gives_the_table_of_one_pass_on_untidy_lines(demo_run, tmp_path):
+    """Each counting process reads its part of samples.jsonl line by line: blank and whitespace lines,
+    CRLF endings, a record without some keys, a torn last line, a NUL tail after it, a sample
+    recorded again in the other part; the table is the one pass's, every count, latency and
+    snapshot in the same order."""
+    import shutil
+
+    _, run = demo_run
+    copy = tmp_path / "run"
+    shutil.copytree(run, copy)
+    lines = (copy / "samples.jsonl").read_bytes().splitlines(keepends=True)
+    lines[3] = lines[3].replace(b"\n", b"\r\n")
+    older = json.loads(lines[4])  # a record without some keys (an older writer's): read key by key
+    del older["raw"], older["retrieval"], older["checks"]
+    lines[4] = json.dumps(older).encode() + b"\n"
+    lines.insert(5, b"\n")
+    lines.insert(9, b"  \t\n")
+    again = lines[0]  # the first part's first sample, recorded again at the end (in the other part)
+    for tail, torn in ((b"", False), (b'{"sample_id": "cut', True), (b'{"sample_id": "cut' + b"\0" * 5000, True),
+                       (again, False)):
+        (copy / "samples.jsonl").write_bytes(b"".join(lines) + tail)
+        done = subprocess.run([sys.executable, "-c", PARALLEL_AND_SERIAL, str(copy)], capture_output=True,
+                              text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        (parallel, warned), (serial, _), calls = json.loads(done.stdout)
+        assert calls == 1 and parallel == serial
+        assert parallel["recorded"] == len(lines) - 2
+        if tail is again:  # counted twice in parallel: counted again in one pass, once
+            assert len(warned) == 1 and "is in samples.jsonl more than once" in warned[0]
+            continue
+        assert warned == ([f"{copy / 'samples.jsonl'}: the last line is torn (cut off mid-write) and is ignored"]
+                          if torn else [])

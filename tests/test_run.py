@@ -421,18 +421,18 @@ def test_samples_tallied_by_their_recorded_outcomes_count_as_one_by_one(tmp_path
             "--model", f"openai:m@{server.url}/v1", "--config", str(tmp_path / "probe.toml"),
             "--runs-dir", str(tmp_path / "runs"), "--format", "json"])
     run_dir = Path(json.loads(result.stdout)["run"])
-    real, tallied = counts._Tally.outcomes_of, []
+    real, tallied = counts._Tally.took, []
 
-    def seen(self, recorded):
-        found = real(self, recorded)
-        tallied.append(found is not None)
-        return found
+    def seen(self, header, recorded):
+        took = real(self, header, recorded)
+        tallied.append(took)
+        return took
 
-    monkeypatch.setattr(counts._Tally, "outcomes_of", seen)
+    monkeypatch.setattr(counts._Tally, "took", seen)
     fast = counts.build_counts(run_dir)
     # every sample took the tallied way but the failed ones and those your check left out ("Sorry")
     assert sum(tallied) == 3 * (len(TRICKY) - 1)
-    monkeypatch.setattr(counts._Tally, "outcomes_of", lambda self, recorded: None)  # each on its own
+    monkeypatch.setattr(counts._Tally, "took", lambda self, header, recorded: False)  # each on its own
     slow = counts.build_counts(run_dir)
     assert [asdict(arm) for arm in fast.arms] == [asdict(arm) for arm in slow.arms]
     assert fast.check_applies == slow.check_applies and fast.check_applies["says_yes"]["bom"] is False

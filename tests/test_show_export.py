@@ -195,3 +195,72 @@ def test_a_question_with_line_endings_stays_in_its_markdown_quote(tmp_path):
     md = CliRunner().invoke(main, ["export", str(run)])
     assert md.exit_code == 0, md.output
     assert "\n> first | part\n> second\n> third\n> fourth\n" in md.output
+
+
+SEARCH_IN_HALVES = """
+import json, os, sys
+from promptprobe import sample_lines
+sample_lines.PARALLEL_SEARCH, sample_lines.SEARCH_WINDOW = 0, int(sys.argv[2])
+forks, fork = [], os.fork
+os.fork = lambda: forks.append(1) or fork()
+found = {wanted: sample_lines.lines_naming(sys.argv[1], wanted) for wanted in sys.argv[3:]}
+print(json.dumps({"forks": len(forks), "found": found}))
+"""
+
+
+@pytest.mark.parametrize("window", [1, 5, 4096, 1 << 20])
+def test_a_sample_is_found_by_its_bytes_whatever_window_the_file_is_searched_in(tmp_path, monkeypatch, window):
+    """`probe show --sample` finds a sample's lines by its id's bytes, a window of the file at a time,
+    a large file in two halves at once (the second by a forked process): every line naming it (a
+    duplicate too), none twice, whichever window boundary or half a line or its id straddles; a last
+    line without its end, or a line that is not JSON, leaves it to the careful reader."""
+    import subprocess
+    import sys
+
+    from promptprobe import sample_lines
+
+    monkeypatch.setattr(sample_lines, "SEARCH_WINDOW", window)
+    monkeypatch.setattr(sample_lines, "LINE_STEP", 7)
+
+    def compact(record):
+        return json.dumps(record, separators=(",", ":"))
+
+    lines = [compact({"sample_id": f"s{i % 50}", "n": i, "pad": "x" * (i % 97)}) for i in range(400)]
+    lines[10] = compact({"sample_id": "s3", "inner": {"sample_id": "s3"}})  # the id's bytes twice in a line
+    lines[200] = compact({"sample_id": "s3", "note": "the middle of the file: where the halves meet"})
+    path = tmp_path / "samples.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    wanted = ["s3", "s49", "s0", "s50"]
+    expected = {w: [json.loads(line) for line in lines if json.loads(line)["sample_id"] == w] or None for w in wanted}
+    assert {w: sample_lines.lines_naming(path, w) for w in wanted} == expected
+    halves = subprocess.run([sys.executable, "-c", SEARCH_IN_HALVES, str(path), str(window), *wanted],
+                            capture_output=True, text=True, timeout=60)
+    assert halves.returncode == 0, halves.stderr
+    assert json.loads(halves.stdout) == {"forks": len(wanted), "found": expected}
+    path.write_text("\n".join(lines) + "\n" + compact({"sample_id": "s7"}))  # no newline at its end
+    assert sample_lines.lines_naming(path, "s7") is None
+    path.write_text('{"sample_id":"s1", torn\n')
+    assert sample_lines.lines_naming(path, "s1") is None
+    path.write_text("")
+    assert sample_lines.lines_naming(path, "s1") is None
+
+
+def test_a_search_split_anywhere_finds_each_place_once(tmp_path, monkeypatch):
+    """The halves (and windows) of a search meet anywhere, inside the id's bytes too: every place
+    is found by exactly one of them."""
+    from promptprobe import sample_lines
+
+    path = tmp_path / "f"
+    path.write_bytes(b'x"sample_id":"s1"yy"sample_id":"s1""sample_id":"s1"z"sample_id":"s12"')
+    needle = b'"sample_id":"s1"'
+    size = path.stat().st_size
+    with open(path, "rb") as handle:
+        fd = handle.fileno()
+        whole = sample_lines._search(fd, size, needle, 0, size)
+        assert whole == [1, 19, 35]
+        for window in (1, 3, 16, 4096):
+            monkeypatch.setattr(sample_lines, "SEARCH_WINDOW", window)
+            for split in range(size + 1):
+                parts = sample_lines._search(fd, size, needle, 0, split) + sample_lines._search(
+                    fd, size, needle, split, size)
+                assert parts == whole, (window, split)

@@ -139,12 +139,12 @@ def test_latency_percentiles_from_counted_values_are_numpys_linear_percentiles()
 
     import numpy as np
 
-    from promptprobe.views.report import _percentiles
+    from promptprobe.totals import percentiles
 
     rng = random.Random(7)
     samples = [[5.0], [3.0, 1.0], [2.0, 2.0, 2.0], [float(rng.randint(20, 40)) for _ in range(1001)],
                [rng.random() * 900 for _ in range(250)], [float(v) for v in range(10, 0, -1)]]
     for values in samples:
-        found = _percentiles(values, (0.5, 0.9))
+        found = percentiles(values, (0.5, 0.9))
         assert found == pytest.approx([np.percentile(values, 50), np.percentile(values, 90)], abs=1e-9)
-    assert _percentiles([], (0.5, 0.9)) == [None, None]
+    assert percentiles([], (0.5, 0.9)) == [None, None]

@@ -232,8 +232,14 @@ class RunResult:
     @classmethod
     def of(cls, outcome: Any) -> "RunResult":
         """From the engine's RunOutcome."""
+        from .totals import count_and_keep
+        from .views.report import build_report
+
         counts = {"planned": outcome.planned, "recorded": outcome.recorded, "errors": outcome.errors}
-        return cls(outcome.path, outcome.status, counts, outcome.stopped_by, report(outcome.path))
+        path = _where(outcome.path, None)
+        # Counted once: the report, and the run's totals kept in its manifest for later readers.
+        made = Report(build_report(count_and_keep(path)), path)
+        return cls(outcome.path, outcome.status, counts, outcome.stopped_by, made)
 
     def _repr_html_(self) -> str:
         return self.report._repr_html_()

@@ -20,6 +20,7 @@ the check applies: the failures count (errors never flatter an arm), the same in
 with the other run's outputs (promptprobe.comparison).
 """
 
+import gc
 import io
 import os
 import threading
@@ -196,7 +197,12 @@ def settings_of(run_dir: Path, manifest: dict[str, Any], number: int | None) -> 
     return CheckSettings.from_dict(manifest.get("checks") or {"header": manifest.get("header")})
 
 
-def _probeset(manifest: dict[str, Any]) -> ProbeSet:
+def arm_specs(manifest: dict[str, Any]) -> dict[str, str]:
+    """Each model's spec by its arm name (the spec itself unless named NAME=SPEC)."""
+    return {m.get("name") or m["spec"]: m["spec"] for m in manifest.get("models", [])}
+
+
+def run_probeset(manifest: dict[str, Any]) -> ProbeSet:
     return parse_probeset(manifest["probeset"]["source"].encode("utf-8"), Path(manifest["probeset"]["path"]))
 
 
@@ -273,6 +279,25 @@ def finished_copy(table: CountsTable) -> CountsTable:
         warnings=list(table.warnings),
         sequential=list(table.sequential),
     )
+
+
+# What counting reads of a sample record, each looked up once: a record the engine writes has every
+# key (one C call gets them all), an older or hand-made one may lack some (None, as .get gives).
+FIELDS = (
+    "sample_id", "case_id", "repeat", "prompt", "model", "raw", "header", "error",
+    "outcomes", "checks", "latency_ms", "response", "retrieval",
+)  # fmt: skip
+_ALL_FIELDS = itemgetter(*FIELDS)
+_PART_TYPES = (dict, type(None))
+_NO_FIELDS = (None,) * len(FIELDS)
+
+
+def fields_of(sample: dict[str, Any]) -> tuple[Any, ...]:
+    """The sample's FIELDS, None for a key it lacks."""
+    try:
+        return _ALL_FIELDS(sample)
+    except KeyError:
+        return tuple(map(sample.get, FIELDS))
 
 
 PENDING = -1  # in a pattern: a failed sample's user check, until it is known to apply to the case
@@ -545,7 +570,7 @@ def _start(run_dir: Path, classification: int | None, top_k: int | None) -> tupl
         raise InputError(f"{run_dir}: no classification {classification} (this run has: {known})")
     number = classification if classification is not None else (numbers[-1] if numbers else None)
     settings = settings_of(run_dir, manifest, number).with_top_k(top_k)
-    probeset = _probeset(manifest)
+    probeset = run_probeset(manifest)
     table = CountsTable(run_dir, manifest, run_state(run_dir, manifest), probeset, settings, number, [])
     return table, _Counter(table, {"top_k"} if top_k is not None else set())
 
@@ -557,7 +582,7 @@ class _Counter:
         self.table = table
         manifest, settings = table.manifest, table.settings
         cases = {c.id: c for c in table.probeset.cases}
-        spec_of = {m.get("name") or m["spec"]: m["spec"] for m in manifest.get("models", [])}
+        spec_of = arm_specs(manifest)
         table.arms = [
             ArmCounts(a["prompt"], a["model"], spec=spec_of.get(a["model"], a["model"]))
             for a in manifest["arms"]
@@ -577,7 +602,13 @@ class _Counter:
         self.duplicates = 0  # samples seen again (a hand-edited or damaged file): not counted twice
         self.slots = {
             (arm.prompt, arm.model, case_id): _Slot(
-                arm, case, applicable[case_id], price_of(arm.model), overridden, table.pattern_metrics
+                arm,
+                case,
+                applicable[case_id],
+                price_of(arm.model),
+                overridden,
+                table.pattern_metrics,
+                table.snapshots,
             )
             for arm in table.arms
             for case_id, case in cases.items()
@@ -585,48 +616,51 @@ class _Counter:
 
     def feed(self, sample: dict[str, Any], warn: Callable[[str], None]) -> bool:
         """Count a sample; False when it is not counted (of no arm or case, or seen already)."""
+        return self.feed_fields(sample, fields_of(sample), warn)
+
+    def feed_fields(
+        self, sample: dict[str, Any], fields: tuple[Any, ...], warn: Callable[[str], None]
+    ) -> bool:
+        """`feed`, the sample's FIELDS read already (`fields_of`)."""
+        sample_id, case_id, repeat, prompt, model, _, _, _, _, _, _, _, retrieval = fields
         table = self.table
-        slot = self.slots.get((sample["prompt"], sample["model"], sample["case_id"]))
+        slot = self.slots.get((prompt, model, case_id))
         if slot is None:
-            warn(
-                f"{table.run}: sample {sample['sample_id']} belongs to no arm or case of the manifest; "
-                "ignored"
-            )
+            warn(f"{table.run}: sample {sample_id} belongs to no arm or case of the manifest; ignored")
             return False
-        repeat = sample["repeat"]
         if slot.repeats.seen_before(repeat):
             self.duplicates += 1
             if self.duplicates == 1:
                 warn(
-                    f"{table.run}: sample {sample['sample_id']} is in samples.jsonl more than once: each "
+                    f"{table.run}: sample {sample_id} is in samples.jsonl more than once: each "
                     "sample is counted once (probe verify lists every duplicate)"
                 )
             return False
         table.recorded += 1
         if self.judgments is not None:
             sample = self.judgments.attach(sample)
-            cost = self.judgments.cost_of(sample["sample_id"])
+            cost = self.judgments.cost_of(sample_id)
             slot.arm.judge_cost += cost or 0.0
             slot.arm.judge_cost_unknown = slot.arm.judge_cost_unknown or cost is None
-        slot.count(sample, table.settings, table.check_applies)
-        retrieval = sample.get("retrieval")
+        response = slot.count(sample, fields, table.settings, table.check_applies)
         if retrieval is not None:
             ids = retrieval.get("passage_ids") or ()
-            snapshot = table.snapshots.get(slot.case.id)
-            if snapshot is None:
-                snapshot = table.snapshots[slot.case.id] = Counter()
-            snapshot[tuple(ids)] += 1
+            passages = slot.passages
+            if passages.same and ids == passages.ids:  # the common case: what the last sample got
+                passages.same += 1
+            else:
+                passages.start(ids)
             if not ids:
                 table.empty_retrievals[slot.case.id] += 1
         if not table.simulated:
-            table.simulated = "SIMULATED" in ((sample.get("response") or {}).get("model") or "")
+            table.simulated = "SIMULATED" in ((response or {}).get("model") or "")
         return True
 
     def flush(self) -> None:
         """Every tallied sample added into the table's cells (before the table is read)."""
         applies = self.table.check_applies
         for slot in self.slots.values():
-            if slot.tally:
+            if slot.tally or slot.passages.same:
                 slot.flush(applies)
 
     def finish(self) -> None:
@@ -756,34 +790,53 @@ def _line_ranges(path: Path, size: int, parts: int) -> list[tuple[int, int]]:
     return [(a, b) for a, b in zip(cuts, cuts[1:], strict=False) if b > a]
 
 
+READ_BUFFER = 1 << 17  # a counting process's reads: 8 KB (the default) meant a system call per 8 lines
+
+
 def _count_range(
     counter: _Counter, path: Path, start: int, end: int, last: bool
 ) -> tuple[dict[str, Any], list[str], list[tuple[Any, list[int]]]]:
-    """Count the lines that start within [start, end), streaming them."""
+    """Count the lines that start within [start, end), streaming them (ranges start at line
+    starts: only the last range's last line can lack its newline, or run on into a NUL tail)."""
     warnings: list[str] = []
-    with open(path, "rb") as handle:
+    feed, warn = counter.feed_fields, warnings.append
+    with open(path, "rb", buffering=READ_BUFFER) as handle:
         handle.seek(start)
         position = start
-        while position < end:
-            line = handle.readline(end - position)  # ranges start at line starts: a line ends by `end`
-            if not line:
+        for line in handle:  # the file's own line iterator: the cheapest way through a million lines
+            line_start, position = position, position + len(line)
+            if position > end:
+                line = line[: end - line_start]
+            if line and not line.isspace():
+                try:
+                    sample = loads(line)
+                except ValueError:
+                    if last and position >= end and not line.endswith(b"\n"):
+                        warnings.append(f"{path}: the last line is torn (cut off mid-write) and is ignored")
+                        break
+                    raise InputError(f"{path}: the line at byte {line_start} is not valid JSON") from None
+                try:
+                    fields = _ALL_FIELDS(sample)
+                except (KeyError, TypeError):  # a key missing, or not an object: as sample_problem judges
+                    fields = _NO_FIELDS
+                # The exact types the engine writes: sample_problem finds nothing wrong (else it says).
+                if not (
+                    type(fields[0]) is str
+                    and type(fields[1]) is str
+                    and type(fields[2]) is int
+                    and type(fields[3]) is str
+                    and type(fields[4]) is str
+                    and type(fields[5]) in _PART_TYPES
+                    and type(fields[6]) in _PART_TYPES
+                    and type(fields[7]) in _PART_TYPES
+                ):
+                    problem = sample_problem(sample)
+                    if problem is not None:
+                        raise InputError(f"{path}: the line at byte {line_start} {problem}")
+                    fields = fields_of(sample)
+                feed(sample, fields, warn)
+            if position >= end:
                 break
-            position += len(line)
-            if not line.strip():
-                continue
-            try:
-                sample = loads(line)
-            except ValueError:
-                if last and position >= end and not line.endswith(b"\n"):
-                    warnings.append(f"{path}: the last line is torn (cut off mid-write) and is ignored")
-                    break
-                raise InputError(
-                    f"{path}: the line at byte {position - len(line)} is not valid JSON"
-                ) from None
-            problem = sample_problem(sample)
-            if problem is not None:
-                raise InputError(f"{path}: the line at byte {position - len(line)} {problem}")
-            counter.feed(sample, warnings.append)
     counter.flush()
     slots = counter.slots.items()
     seen = [(key, bytes(slot.repeats.bits), slot.repeats.odd) for key, slot in slots if slot.repeats]
@@ -826,6 +879,9 @@ def _count_in_parallel(
 
 
 def _child(send: Any, counter: _Counter, path: Path, start: int, end: int, last: bool) -> None:
+    # A parsed line holds no reference cycle (refcounting frees it): the cycle collector's passes
+    # would only cost time (~8% of a count), and touch every inherited object (copying its page).
+    gc.disable()
     try:
         send.send(("ok", _count_range(counter, path, start, end, last)))
     except InputError as exc:
@@ -836,7 +892,7 @@ def _child(send: Any, counter: _Counter, path: Path, start: int, end: int, last:
 
 def _pricer(prices: PriceTable, manifest: dict[str, Any]) -> Callable[[str], Any]:
     matches = pricing(manifest, prices)
-    spec_of = {m.get("name") or m["spec"]: m["spec"] for m in manifest.get("models", [])}  # arm name -> spec
+    spec_of = arm_specs(manifest)
 
     def price_of(model: str) -> Any:
         spec = spec_of.get(model, model)
@@ -882,28 +938,33 @@ def _add_outcomes(
 
 
 class _Repeats:
-    """The repeats of one (arm, case) counted already, a bit each: a sample is counted once."""
+    """The repeats of one (arm, case) counted already, a byte each (a bit cost more to test and
+    set than memory it saves): a sample is counted once."""
+
+    LIMIT = 1 << 21  # repeats from here on (or below 0) are kept in a set: at most 2 MB of marks
 
     def __init__(self) -> None:
-        self.bits = bytearray()
-        self.odd: set[int] = set()  # repeats too large for the bits
+        self.bits = bytearray()  # 1 at each repeat counted
+        self.odd: set[int] = set()  # repeats beyond the marks
 
     def __bool__(self) -> bool:
         return bool(self.bits) or bool(self.odd)
 
     def seen_before(self, repeat: int) -> bool:
         """True when this repeat was counted already; else it is marked counted."""
-        if not 0 <= repeat < 1 << 24:
+        marks = self.bits
+        if 0 <= repeat < len(marks):
+            if marks[repeat]:
+                return True
+            marks[repeat] = 1
+            return False
+        if not 0 <= repeat < self.LIMIT:
             if repeat in self.odd:
                 return True
             self.odd.add(repeat)
             return False
-        bits, byte, bit = self.bits, repeat >> 3, 1 << (repeat & 7)
-        if byte >= len(bits):
-            bits.extend(bytes(byte + 1 - len(bits)))
-        elif bits[byte] & bit:
-            return True
-        bits[byte] |= bit
+        marks.extend(bytes(min(max(repeat + 1, 2 * len(marks)), self.LIMIT) - len(marks)))
+        marks[repeat] = 1
         return False
 
     def merge(self, bits: bytes, odd: set[int]) -> bool:
@@ -916,9 +977,10 @@ class _Repeats:
 
 
 class _Tally:
-    """Samples of one (arm, case) tallied by their recorded outcomes, where those alone decide their
-    part in the cells and their pattern (every metric keeps its recorded outcome: no setting
-    changed for this report): each distinct set is added once (`_add_outcomes`), not one by one."""
+    """Samples of one (arm, case) tallied by their header class and recorded outcomes, where those
+    alone decide their part in the cells and their pattern (every metric keeps its recorded
+    outcome: no setting changed for this report): each distinct set is added once (`_Slot.flush`),
+    not one by one."""
 
     def __init__(self, cells: list[tuple[Any, ...]]) -> None:
         names = [name for _, _, name, *_ in cells]
@@ -933,24 +995,53 @@ class _Tally:
     def __bool__(self) -> bool:
         return bool(self.tallied)
 
-    def outcomes_of(self, recorded: Any) -> tuple[Any, ...] | None:
-        """The sample's recorded outcomes, one a cell, when they alone decide its part (else None)."""
+    def took(self, header: str, recorded: Any) -> bool:
+        """Tally a sample by its header class and its recorded outcomes, one a cell, when those
+        alone decide its part; False (nothing tallied) when they do not."""
         if self.recorded_of is None or recorded is None:
-            return None
+            return False
         try:
-            outcomes = self.recorded_of(recorded)
-            hash(outcomes)
+            key = (header, self.recorded_of(recorded))
+            self.tallied[key] = self.tallied.get(key, 0) + 1
         except (KeyError, TypeError):  # an outcome not recorded, or not a plain value: worked out
-            return None
-        return outcomes
+            return False
+        return True
 
-    def add(self, outcomes: tuple[Any, ...]) -> None:
-        self.tallied[outcomes] = self.tallied.get(outcomes, 0) + 1
-
-    def drain(self) -> list[tuple[tuple[Any, ...], int]]:
-        """The tallied outcomes with their counts, the tally emptied."""
+    def drain(self) -> list[tuple[tuple[str, tuple[Any, ...]], int]]:
+        """The tallied header classes and outcomes with their counts, the tally emptied."""
         tallied, self.tallied = self.tallied, {}
         return list(tallied.items())
+
+
+class _Passages:
+    """The passage ids one (arm, case)'s samples got, counted into the case's snapshots (shared by
+    its arms). A run of samples that got the same ids, the common case, is added at once; each
+    key is entered at its first sample, so the snapshots keep the order ids were first seen in."""
+
+    def __init__(self, case_id: str, snapshots: dict[str, Counter]) -> None:
+        self.case_id = case_id
+        self.snapshots = snapshots
+        self.snapshot: Counter | None = None  # the case's, once one of its samples got passages
+        self.ids: Any = None  # the last sample's passage ids, as recorded
+        self.key: tuple[Any, ...] = ()
+        self.same = 0  # samples that got `ids`, not yet added into the snapshot
+
+    def start(self, ids: Any) -> None:
+        """A sample whose ids are not the last one's (or the first since a flush)."""
+        if self.same:
+            self.flush()
+        snapshot = self.snapshot
+        if snapshot is None:
+            snapshot = self.snapshot = self.snapshots.setdefault(self.case_id, Counter())
+        key = tuple(ids)
+        if key not in snapshot:
+            snapshot[key] = 0
+        self.ids, self.key, self.same = ids, key, 1
+
+    def flush(self) -> None:
+        assert self.snapshot is not None
+        self.snapshot[self.key] += self.same
+        self.same = 0
 
 
 class _Slot:
@@ -973,6 +1064,7 @@ class _Slot:
         price: Any,
         overridden: set[str],
         order: list[str],
+        snapshots: dict[str, Counter],
     ) -> None:
         self.arm = arm
         self.case = case
@@ -980,8 +1072,11 @@ class _Slot:
         self.patterns = arm.patterns[case.id]
         self.width = len(order)
         self.price = price
+        self.cost = price.cost if price is not None else None  # bound once: called for every sample
+        self.add_latency = arm.latencies.append
         self.cells = []
         self.repeats = _Repeats()
+        self.passages = _Passages(case.id, snapshots)
         for name, metric in metrics:
             cell = arm.metrics[name].setdefault(case.id, [0, 0, 0])
             # The recorded outcome stands unless a setting it depends on is changed for this report.
@@ -991,9 +1086,13 @@ class _Slot:
         self.tally = _Tally(self.cells)
 
     def flush(self, applies: dict[str, dict[str, bool]]) -> None:
-        """Add the tallied samples into the cells and the patterns."""
-        for outcomes, n in self.tally.drain():
+        """Add the tallied samples into the header classes, the cells and the patterns, and the
+        last passage ids' samples into the case's snapshots."""
+        for (header, outcomes), n in self.tally.drain():
+            self.headers[header] += n
             self.patterns[_add_outcomes(self.cells, outcomes, n, applies, self.case.id, self.width)] += n
+        if self.passages.same:
+            self.passages.flush()
 
     def _hit(
         self, sample: dict[str, Any], recorded: Any, settings: CheckSettings, cell: tuple[Any, ...]
@@ -1005,41 +1104,48 @@ class _Slot:
             return (derive or outcome)(sample, self.case, settings)
         return recorded[name]
 
+    def _count_failed(self, error: dict[str, Any]) -> None:
+        """A sample that failed (no output): its outcome on every metric it belongs to."""
+        arm = self.arm
+        # This sample's outcome on every metric (None where it is outside the metric): its pattern.
+        pattern: list[int | None] = [None] * self.width
+        arm.errors += 1
+        arm.error_kinds[error["kind"]] += 1
+        self.headers["errors"] += 1
+        for cell, higher_is_better, name, *_, index in self.cells:
+            if name not in METRICS:
+                # A user's check: whether it applies to this case is known once every sample is read.
+                pending = arm.pending.setdefault(name, {})
+                pending[self.case.id] = pending.get(self.case.id, 0) + 1
+                pattern[index] = PENDING
+                continue
+            cell[1] += 1
+            cell[2] += 1
+            # Errors never flatter an arm: a miss where higher is better, an event where lower is.
+            if not higher_is_better:
+                cell[0] += 1
+            pattern[index] = 0 if higher_is_better else 1
+        self.patterns[tuple(pattern)] += 1
+
     def count(
-        self, sample: dict[str, Any], settings: CheckSettings, applies: dict[str, dict[str, bool]]
-    ) -> None:
+        self,
+        sample: dict[str, Any],
+        fields: tuple[Any, ...],
+        settings: CheckSettings,
+        applies: dict[str, dict[str, bool]],
+    ) -> Any:
+        """Count a sample (its FIELDS read already) into its arm and case; its response (what the
+        table's simulated flag reads)."""
+        _, _, _, _, _, _, header, error, recorded, checks, latency, response, _ = fields
         arm = self.arm
         arm.samples += 1
-        error = sample.get("error")
         if error:
-            # This sample's outcome on every metric (None where it is outside the metric): its pattern.
-            pattern: list[int | None] = [None] * self.width
-            arm.errors += 1
-            arm.error_kinds[error["kind"]] += 1
-            self.headers["errors"] += 1
-            for cell, higher_is_better, name, *_, index in self.cells:
-                if name not in METRICS:
-                    # A user's check: whether it applies to this case is known once every sample is read.
-                    pending = arm.pending.setdefault(name, {})
-                    pending[self.case.id] = pending.get(self.case.id, 0) + 1
-                    pattern[index] = PENDING
-                    continue
-                cell[1] += 1
-                cell[2] += 1
-                # Errors never flatter an arm: a miss where higher is better, an event where lower is.
-                if not higher_is_better:
-                    cell[0] += 1
-                pattern[index] = 0 if higher_is_better else 1
-            self.patterns[tuple(pattern)] += 1
+            self._count_failed(error)
         else:
-            header = sample.get("header")
-            self.headers[header["header"] if header else "errors"] += 1
-            recorded = sample.get("outcomes")
-            failed_checks = (sample.get("checks") or {}).get("user_errors")
-            outcomes = None if failed_checks else self.tally.outcomes_of(recorded)
-            if outcomes is not None:
-                self.tally.add(outcomes)
-            else:
+            state = header["header"] if header else "errors"
+            failed_checks = (checks or {}).get("user_errors")
+            if failed_checks or not self.tally.took(state, recorded):
+                self.headers[state] += 1
                 hits = tuple(self._hit(sample, recorded, settings, cell) for cell in self.cells)
                 self.patterns[_add_outcomes(self.cells, hits, 1, applies, self.case.id, self.width)] += 1
             if failed_checks:
@@ -1050,13 +1156,12 @@ class _Slot:
                         arm.check_errors[name] += 1
             if settings.judges:
                 self._judge_errors(sample, settings)
-            latency = sample.get("latency_ms")
             if latency is not None:
-                arm.latencies.append(latency)
-        response = sample.get("response")
+                self.add_latency(latency)
         usage = response.get("usage") if response else None
         batched = sample.get("via") == "batch"
-        arm.batched += batched
+        if batched:
+            arm.batched += 1
         if usage:
             if (
                 "prompt_tokens" in usage
@@ -1067,11 +1172,11 @@ class _Slot:
                 tokens_in, tokens_out = usage["prompt_tokens"] or 0, usage["completion_tokens"] or 0
                 arm.input_tokens += tokens_in
                 arm.output_tokens += tokens_out
-                if self.price is None:
+                if self.cost is None:
                     arm.cost_unknown = True
                 else:
-                    arm.cost += self.price.cost(tokens_in, tokens_out)
-                return
+                    arm.cost += self.cost(tokens_in, tokens_out)
+                return response
             tokens = split_usage(usage)
             arm.input_tokens += tokens.input + tokens.cache_read + tokens.cache_write
             arm.output_tokens += tokens.output
@@ -1081,3 +1186,4 @@ class _Slot:
                 cost = self.price.cost_of(tokens, batched)
                 arm.cost += cost
                 arm.cache_saved += self.price.without_cache(tokens, batched) - cost
+        return response

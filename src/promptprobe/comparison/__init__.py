@@ -24,17 +24,38 @@ Modules: `side` (an arm's counts on a metric, paired or not), `selectors` and `p
 (several metrics adjusted together), `hints` (what an undecided verdict would need), `sequential`
 (a run stopped on its rule), `drift` (retrieval drift), `rates` (one arm's rate and intervals),
 `words` (every word a reader sees), `interim` (whether the verdicts are final yet: a fixed-size
-run still running is not), `runs` (two runs' arms compared: the entry point).
+run still running is not), `runs` (two runs' arms compared: the entry point). The names this
+package gives load their module when first asked for (`settle` the function is not among them:
+it is its module's name).
 """
 
-from .family import adjust
-from .metric import compare_sides
-from .pairs import pair_arms
-from .rates import metric_object
-from .runs import compare_runs, compare_tables
-from .selectors import parse_selector, select_arm
-from .settle import better_arm, effective_alpha, finish, is_worse, settle
-from .side import Side, is_paired
+import importlib
+from typing import Any
+
+# Loaded when first asked for: a report needs `rates` and `judge`, not the verdicts' numpy (0.1 s).
+_HOME = {
+    "adjust": "family",
+    "compare_sides": "metric",
+    "pair_arms": "pairs",
+    "metric_object": "rates",
+    "compare_runs": "runs",
+    "compare_tables": "runs",
+    "parse_selector": "selectors",
+    "select_arm": "selectors",
+    "better_arm": "settle",
+    "effective_alpha": "settle",
+    "finish": "settle",
+    "is_worse": "settle",
+    "Side": "side",
+    "is_paired": "side",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOME:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f".{_HOME[name]}", __name__), name)
+
 
 __all__ = [
     "Side",
@@ -51,5 +72,4 @@ __all__ = [
     "pair_arms",
     "parse_selector",
     "select_arm",
-    "settle",
 ]

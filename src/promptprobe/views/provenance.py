@@ -7,12 +7,14 @@ Everything is read from the run's manifest and the copies it keeps, and the coun
 renderers only lay it out.
 """
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .. import endpoints
-from ..counts import ArmCounts, CountsTable
-from .report import usage
+from ..counts import CountsTable
+from ..probeset import ProbeSet
+from ..totals import ArmTotals
 
 SHOWN_PARAMETERS = ("max_tokens", "temperature", "seed", "stream", "timeout", "batch", "cache")
 
@@ -29,25 +31,25 @@ def _prompt_text(run_dir: Path, prompt: dict[str, Any]) -> str | None:
     return path.read_bytes().decode("utf-8", "replace")
 
 
-def arm_provenance(counts: CountsTable, index: int, name: str | None = None) -> dict[str, Any]:
+def arm_provenance(
+    run_dir: Path, manifest: dict[str, Any], totals: ArmTotals, index: int, name: str | None = None
+) -> dict[str, Any]:
     """One arm (1-based, as in the manifest): prompt, model, endpoint, tokens, cost, latency."""
-    arm: ArmCounts = counts.arms[index - 1]
-    manifest = counts.manifest
-    prompt = next((p for p in manifest.get("prompts") or [] if p.get("name") == arm.prompt), {})
-    went = endpoints.of_run(manifest).get(arm.spec)
+    prompt = next((p for p in manifest.get("prompts") or [] if p.get("name") == totals.prompt), {})
+    went = endpoints.of_run(manifest).get(totals.spec)
     return {
         "index": index,
-        "name": name or f"{arm.prompt} x {arm.model}",
+        "name": name or f"{totals.prompt} x {totals.model}",
         "prompt": {
-            "name": arm.prompt,
+            "name": totals.prompt,
             "sha256": prompt.get("sha256"),
-            "text": _prompt_text(Path(counts.run), prompt),
+            "text": _prompt_text(run_dir, prompt),
         },
-        "model": {"name": arm.model, "spec": arm.spec},
+        "model": {"name": totals.model, "spec": totals.spec},
         "endpoint": {"url": went.url, "from": went.source} if went else None,
-        "samples": arm.samples,
-        "errors": arm.errors,
-        "usage": usage(arm),
+        "samples": totals.samples,
+        "errors": totals.errors,
+        "usage": totals.usage,
     }
 
 
@@ -55,26 +57,46 @@ def provenance(
     counts: CountsTable, arms: list[int] | None = None, names: dict[int, str] | None = None
 ) -> dict[str, Any]:
     """The run's provenance, with the arms numbered in `arms` (every arm when None)."""
-    manifest = counts.manifest
+    chosen = arms if arms is not None else list(range(1, len(counts.arms) + 1))
+    source = RunSource(Path(counts.run), counts.manifest, counts.state, counts.probeset)
+    return provenance_of(source, [(i, ArmTotals.of(counts.arms[i - 1])) for i in chosen], names)
+
+
+@dataclass(frozen=True)
+class RunSource:
+    """What the provenance reads of a run besides its arms' totals."""
+
+    run_dir: Path
+    manifest: dict[str, Any]
+    state: str  # the manifest's status, or `killed` (engine.store.run_state)
+    probeset: ProbeSet
+
+
+def provenance_of(
+    source: RunSource, arms: list[tuple[int, ArmTotals]], names: dict[int, str] | None = None
+) -> dict[str, Any]:
+    """The provenance of a run with the given arms, each its number and its totals."""
+    manifest = source.manifest
     parameters = manifest.get("parameters") or {}
     probeset = manifest.get("probeset") or {}
-    chosen = arms if arms is not None else list(range(1, len(counts.arms) + 1))
     view = {
-        "run": Path(counts.run).name,
-        "status": counts.state,
+        "run": source.run_dir.name,
+        "status": source.state,
         "started": manifest.get("created"),
         "finished": manifest.get("finished"),
         "tool_version": manifest.get("tool_version"),
         "probeset": {
-            "name": counts.probeset.name,
+            "name": source.probeset.name,
             "path": probeset.get("path"),
-            "sha256": counts.probeset.sha256,
+            "sha256": source.probeset.sha256,
         },
         "parameters": {
             "repeats": manifest.get("repeats"),
             **{key: parameters.get(key) for key in SHOWN_PARAMETERS if key in parameters},
         },
-        "arms": [arm_provenance(counts, i, (names or {}).get(i)) for i in chosen],
+        "arms": [
+            arm_provenance(source.run_dir, manifest, totals, i, (names or {}).get(i)) for i, totals in arms
+        ],
     }
     # The words every rendering shows, made once here (terminal, markdown, HTML alike).
     view["summary"] = summary_line(view)

@@ -2,9 +2,7 @@
 intervals and its failures, tokens, latency and cost; per case the header counts; what the
 retrieval did; and a sequential run's decision."""
 
-import math
 from collections import Counter
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +11,7 @@ from ..comparison.rates import metric_object
 from ..counts import ArmCounts, CountsTable, build_counts, pricing
 from ..engine.cost import PriceMatch, price_sentence
 from ..jsonio import dumps_pretty
+from ..totals import usage
 from .tables import fit_table, table, wrap
 
 LEGEND = {
@@ -33,49 +32,8 @@ def legend(shown: list[str], fmt: str) -> str:
     return ("  \n" if fmt == "md" else "\n").join(lines)
 
 
-def _percentiles(values: Iterable[float], qs: tuple[float, ...]) -> list[float | None]:
-    """Each q-quantile of the values, interpolated between order statistics as sorting them would
-    give it, from the count of each distinct value (latencies repeat: a million need no sort)."""
-    counted = Counter(values)
-    n = sum(counted.values())
-    if not n:
-        return [None for _ in qs]
-    wanted: dict[int, float] = {}
-    for q in qs:
-        position = (n - 1) * q
-        wanted.setdefault(math.floor(position), 0.0)
-        wanted.setdefault(math.ceil(position), 0.0)
-    seen, ranks = 0, sorted(wanted)
-    at = 0
-    for value in sorted(counted):
-        seen += counted[value]
-        while at < len(ranks) and ranks[at] < seen:  # the values of ranks seen-count .. seen-1
-            wanted[ranks[at]] = value
-            at += 1
-        if at == len(ranks):
-            break
-    found = []
-    for q in qs:
-        position = (n - 1) * q
-        low, high = wanted[math.floor(position)], wanted[math.ceil(position)]
-        found.append(low + (high - low) * (position - math.floor(position)))
-    return found
-
-
 def _price(match: PriceMatch) -> dict[str, Any]:
     return {"price": match.price.to_dict() if match.price else None, "cost_unknown": match.reason}
-
-
-def usage(arm: ArmCounts) -> dict[str, Any]:
-    median, p90 = _percentiles(arm.latencies, (0.5, 0.9))
-    return {
-        "input_tokens": arm.input_tokens,
-        "output_tokens": arm.output_tokens,
-        "cost_usd": None if arm.cost_unknown else round(arm.cost, 6),
-        "cache_saved_usd": None if arm.cost_unknown else round(arm.cache_saved, 6),
-        "batch_samples": arm.batched,
-        "latency_ms": {"median": median, "p90": p90},
-    }
 
 
 def _arm(arm: ArmCounts, counts: CountsTable, by_tag: bool, judged: JudgedArms) -> dict[str, Any]:

@@ -9,8 +9,9 @@ from typing import Any
 from ..counts import classifications, merged_samples
 from ..engine.store import load_manifest
 from ..errors import InputError
-from ..jsonio import dumps_line, dumps_pretty, loads, warn
+from ..jsonio import dumps_pretty, warn
 from ..pack import RawUnreadable, read_raw
+from ..sample_lines import lines_naming
 from .provenance import render_provenance
 
 HEADER_CLASSES = ("present", "absent", "misplaced", "empty", "error")
@@ -169,30 +170,6 @@ def select_samples(
     return manifest, chosen
 
 
-def lines_naming(path: Path, sample_id: str) -> list[dict[str, Any]] | None:
-    """The records of one sample found by searching the file's bytes for its id (one sample of a
-    million-sample run without parsing a million lines); None when the search cannot tell."""
-    import mmap
-
-    needle = b'"sample_id":' + dumps_line(sample_id).rstrip(b"\n")
-    found = []
-    try:
-        with open(path, "rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
-            at = data.find(needle)
-            while at >= 0:
-                start = data.rfind(b"\n", 0, at) + 1
-                end = data.find(b"\n", at)
-                if end < 0:
-                    return None  # a last line without its end: the careful reader decides
-                record = loads(data[start:end])
-                if isinstance(record, dict) and record.get("sample_id") == sample_id:
-                    found.append(record)
-                at = data.find(needle, end)
-    except (OSError, ValueError):
-        return None  # an empty file, a line that is not JSON: the careful reader says what
-    return found or None
-
-
 class Damage:
     """What a reader of samples sees cheaply of a damaged run: a sample recorded twice, or of an
     arm the plan does not have. Each is left out, with one warning per kind (as report counts).
@@ -334,14 +311,23 @@ def show(
 
 
 def shown_provenance(run_dir: Path, records: list[dict[str, Any]]) -> dict[str, Any]:
-    """The provenance of the arms the shown samples belong to (every arm when none is shown)."""
-    from ..counts import build_counts
-    from .provenance import provenance
+    """The provenance of the arms the shown samples belong to (every arm when none is shown): from
+    the totals the run's manifest keeps when they still hold (promptprobe.totals), else counted."""
+    from ..counts import build_counts, run_probeset
+    from ..engine.store import run_state
+    from ..totals import kept_totals
+    from .provenance import RunSource, provenance, provenance_of
 
-    counts = build_counts(run_dir)
     pairs = {(r["prompt"], r["model"]) for r in records}
-    arms = [i for i, arm in enumerate(counts.arms, 1) if (arm.prompt, arm.model) in pairs]
-    return provenance(counts, arms or None)
+    manifest = load_manifest(run_dir)
+    totals = kept_totals(run_dir, manifest)
+    if totals is None:
+        counts = build_counts(run_dir)
+        arms = [i for i, arm in enumerate(counts.arms, 1) if (arm.prompt, arm.model) in pairs]
+        return provenance(counts, arms or None)
+    chosen = [(i, arm) for i, arm in enumerate(totals, 1) if (arm.prompt, arm.model) in pairs]
+    source = RunSource(run_dir, manifest, run_state(run_dir, manifest), run_probeset(manifest))
+    return provenance_of(source, chosen or list(enumerate(totals, 1)))
 
 
 def _fence(text: str) -> str:
