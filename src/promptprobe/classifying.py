@@ -131,16 +131,7 @@ def reclassify_run(run_dir: Path, settings: CheckSettings | None = None) -> dict
     settings = replace(settings or old_settings, judges=old_settings.judges)
     existing = _same(run_dir, manifest, numbers, settings)
     if existing is not False:
-        return {
-            "run": str(run_dir),
-            "classification": existing,
-            "based_on": previous,
-            "reused": True,
-            "samples": 0,
-            "settings": settings.to_dict(),
-            "moved": [],
-            "metrics_changed": {},
-        }
+        return _summary(run_dir, existing, previous, settings, 0, Counter(), Counter(), reused=True)
     # The checks are user code run with the keys in the environment: what they say is scrubbed.
     protect_keys([model_of(model) for model in manifest.get("models") or []])
     checks = build_checks(settings)
@@ -193,11 +184,25 @@ def reclassify_run(run_dir: Path, settings: CheckSettings | None = None) -> dict
             changed.update(_metrics_changed(sample, new, case, old_settings, settings))
     finally:
         close_checks(checks)
+    return _summary(run_dir, number, previous, settings, total, moved, changed, reused=False)
+
+
+def _summary(
+    run_dir: Path,
+    number: int,
+    previous: int | None,
+    settings: CheckSettings,
+    total: int,
+    moved: Counter,
+    changed: Counter,
+    reused: bool,
+) -> dict[str, Any]:
+    """What `probe classify RUN` says: the classification, and what moved against the latest."""
     return {
         "run": str(run_dir),
         "classification": number,
         "based_on": previous,
-        "reused": False,
+        "reused": reused,
         "samples": total,
         "settings": settings.to_dict(),
         "moved": [{"from": a, "to": b, "samples": n} for (a, b), n in sorted(moved.items())],
