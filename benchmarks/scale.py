@@ -3,7 +3,9 @@
 Prints, each from a fresh `probe` process (wall time and peak memory of the whole command,
 children included):
 - `probe report` on 240, 100,000 and 1,000,000 samples (targets: 0.3 s at 240, 1.5 s at 100k,
-  memory under 150 MB at 1M);
+  5 s and memory under 150 MB at 1M); at 1M, as `probe run` leaves the run (its counts kept in
+  kept-counts.json) and counted again from samples.jsonl (the kept file set aside), and
+  `probe compare --all` of its two arms;
 - `probe compare --all` on the 100k run (each run directory is read once for all metrics);
 - `probe compare` of two 25,000-sample arms (Boschloo is skipped above its affordable size);
 - the header classifier on 1 KB outputs without a header (target: 25,000 outputs/s);
@@ -16,8 +18,8 @@ children included):
 """
 
 import argparse
+import os
 import random
-import resource
 import subprocess
 import sys
 import tempfile
@@ -32,13 +34,16 @@ PROBE = str(Path(sys.executable).parent / "probe")
 
 
 def timed(*args: str) -> tuple[float, float]:
-    """(seconds, peak MB of the command and its children)."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    """(seconds, peak MB of the command and its children: this command's own, not the largest
+    of every command timed so far as RUSAGE_CHILDREN gives it)."""
     started = time.perf_counter()
-    subprocess.run([PROBE, *args], check=True, stdout=subprocess.DEVNULL)
+    child = subprocess.Popen([PROBE, *args], stdout=subprocess.DEVNULL)
+    _, status, usage = os.wait4(child.pid, 0)
     seconds = time.perf_counter() - started
-    after = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    return seconds, max(after, before) / 1024
+    child.returncode = os.waitstatus_to_exitcode(status)
+    if child.returncode:
+        raise SystemExit(f"probe {' '.join(args)} exited with {child.returncode}")
+    return seconds, usage.ru_maxrss / 1024
 
 
 def best_of(runs: int, *args: str) -> tuple[float, float]:
@@ -64,9 +69,7 @@ def classifier_rate(n: int = 20000) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--work", type=Path, default=None, help="Where to write the synthetic runs (kept).")
-    parser.add_argument(
-        "--skip-million", action="store_true", help="Skip the 1,000,000-sample run (~1 GB)."
-    )
+    parser.add_argument("--skip-million", action="store_true", help="Skip the 1,000,000-sample run (~1 GB).")
     parser.add_argument(
         "--quick", action="store_true", help="A quick look: 10,000 samples, no million, each timed once."
     )
@@ -116,14 +119,40 @@ def measure(work: Path, args: argparse.Namespace) -> None:
 
 
 def million(work: Path, rows: list[tuple[str, float, float, str]]) -> None:
-    """The 1,000,000-sample run, its outputs packed: report (5 s), show of one sample, its files."""
+    """The 1,000,000-sample run, its outputs packed: report (5 s) as `probe run` leaves the run (its
+    counts kept) and counted again, show of one sample, its files."""
     huge = make_run(
         work / "r1m",
         1_000_000,
         output="[[ANSWER]]\nThe Team plan is $20 per user per month.\n",
         totals=True,  # as probe run leaves it: show's provenance from the manifest
     )
-    rows.append(("probe report, 1,000,000 samples", *best_of(3, "report", str(huge)), "5 s, 150 MB"))
+    rows.append(
+        (
+            "probe report, 1,000,000 samples (as probe run leaves it)",
+            *best_of(3, "report", str(huge)),
+            "5 s, 150 MB",
+        )
+    )
+    rows.append(
+        (
+            "probe compare --all, 1,000,000 samples",
+            *best_of(3, "compare", f"{huge}#prompt=prompt-0", f"{huge}#prompt=prompt-1", "--all"),
+            "-",
+        )
+    )
+    kept = huge / "kept-counts.json"
+    kept.rename(huge / "kept-counts.json.aside")  # as a run recorded before it, or changed since
+    try:
+        rows.append(
+            (
+                "probe report, 1,000,000 samples, counted (no kept counts)",
+                *best_of(3, "report", str(huge)),
+                "-",
+            )
+        )
+    finally:
+        (huge / "kept-counts.json.aside").rename(kept)
     rows.append(
         (
             "probe show of one sample, 1,000,000 samples",

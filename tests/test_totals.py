@@ -12,7 +12,7 @@ from conftest import ROOT, run_dir_of, write_probeset
 from servers import LocalServer, Reply
 
 import promptprobe.counts
-from promptprobe import totals
+from promptprobe import stamp, totals
 from promptprobe.cli import main
 from promptprobe.engine.store import RunStore, load_manifest
 
@@ -93,10 +93,10 @@ def test_a_finished_run_keeps_its_totals_and_show_needs_no_count_for_the_same_pr
 def test_totals_that_no_longer_describe_the_run_are_not_used(run_dir, counted, monkeypatch):
     manifest = load_manifest(run_dir)
     assert totals.kept_totals(run_dir, manifest) is not None
-    monkeypatch.setattr(totals, "__version__", "0.0.1")  # another promptprobe
+    monkeypatch.setattr(stamp, "__version__", "0.0.1")  # another promptprobe
     assert totals.kept_totals(run_dir, manifest) is None
     monkeypatch.undo()
-    monkeypatch.setattr(totals, "_price_data", lambda: "genai-prices 9.9")  # other built-in prices
+    monkeypatch.setattr(stamp, "_price_data", lambda: "genai-prices 9.9")  # other built-in prices
     assert totals.kept_totals(run_dir, manifest) is None
     monkeypatch.undo()
     for changed in ({"status": "running"}, {"prices": {"openai:x": {"input": 1, "output": 1}}},

@@ -41,8 +41,10 @@ from .engine.store import iter_samples, load_manifest, run_state, sample_problem
 from .errors import InputError
 from .jsonio import content_end, iter_jsonl, loads, nul_tail_warning
 from .judgments import JudgmentIndex
+from .kept_counts import Malformed, decode, encode
 from .models import model_of
 from .probeset import Case, ProbeSet, parse_probeset
+from .stamp import classifications, holds
 
 HEADER_STATES = ("present", "absent", "misplaced", "empty", "errors")
 
@@ -120,14 +122,6 @@ class CountsTable:
 
     def arm(self, prompt: str, model: str) -> ArmCounts:
         return next(a for a in self.arms if a.prompt == prompt and a.model == model)
-
-
-def classifications(run_dir: Path) -> list[int]:
-    """The numbers of a run's offline reclassifications, oldest first."""
-    folder = run_dir / "classifications"
-    if not folder.is_dir():
-        return []
-    return sorted(int(p.stem) for p in folder.glob("*.jsonl") if p.stem.isdigit())
 
 
 def _overlay(
@@ -218,12 +212,19 @@ def build_counts(
     classification: int | None = None,
     top_k: int | None = None,
     on_warning: Callable[[str], None] | None = None,
+    kept: bool = True,
 ) -> CountsTable:
-    """The counts table of a recorded run (the latest reclassification unless one is named)."""
+    """The counts table of a recorded run (the latest reclassification unless one is named): the
+    counts it keeps, when they still hold (unless not `kept`), else counted."""
     run_dir = Path(run_dir)
     warnings: list[str] = []
     warn = on_warning or warnings.append
-    table, counter = _start(run_dir, classification, top_k)
+    table = _empty_table(run_dir, classification, top_k)
+    if kept and classification is None and top_k is None and _restore(table):
+        table.sequential = list(iter_jsonl(run_dir / "sequential.jsonl", warn))
+        table.warnings = warnings
+        return table
+    counter = _Counter(table, {"top_k"} if top_k is not None else set())
     number = table.classification
     samples_path = run_dir / "samples.jsonl"
     size = _data_size(samples_path)
@@ -561,8 +562,9 @@ class _AppendedLines:
                 break
 
 
-def _start(run_dir: Path, classification: int | None, top_k: int | None) -> tuple[CountsTable, "_Counter"]:
-    """An empty counts table of a run (its manifest, probe set and settings read) and its counter."""
+def _empty_table(run_dir: Path, classification: int | None, top_k: int | None) -> CountsTable:
+    """An empty counts table of a run (its manifest, probe set and settings read), shaped to its
+    arms, cases and metrics."""
     manifest = load_manifest(run_dir)
     numbers = classifications(run_dir)
     if classification is not None and classification not in numbers:
@@ -572,7 +574,67 @@ def _start(run_dir: Path, classification: int | None, top_k: int | None) -> tupl
     settings = settings_of(run_dir, manifest, number).with_top_k(top_k)
     probeset = run_probeset(manifest)
     table = CountsTable(run_dir, manifest, run_state(run_dir, manifest), probeset, settings, number, [])
+    spec_of = arm_specs(manifest)
+    table.arms = [
+        ArmCounts(a["prompt"], a["model"], spec=spec_of.get(a["model"], a["model"])) for a in manifest["arms"]
+    ]
+    table.pattern_metrics = list(table.metrics)
+    for arm in table.arms:
+        arm.metrics = {name: {} for name in table.metrics}
+        arm.headers = {case_id: Counter() for case_id in table.cases}
+        arm.patterns = {case_id: Counter() for case_id in table.cases}
+    return table
+
+
+def _start(run_dir: Path, classification: int | None, top_k: int | None) -> tuple[CountsTable, "_Counter"]:
+    """An empty counts table of a run and its counter."""
+    table = _empty_table(run_dir, classification, top_k)
     return table, _Counter(table, {"top_k"} if top_k is not None else set())
+
+
+def kept_form(table: CountsTable) -> dict[str, Any]:
+    """A finished table's counts as kept-counts.json keeps them (promptprobe.kept_counts)."""
+    return encode(_partial(table))
+
+
+KEPT_COUNTS = "kept-counts.json"  # a finished run's counts, kept at its end (promptprobe.totals)
+KEPT_LIMIT = 64 * 1024 * 1024  # a kept file beyond this is not the one a run keeps: counted instead
+
+
+def kept_table(run_dir: Path) -> CountsTable | None:
+    """The run's counts as it keeps them, when they still hold (None: a reader counts the run)."""
+    table = _empty_table(run_dir, None, None)
+    return table if _restore(table) else None
+
+
+def _restore(table: CountsTable) -> bool:
+    """Fill an empty table from the counts its run keeps, when they were counted from the run as
+    it stands and are well formed (False: the run must be counted)."""
+    if table.classification is not None:
+        return False
+    try:  # never through a link: what a run keeps is a file of its own
+        with os.fdopen(
+            os.open(table.run / KEPT_COUNTS, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK), "rb"
+        ) as handle:
+            kept = (
+                loads(handle.read(KEPT_LIMIT + 1))
+                if os.fstat(handle.fileno()).st_size <= KEPT_LIMIT
+                else None
+            )
+    except (OSError, ValueError):  # none kept (an older run), not a file, or not JSON: counted
+        return False
+    if not isinstance(kept, dict) or not holds(kept.get("stamp"), table.run, table.manifest):
+        return False
+    try:
+        part = decode(
+            kept.get("counts"), len(table.arms), set(table.cases), set(table.metrics), len(table.metrics)
+        )
+    except Malformed:
+        return False
+    _add_partial(table, part)
+    for arm in table.arms:
+        arm.patterns = resolved_patterns(table, arm)  # as finish() leaves them: the cases seen only
+    return True
 
 
 class _Counter:
@@ -581,22 +643,12 @@ class _Counter:
     def __init__(self, table: CountsTable, overridden: set[str]) -> None:
         self.table = table
         manifest, settings = table.manifest, table.settings
-        cases = {c.id: c for c in table.probeset.cases}
-        spec_of = arm_specs(manifest)
-        table.arms = [
-            ArmCounts(a["prompt"], a["model"], spec=spec_of.get(a["model"], a["model"]))
-            for a in manifest["arms"]
-        ]
+        cases = table.cases
         # Which metrics apply depends on the case and the settings only: work it out once per case.
         applicable: dict[str, list[tuple[str, Metric]]] = {
             case_id: [(name, m) for name, m in table.metrics.items() if m.applies(case, settings)]
             for case_id, case in cases.items()
         }
-        table.pattern_metrics = list(table.metrics)
-        for arm in table.arms:
-            arm.metrics = {name: {} for name in table.metrics}
-            arm.headers = {case_id: Counter() for case_id in cases}
-            arm.patterns = {case_id: Counter() for case_id in cases}
         self.judgments = JudgmentIndex.of(table.run, table.classification, settings)
         price_of = _pricer(load_prices(manifest.get("prices") or {}, day=run_day(manifest)), manifest)
         self.duplicates = 0  # samples seen again (a hand-edited or damaged file): not counted twice

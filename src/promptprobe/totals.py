@@ -1,31 +1,29 @@
 """A run's per-arm totals: its samples, failures, tokens, cost and latency, as the report and the
 provenance show them (`usage`). The process that counts a whole run at its end (`probe run`'s own
 report) keeps them in the run's manifest (`totals`, docs/runs.md), so that a page showing one
-sample (`probe show`) has its provenance without a pass over a million lines. They are used only
-while they still describe the run as it stands: the same samples.jsonl (size and modification
-time), the same manifest, classification, promptprobe version and price data; anything else (an
-older run, a run still going, a resume, a reclassification, a hand-edited file, a copy that did not
-keep modification times) is counted again, as it always was.
+sample (`probe show`) has its provenance without a pass over a million lines; beside them, the
+run's whole counts table (kept-counts.json), so that the report and comparisons need none either.
+They are used only while their stamp (promptprobe.stamp) is the run's stamp now: the same
+samples.jsonl and judgments (size and modification time), the same manifest, classification,
+promptprobe version and price data; anything else (an older run, a run still going, a resume, a
+reclassification, a judgment, a hand-edited file, a copy that did not keep modification times) is
+counted again, as it always was.
 """
 
-import hashlib
 import math
-import os
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
 import orjson
 
-from .counts import ArmCounts, CountsTable, arm_specs, build_counts, classifications
+from .counts import KEPT_COUNTS, ArmCounts, CountsTable, arm_specs, build_counts, kept_form
 from .engine.store import RunStore, StorageError, load_manifest
 from .errors import InputError
-from .version import __version__
+from .stamp import holds, stamp
 
-FORMAT = 1  # bumped whenever what the totals hold, or how they are counted, changes
 USAGE_KEYS = ("input_tokens", "output_tokens", "cost_usd", "cache_saved_usd", "batch_samples", "latency_ms")
 ARM_KEYS = ("prompt", "model", "samples", "errors", "usage")
 
@@ -98,56 +96,31 @@ class ArmTotals:
         }
 
 
-def stamp(run_dir: Path, manifest: dict[str, Any]) -> dict[str, Any]:
-    """What the totals were counted from: everything that, changed, could change them."""
-    try:
-        info = os.stat(run_dir / "samples.jsonl")
-        size, mtime = info.st_size, info.st_mtime_ns
-    except FileNotFoundError:
-        size, mtime = 0, None
-    numbers = classifications(run_dir)
-    rest = {key: value for key, value in manifest.items() if key != "totals"}
-    return {
-        "format": FORMAT,
-        "tool_version": __version__,
-        "prices": _price_data(),
-        "classification": numbers[-1] if numbers else None,
-        "samples_bytes": size,
-        "samples_mtime_ns": mtime,
-        "manifest_sha256": hashlib.sha256(orjson.dumps(rest, option=orjson.OPT_SORT_KEYS)).hexdigest(),
-    }
-
-
-def _price_data() -> str | None:
-    """The version of the price library the built-in prices come from (read without importing it)."""
-    try:
-        return f"genai-prices {version('genai-prices')}"
-    except PackageNotFoundError:
-        return None
-
-
 def count_and_keep(run_dir: Path) -> CountsTable:
-    """The run's counts table; when the run has ended and nothing changed it while it was counted,
-    its per-arm totals are kept in its manifest for later readers (`kept_totals`)."""
+    """The run's counts table; when the run has ended, was counted without a warning, and nothing
+    changed it while it was counted, its per-arm totals (`kept_totals`, in its manifest) and its
+    counts (KEPT_COUNTS, which promptprobe.counts reads back) are kept for later readers."""
     before = stamp(run_dir, load_manifest(run_dir))
     counts = build_counts(run_dir)
-    if counts.manifest.get("status") not in (None, "running") and counts.classification is None:
-        _keep(run_dir, before, [ArmTotals.of(arm) for arm in counts.arms])
+    ended = counts.manifest.get("status") not in (None, "running")
+    if ended and counts.classification is None and not counts.warnings:
+        _keep(run_dir, before, [ArmTotals.of(arm) for arm in counts.arms], kept_form(counts))
     return counts
 
 
-def _keep(run_dir: Path, before: dict[str, Any], arms: list[ArmTotals]) -> None:
-    """Write the totals into the manifest, holding the run's lock, if the run is still as counted."""
+def _keep(run_dir: Path, before: dict[str, Any], arms: list[ArmTotals], counts: dict[str, Any]) -> None:
+    """Write the counts and the totals, holding the run's lock, if the run is still as counted."""
     try:
         store = RunStore.open(run_dir)
     except (InputError, StorageError, OSError):
-        return  # another process works on the run (it keeps its own totals), or it cannot be written
+        return  # another process works on the run (it keeps its own), or it cannot be written
     try:
         manifest = load_manifest(run_dir)
         if stamp(run_dir, manifest) == before:
+            store.replace_file(KEPT_COUNTS, orjson.dumps({"stamp": before, "counts": counts}) + b"\n")
             store.write_manifest({**manifest, "totals": {**before, "arms": [a.to_dict() for a in arms]}})
     except (InputError, StorageError, OSError):
-        return  # the run stays as it was, without totals: readers count it
+        return  # the run stays as it was, without them: readers count it
     finally:
         store.release()
 
@@ -156,11 +129,11 @@ def kept_totals(run_dir: Path, manifest: dict[str, Any]) -> list[ArmTotals] | No
     """The per-arm totals the manifest keeps, in the manifest's arm order, when they still describe
     the run as it stands (None: the run must be counted)."""
     kept = manifest.get("totals")
-    if not isinstance(kept, dict) or manifest.get("status") in (None, "running"):
+    if not isinstance(kept, dict) or not holds(
+        {k: v for k, v in kept.items() if k != "arms"}, run_dir, manifest
+    ):
         return None
     arms = kept.get("arms")
-    if {key: value for key, value in kept.items() if key != "arms"} != stamp(run_dir, manifest):
-        return None
     planned = [(a.get("prompt"), a.get("model")) for a in manifest["arms"] if isinstance(a, dict)]
     if not isinstance(arms, list) or len(arms) != len(manifest["arms"]) or not all(map(_well_formed, arms)):
         return None

@@ -1,8 +1,9 @@
 """`probe verify RUN`: is what is on disk what was recorded? Every sample's raw bytes against the
 sha256 and byte count its record holds, every index line against its pack, the records against
 the manifest's plan (a sample twice, an arm or case the plan does not have, an id that is not its
-case, repeat and arm), and the ends of the files (a torn last line, a tail of NUL bytes). Each
-problem is one sentence naming the sample (or the file) it is about."""
+case, repeat and arm), the ends of the files (a torn last line, a tail of NUL bytes), and the
+counts the run keeps (kept-counts.json) against a count of its samples. Each problem is one
+sentence naming the sample (or the file) it is about."""
 
 import hashlib
 import os
@@ -10,7 +11,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import orjson
+
+from .counts import KEPT_COUNTS, CountsTable, build_counts, kept_form, kept_table
 from .engine.store import load_manifest, run_state, sample_problem
+from .errors import InputError
 from .jsonio import content_end, dumps_pretty, loads
 from .pack import BODY, INDEX, TEXT, RawReader, RawUnreadable, is_index_entry, iter_index, packs_of
 
@@ -36,9 +41,7 @@ def _lines(path: Path, problems: list[dict[str, Any]]) -> Iterator[tuple[int, by
             yield number, line
     if end < size:
         problems.append(
-            _problem(
-                None, path.name, f"ends in {size - end} NUL bytes (a crash or power loss wrote over it)"
-            )
+            _problem(None, path.name, f"ends in {size - end} NUL bytes (a crash or power loss wrote over it)")
         )
 
 
@@ -72,6 +75,7 @@ class Verifier:
         }
         self.check_samples()
         check_index(self.run_dir, self.problems, self.notes)
+        check_kept(self.run_dir, self.problems, self.notes)
         state = run_state(self.run_dir, self.manifest)
         planned = (self.manifest.get("counts") or {}).get("planned")
         if isinstance(planned, int) and self.samples < planned:
@@ -221,6 +225,33 @@ def check_index(run_dir: Path, problems: list[dict[str, Any]], notes: list[str])
                 "(what a sample in flight wrote when the run stopped)"
             )
 
+
+def check_kept(run_dir: Path, problems: list[dict[str, Any]], notes: list[str]) -> None:
+    """The counts the run keeps, when readers would use them, against a count of samples.jsonl."""
+    if not (run_dir / KEPT_COUNTS).exists():
+        return
+    kept = kept_table(run_dir)
+    if kept is None:
+        notes.append(f"{KEPT_COUNTS} no longer describes the run (readers count samples.jsonl instead)")
+        return
+    try:
+        counted = build_counts(run_dir, kept=False, on_warning=lambda message: None)
+    except InputError:
+        counted = None  # a line no reader can count: named among the samples' problems already
+    if counted is None or _canonical(kept) != _canonical(counted):
+        problems.append(
+            _problem(
+                None,
+                KEPT_COUNTS,
+                "its counts are not what samples.jsonl counts to (delete it to count again)",
+            )
+        )
+
+
+def _canonical(table: CountsTable) -> bytes:
+    return orjson.dumps(kept_form(table), option=orjson.OPT_SORT_KEYS)
+
+
 def _check_blob(
     run_dir: Path, entry: dict[str, Any], number: int, sizes: dict[str, int], problems: list[dict[str, Any]]
 ) -> None:
@@ -233,8 +264,7 @@ def _check_blob(
             _problem(
                 sid,
                 INDEX,
-                f"line {number}: its {entry['kind']} lies past the end of {name} "
-                "(the pack is cut short)",
+                f"line {number}: its {entry['kind']} lies past the end of {name} (the pack is cut short)",
             )
         )
         return
