@@ -426,14 +426,8 @@ def run(
         raise InputError(f"retrieval={retrieval!r}: the only choice is 'none'; the config says how otherwise")
     numbers = {
         name: arguments.run_number(name, value)
-        for name, value in (
-            ("repeats", repeats),
-            ("concurrency", concurrency),
-            ("max_tokens", max_tokens),
-            ("temperature", temperature),
-            ("seed", seed),
-            ("poll_interval", poll_interval),
-        )
+        for name, value in (("repeats", repeats), ("concurrency", concurrency), ("max_tokens", max_tokens),
+                            ("temperature", temperature), ("seed", seed), ("poll_interval", poll_interval))
     }
     rule = _sequential_rule(until_decided, metric, alpha, detect)
     batch = arguments.flag("batch", batch, optional=True)

@@ -1026,10 +1026,9 @@ def _execute(runner: Any, fmt: str, total: int, output: Path | None = None) -> N
 
     outcome = None
     sequential = hasattr(runner, "rule")
-    with (
-        Progress(total, at_most=sequential) as progress,
-        interruptible(runner.cancel, lambda: runner.store is not None) as received,
-    ):
+    with Progress(total, at_most=sequential) as progress, interruptible(
+        runner.cancel, lambda: runner.store is not None
+    ) as received:
         runner.on_record = import_meanwhile.before(progress.update)
         # Where the run is, as soon as it exists: another terminal can follow or resume it.
         runner.on_start = lambda path: progress.say(f"run: {getattr(runner.store, 'where', path)}")
@@ -1638,20 +1637,14 @@ def migrate(run_ref: str, runs_dir: Path | None, fmt: str, output: Path | None) 
     if fmt == "json":
         emit(dumps_pretty(result), output)
         return
-    emit(
-        f"{result['run']}: {result['packed']} blobs packed and checked by sha256; "
-        f"{result['files_removed']} raw files removed",
-        output,
-    )
-
+    emit(f"{result['run']}: {result['packed']} blobs packed and checked by sha256; "
+         f"{result['files_removed']} raw files removed", output)
 
 # -- judge / label --------------------------------------------------------------------------
 
 
-@main.command(
-    epilog="Examples: probe judge latest --check grounded --repeats 3   |   "
-    "probe judge latest --check grounded --rubric judges/grounded-v2.md"
-)
+@main.command(epilog="Examples: probe judge latest --check grounded --repeats 3   |   "
+              "probe judge latest --check grounded --rubric judges/grounded-v2.md")
 @click.argument("run_ref", metavar="RUN")
 @click.option("--check", "check", required=True, help="The judged check to grade again.")
 @click.option("--rubric", type=click.Path(path_type=Path), help="Another rubric file (default: the check's).")
@@ -1693,27 +1686,18 @@ def judge(
             else f"{result['run']}: judging stopped ({result['stopped_by']}); no layer was written: "
             "the same command continues where it stopped"
         )
-        emit(
-            f"{done}\n{result['judged']} judgments made now, {result['judgments']} in all, "
-            f"{result['failed']} failed or unreadable (each a fail)",
-            output,
-        )
+        emit(f"{done}\n{result['judged']} judgments made now, {result['judgments']} in all, "
+             f"{result['failed']} failed or unreadable (each a fail)", output)
     if result["classification"] is None:
         sys.exit(1)
 
 
-@main.command(
-    epilog="Examples: probe label latest --check grounded   |   "
-    "probe label latest --check grounded --template -o labels.csv"
-)
+@main.command(epilog="Examples: probe label latest --check grounded   |   "
+              "probe label latest --check grounded --template -o labels.csv")
 @click.argument("run_ref", metavar="RUN")
 @click.option("--check", "check", required=True, help="The judged check to label outputs of.")
-@click.option(
-    "--labels",
-    "labels_file",
-    type=click.Path(path_type=Path),
-    help="The labels file (default: the check's labels_file).",
-)
+@click.option("--labels", "labels_file", type=click.Path(path_type=Path),
+              help="The labels file (default: the check's labels_file).")
 @click.option("--template", is_flag=True, help="A CSV of every judged output, its label column empty.")
 @click.option("-o", "--output", type=click.Path(path_type=Path), help="Where --template writes.")
 @runs_dir_option
@@ -1736,15 +1720,9 @@ def label(
     run_dir = resolve_run(run_ref, runs_dir)
     if template:
         rows = [
-            {
-                "sample_id": s.sample_id,
-                "sha256": s.sha256 or "",
-                "case_id": s.case_id,
-                "prompt": arm.prompt,
-                "model": arm.model,
-            }
-            for arm in judged_samples(run_dir, check)
-            for s in arm.samples
+            {"sample_id": s.sample_id, "sha256": s.sha256 or "", "case_id": s.case_id,
+             "prompt": arm.prompt, "model": arm.model}
+            for arm in judged_samples(run_dir, check) for s in arm.samples
         ]
         emit(labels_template(rows), output, newline=False)
         return
@@ -1776,7 +1754,9 @@ def label(
 
 
 @main.command(epilog="Examples: probe view   |   probe view runs --port 8001")
-@click.argument("runs_folder", metavar="[RUNS_DIR]", required=False)
+@click.argument(
+    "runs_folder", metavar="[RUNS_DIR]", required=False
+)
 @click.option(
     "--port", type=click.IntRange(0, 65535), default=8000, show_default=True, help="0: any free port."
 )

@@ -30,19 +30,8 @@ from .tomlfile import check_keys, did_you_mean, parse_toml, read_input, unknown_
 RETRIEVAL_KINDS = ("http", "python", "none", "local")
 RETRIEVAL_KEYS = {
     "http": {
-        "kind",
-        "url",
-        "method",
-        "body",
-        "headers",
-        "results",
-        "id",
-        "text",
-        "score",
-        "timeout",
-        "max_bytes",
-        "max_decompressed_bytes",
-        "max_depth",
+        "kind", "url", "method", "body", "headers", "results", "id", "text", "score", "timeout",
+        "max_bytes", "max_decompressed_bytes", "max_depth",
     },
     "python": {"kind", "function", "id", "text", "score"},
     "none": {"kind"},
@@ -326,7 +315,9 @@ def _model(item: Any, where: str) -> ModelSpec:
         raise InputError(f"{where}: {exc}") from None
 
 
-def _checks(data: dict[str, Any], where: str, problems: _Problems, base: Path | None = None) -> CheckSettings:
+def _checks(
+    data: dict[str, Any], where: str, problems: _Problems, base: Path | None = None
+) -> CheckSettings:
     header_table = problems.attempt(lambda: _table(data, "header", where), {})
     problems.keys(header_table, HEADER_KEYS, f"{where} [header]")
     header = problems.attempt(lambda: _header(header_table, f"{where} [header]"), HeaderConfig())

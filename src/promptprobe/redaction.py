@@ -118,7 +118,9 @@ class Prefilter:
     to the full pattern."""
 
     def __init__(self, secrets: list[str]) -> None:
-        self.always = any(len(s) < 16 or not s.isascii() or any(c in s for c in "%\\+ ") for s in secrets)
+        self.always = any(
+            len(s) < 16 or not s.isascii() or any(c in s for c in "%\\+ ") for s in secrets
+        )
         exact = {secret[4:-4] for secret in secrets}
         middles = {m.lower() for m in exact} | {m.lower()[::-1] for m in exact}
         middles |= {_hex_form(m) for m in exact}

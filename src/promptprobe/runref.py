@@ -122,18 +122,8 @@ def _unstarted(path: Path) -> RunInfo | None:
     if len(stamp) == 15:
         created = f"{stamp[:4]}-{stamp[4:6]}-{stamp[6:8]}T{stamp[9:11]}:{stamp[11:13]}:{stamp[13:15]}Z"
     name = path.name.split("-", 1)[1].rsplit("-", 1)[0] if path.name.count("-") >= 2 else "?"
-    return RunInfo(
-        path=path,
-        id=path.name,
-        probeset=name,
-        arms=[],
-        status=starting_state(path),
-        samples=0,
-        planned=None,
-        errors=0,
-        created=created,
-        incomplete=True,
-    )
+    return RunInfo(path=path, id=path.name, probeset=name, arms=[], status=starting_state(path),
+                   samples=0, planned=None, errors=0, created=created, incomplete=True)
 
 
 def list_runs(folder: str | Path | None = None, limit: int | None = None) -> list[RunInfo]:

@@ -44,4 +44,7 @@ def control_problem(value: str, what: str) -> str | None:
         return None
     char = found.group(0)
     name = NAMES.get(char) or {"\t": "TAB", "\n": "LF"}.get(char, "a control character")
-    return f"{what} {value!r} holds a control character ({name}, U+{ord(char):04X}); it must be plain text"
+    return (
+        f"{what} {value!r} holds a control character ({name}, U+{ord(char):04X}); "
+        "it must be plain text"
+    )

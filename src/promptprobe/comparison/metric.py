@@ -118,9 +118,8 @@ def _decide(a: Side, b: Side, alpha: float, paired: bool) -> tuple[Any, dict[str
     return paired_verdict(counts_a, counts_b, alpha), paired_view, []
 
 
-def _caveats(
-    sa: dict[str, Any], sb: dict[str, Any], metric: str, higher: bool, exact: bool, sign: int
-) -> list[str]:
+def _caveats(sa: dict[str, Any], sb: dict[str, Any], metric: str, higher: bool, exact: bool,
+             sign: int) -> list[str]:
     """What a reader must know beside the verdict: failed samples, a skipped Boschloo, Simpson."""
     notes = []
     if sa["errors"] or sb["errors"]:

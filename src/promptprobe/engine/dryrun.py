@@ -253,11 +253,12 @@ def render_dry_run(result: dict[str, Any]) -> str:
         return "cost unknown" if value is None else f"${value:,.4f}"
 
     retrieval = result["retrieval"]
-
     def count(n: int, noun: str) -> str:
         return f"{n:,} {noun}{'' if n == 1 else 's'}"
 
-    fetches = "no retrieval" if retrieval["kind"] == "none" else f"{count(result['retrievals'], 'retrieval')}"
+    fetches = (
+        "no retrieval" if retrieval["kind"] == "none" else f"{count(result['retrievals'], 'retrieval')}"
+    )
     lines = [
         f"dry run: {result['probeset']}, {count(result['cases'], 'case')} x "
         f"{count(result['repeats'], 'repeat')}, {count(len(result['arms']), 'arm')}: "

@@ -47,10 +47,8 @@ def redact(value: Any) -> Any:
     """A copy of a config with anything secret-looking removed, for the manifest."""
     if isinstance(value, dict):
         return {
-            k: "[removed]"
-            if SECRET_NAME.search(str(k))
-            else scrub_url(v)
-            if k == "url" and isinstance(v, str)  # its password and query values
+            k: "[removed]" if SECRET_NAME.search(str(k))
+            else scrub_url(v) if k == "url" and isinstance(v, str)  # its password and query values
             else redact(v)
             for k, v in value.items()
         }

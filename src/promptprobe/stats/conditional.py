@@ -250,9 +250,9 @@ class PFunction:
         if not 0 <= at < len(s):
             return np.empty(0)
         other = s != observed
-        points = centre.theta + (centre.logs[other] - centre.logs[at] - math.log1p(RELATIVE_TOLERANCE)) / (
-            s[other] - observed
-        )
+        points = centre.theta + (
+            centre.logs[other] - centre.logs[at] - math.log1p(RELATIVE_TOLERANCE)
+        ) / (s[other] - observed)
         points = points[(points > low) & (points < high)]
         return np.sort(points) if len(points) <= MAX_BREAKPOINTS else np.empty(0)
 
@@ -392,7 +392,9 @@ def _accepted_start(pf: PFunction, estimate: float, limit: float) -> float:
     return estimate
 
 
-def _outermost(pf: PFunction, start: float, direction: int, limit: float, stop: float | None = None) -> float:
+def _outermost(
+    pf: PFunction, start: float, direction: int, limit: float, stop: float | None = None
+) -> float:
     """The accepted theta farthest from `start` (accepted) in `direction`, not beyond `stop`
     (rejected, e.g. 0 when the verdict rejected it); ±inf when the end itself is accepted."""
     if math.isinf(start):

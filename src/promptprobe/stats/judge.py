@@ -84,13 +84,8 @@ class Agreement:
     split: list[int] = field(default_factory=list)  # indices (into the input) of split outputs
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "outputs": self.outputs,
-            "unanimous": self.unanimous,
-            "share": self.share.to_dict(),
-            "kappa": self.kappa.to_dict(),
-            "split": len(self.split),
-        }
+        return {"outputs": self.outputs, "unanimous": self.unanimous, "share": self.share.to_dict(),
+                "kappa": self.kappa.to_dict(), "split": len(self.split)}
 
 
 def _category_counts(judgments: Sequence[Sequence[Judgment]]) -> list[list[int]]:
@@ -112,9 +107,9 @@ def fleiss_kappa(counts: Sequence[Sequence[int]]) -> float | None:
     chance = sum(s * s for s in shares)
     if chance >= 1 - 1e-12:
         return None
-    observed = sum((sum(x * x for x in row) - sum(row)) / (sum(row) * (sum(row) - 1)) for row in rows) / len(
-        rows
-    )
+    observed = sum(
+        (sum(x * x for x in row) - sum(row)) / (sum(row) * (sum(row) - 1)) for row in rows
+    ) / len(rows)
     return (observed - chance) / (1 - chance)
 
 
@@ -175,13 +170,8 @@ class Accuracy:
     specificity: Estimate
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "n": self.n,
-            "labelled_pass": self.labelled_pass,
-            "labelled_fail": self.labelled_fail,
-            "sensitivity": self.sensitivity.to_dict(),
-            "specificity": self.specificity.to_dict(),
-        }
+        return {"n": self.n, "labelled_pass": self.labelled_pass, "labelled_fail": self.labelled_fail,
+                "sensitivity": self.sensitivity.to_dict(), "specificity": self.specificity.to_dict()}
 
 
 def _share(k: int, n: int, confidence: float, what: str) -> Estimate:
@@ -196,15 +186,9 @@ def accuracy(pairs: Sequence[tuple[Judgment, bool]], confidence: float = 0.95) -
     true_pass = sum(1 for judged, label in pairs if label and judged is True)
     labelled_fail = len(pairs) - labelled_pass
     true_fail = sum(1 for judged, label in pairs if not label and judged is not True)
-    return Accuracy(
-        len(pairs),
-        true_pass,
-        labelled_pass,
-        true_fail,
-        labelled_fail,
-        _share(true_pass, labelled_pass, confidence, "pass"),
-        _share(true_fail, labelled_fail, confidence, "fail"),
-    )
+    return Accuracy(len(pairs), true_pass, labelled_pass, true_fail, labelled_fail,
+                    _share(true_pass, labelled_pass, confidence, "pass"),
+                    _share(true_fail, labelled_fail, confidence, "fail"))
 
 
 @dataclass(frozen=True)
@@ -217,12 +201,8 @@ class Bias:
     biased: bool
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "p_sensitivity": self.p_sensitivity,
-            "p_specificity": self.p_specificity,
-            "p_adjusted": self.p_adjusted,
-            "biased": self.biased,
-        }
+        return {"p_sensitivity": self.p_sensitivity, "p_specificity": self.p_specificity,
+                "p_adjusted": self.p_adjusted, "biased": self.biased}
 
 
 def _fisher(k1: int, n1: int, k2: int, n2: int) -> float | None:
@@ -284,11 +264,8 @@ def corrected_rate(rate: float | None, n_eff: float, acc: Accuracy, confidence: 
     if youden <= 0:
         return Estimate(point, (0.0, 1.0), "too few labels to rule out a judge no better than chance")
     centre = (ap + sp_a - 1) / youden
-    variance = (
-        ap * (1 - ap) / n_ap
-        + centre**2 * se_a * (1 - se_a) / n_se
-        + (1 - centre) ** 2 * sp_a * (1 - sp_a) / n_sp
-    ) / youden**2
+    variance = (ap * (1 - ap) / n_ap + centre**2 * se_a * (1 - se_a) / n_se
+                + (1 - centre) ** 2 * sp_a * (1 - sp_a) / n_sp) / youden**2
     half = crit * math.sqrt(variance)
     low, high = max(0.0, centre - half), min(1.0, centre + half)
     # The interval holds its point estimate; it is never a single point.
@@ -307,9 +284,8 @@ def youden_interval(acc: Accuracy, confidence: float) -> tuple[float, float] | N
     return (max(-1.0, centre - half), min(1.0, centre + half))
 
 
-def corrected_effect(
-    effect: float, interval: tuple[float, float], acc: Accuracy, confidence: float = 0.95
-) -> Estimate:
+def corrected_effect(effect: float, interval: tuple[float, float], acc: Accuracy,
+                     confidence: float = 0.95) -> Estimate:
     """A judged effect (B - A) and its interval at 1 - alpha/2, divided by Youden's J.
 
     `interval` must come from the comparison's own test at `effect_level(confidence)`; the

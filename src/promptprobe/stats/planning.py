@@ -443,7 +443,9 @@ def unpaired_repeats(
             return needed, (powers[needed] if needed else None)
 
         def fresh_with(g: int) -> float:
-            return _UnpairedSimulation(p1, p2, g, icc, alpha, checks, PLAN_SEED + 1, resamples).power(None)
+            return _UnpairedSimulation(p1, p2, g, icc, alpha, checks, PLAN_SEED + 1, resamples).power(
+                None
+            )
 
         needed, achieved = confirmed(fresh_with, needed, power, max_cases, checks)
         return (needed if reaches(achieved, power, checks) else None), achieved

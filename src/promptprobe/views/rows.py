@@ -205,6 +205,7 @@ class SampleRows:
             row[name] = self._outcome(name, record, case)
         return row
 
+
     def _outcome(self, name: str, record: dict[str, Any], case: Any) -> int | None:
         return outcome(name, self.metrics[name], record, case, self.settings, self.check_applies)
 

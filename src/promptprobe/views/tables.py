@@ -12,7 +12,7 @@ MIN_WIDTH = 40
 
 
 def counted(n: int, noun: str) -> str:
-    """ "1 case", "3 cases": a count with its noun in the right number."""
+    """"1 case", "3 cases": a count with its noun in the right number."""
     return f"{n:,} {noun}" if n == 1 else f"{n:,} {noun}s"
 
 
