@@ -389,6 +389,56 @@ class UnpairedPlan:
 
 
 @functools.lru_cache(maxsize=64)  # seeded, so a pure function: asked twice, computed once
+def _unpaired_cases_needed(
+    p1: float,
+    p2: float,
+    cases: int,
+    cases_b: int,
+    icc: float,
+    alpha: float,
+    power: float,
+    trials: int,
+    resamples: int,
+    max_cases: int,
+    tolerance: float,
+    exact_below: int,
+    confirm: bool,
+) -> tuple[int | None, float | None]:
+    """The cases a side the case-level unpaired test needs at this power (searched up to
+    `max_cases`; 0 or 1 skips the search), with the power it reaches."""
+    from .power import permutation_smallest_p
+    from .tests import decides
+
+    if max_cases < 2:
+        return None, None
+    powers: dict[int, float] = {}
+
+    def power_with(g: int) -> float:
+        if g not in powers:
+            if not decides(permutation_smallest_p(g, g), alpha):
+                powers[g] = 0.0
+            else:
+                # Half the probes and a quarter of the permutations: a search over case counts.
+                search = _UnpairedSimulation(
+                    p1, p2, g, icc, alpha, max(100, trials // 2), PLAN_SEED, resamples // 4
+                )
+                powers[g] = search.power(None)
+        return powers[g]
+
+    needed = smallest_reaching(
+        power_with, power, max(2, cases, cases_b), 2, max_cases, tolerance, 2.0, exact_below
+    )
+    if needed is None or not confirm:
+        return needed, (powers[needed] if needed else None)
+    checks = CONFIRM_FACTOR * trials
+
+    def fresh_with(g: int) -> float:
+        return _UnpairedSimulation(p1, p2, g, icc, alpha, checks, PLAN_SEED + 1, resamples).power(None)
+
+    needed, achieved = confirmed(fresh_with, needed, power, max_cases, checks)
+    return (needed if reaches(achieved, power, checks) else None), achieved
+
+
 def unpaired_repeats(
     p1: float,
     p2: float,
@@ -420,35 +470,21 @@ def unpaired_repeats(
     checks = CONFIRM_FACTOR * trials
 
     def cases_needed() -> tuple[int | None, float | None]:
-        if max_cases < 2:
-            return None, None
-        powers: dict[int, float] = {}
-
-        def power_with(g: int) -> float:
-            if g not in powers:
-                if not decides(permutation_smallest_p(g, g), alpha):
-                    powers[g] = 0.0
-                else:
-                    # Half the probes and a quarter of the permutations: a search over case counts.
-                    search = _UnpairedSimulation(
-                        p1, p2, g, icc, alpha, max(100, trials // 2), PLAN_SEED, resamples // 4
-                    )
-                    powers[g] = search.power(None)
-            return powers[g]
-
-        needed = smallest_reaching(
-            power_with, power, max(2, cases, cases_b), 2, max_cases, tolerance, 2.0, exact_below
+        return _unpaired_cases_needed(
+            p1,
+            p2,
+            cases,
+            cases_b,
+            icc,
+            alpha,
+            power,
+            trials,
+            resamples,
+            max_cases,
+            tolerance,
+            exact_below,
+            confirm,
         )
-        if needed is None or not confirm:
-            return needed, (powers[needed] if needed else None)
-
-        def fresh_with(g: int) -> float:
-            return _UnpairedSimulation(p1, p2, g, icc, alpha, checks, PLAN_SEED + 1, resamples).power(
-                None
-            )
-
-        needed, achieved = confirmed(fresh_with, needed, power, max_cases, checks)
-        return (needed if reaches(achieved, power, checks) else None), achieved
 
     if not decides(smallest, alpha):
         needed, needed_power = cases_needed()
