@@ -286,7 +286,19 @@ def test_a_full_disk_stops_cleanly(tmp_path):
         pytest.skip("cannot mount a small tmpfs here (needs root): the RLIMIT_FSIZE test covers the path")
     try:
         big = "[[ANSWER]]\n" + "x" * 20000
-        with LocalServer(lambda r: Reply(big)) as server:
+        answered = []
+
+        def reply(request):
+            # The writer commits whatever was queued meanwhile in one all-or-nothing group: a
+            # first group that does not fit (the writer thread starved under load) records
+            # nothing and the run keeps no directory. Holding the second answer until the first
+            # sample is on disk makes the first group that one sample; the disk fills later.
+            if answered:
+                wait_for(lambda: any(p.stat().st_size for p in (mount / "runs").glob("*/samples.jsonl")))
+            answered.append(request)
+            return Reply(big)
+
+        with LocalServer(reply) as server:
             result = CliRunner().invoke(main, ["run", "--retrieval", "none", probeset(tmp_path, 40), "--prompt", PROMPT, "--model",
                                                f"openai:m@{server.url}/v1", "--runs-dir", str(mount / "runs"),
                                                "--concurrency", "1"])
