@@ -28,7 +28,7 @@ NEWCOMBE_TABLE_II = [
     ((0, 10), (0, 20), (-0.1611, 0.2775)),
     ((10, 10), (0, 20), (0.6791, 1.0000)),
 ]
-# statsmodels reference intervals for p1 - p2 (../shared/reference/statistics.md).
+# Reference intervals for p1 - p2, published by statsmodels (confint_proportions_2indep).
 REFERENCE = [
     ((13, 15), (11, 15), (-0.158438, 0.403773)),
     ((17, 18), (9, 18), (0.153273, 0.659052)),
@@ -323,7 +323,7 @@ def test_plan_sample_size_is_the_smallest_n_the_exact_test_reaches_with_its_exac
 def test_the_normal_approximation_only_seeds_the_search():
     from promptprobe.stats.planning import n_per_arm_float
 
-    # ../shared reference: the classic pooled formula (what n_per_arm used to be).
+    # Reference sizes from the classic pooled normal formula (what n_per_arm used to be).
     for p1, p2, n in [(0.85, 1.0, 48), (0.87, 0.73, 127), (0.9, 0.7, 62), (0.95, 0.8, 76), (0.5, 0.6, 388)]:
         assert math.ceil(n_per_arm_float(p1, p2) - 1e-9) == n
     # ...which the exact test falls short of: 62 per arm at 0.9 vs 0.7 is below 80% power.

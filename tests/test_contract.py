@@ -109,9 +109,17 @@ def test_every_sample_and_manifest_key_is_documented(recorded):
 
 def test_the_readme_points_to_docs_in_the_repository():
     readme = (ROOT / "README.md").read_text()
-    assert "DESIGN.md" not in readme and "../shared" not in readme
+    assert "DESIGN.md" not in readme and "../" + "shared" not in readme
     for link in re.findall(r"\]\((docs/[^)#]+)", readme):
         assert (ROOT / link).exists(), link
+
+
+def test_nothing_in_the_repository_points_outside_it_for_reference():
+    outside = "../" + "shared"  # spelled in two parts so this file does not name it
+    files = [p for d in ("src", "tests", "docs", "benchmarks", "scripts", "examples", ".ci") for p in (ROOT / d).rglob("*")]
+    named = [p for p in [*files, ROOT / "README.md", ROOT / "Makefile", ROOT / "pyproject.toml"]
+             if p.is_file() and p.suffix not in {".png", ".pyc"} and outside in p.read_text(errors="replace")]
+    assert [str(p.relative_to(ROOT)) for p in named] == []
 
 
 def test_a_table_shown_in_two_docs_is_the_same_table():

@@ -14,7 +14,7 @@ from statsmodels.stats.contingency_tables import StratifiedTable
 from promptprobe.stats.tests import boschloo_p, case_permutation, sign_test, stratified_exact
 from promptprobe.stats.verdict import generalisation, paired_verdict, unpaired_verdict
 
-# ../shared/reference/statistics.md, stratified exact conditional test (brute force there).
+# Reference p-values of the stratified exact conditional test, by brute-force enumeration.
 REFERENCE = [
     ([(2, 3, 0, 3), (3, 3, 1, 3), (1, 3, 1, 3)], 0.16),
     ([(3, 3, 0, 3)] * 3, 0.00025),
@@ -149,7 +149,7 @@ def test_generalisation_never_has_zero_width_and_needs_five_moved_cases():
     assert not five.likely  # 5 of 5 up: sign test p = 1/16 > 0.05
 
 
-# Boschloo, scipy's own (../shared/reference/statistics.md), on B - A arguments.
+# Boschloo reference p-values, scipy.stats.boschloo_exact's own, on B - A arguments.
 BOSCHLOO = [((13, 15), (11, 15), 0.421339), ((17, 18), (9, 18), 0.003987), ((30, 30), (26, 30), 0.069791),
             ((60, 60), (45, 60), 1.39228e-05), ((5, 5), (4, 5), 0.753906), ((28, 30), (20, 30), 0.013502)]
 
