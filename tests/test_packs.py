@@ -84,6 +84,20 @@ def test_a_run_keeps_its_bytes_in_one_pack_and_an_index(run):
     assert verify(run) == (0, verify(run)[1]) and verify(run)[1]["blobs"] == 2 * len(samples)
 
 
+def test_a_runs_files_do_not_grow_with_its_samples(tmp_path, server):
+    def files(run: Path) -> list[str]:
+        return sorted(str(p.relative_to(run)) for p in run.rglob("*") if p.is_file())
+
+    (tmp_path / "small").mkdir()
+    (tmp_path / "large").mkdir()
+    small = make_run(tmp_path / "small", server, cases=2, repeats=1)
+    large = make_run(tmp_path / "large", server, cases=10, repeats=10)
+    assert len(read_jsonl(large / "samples.jsonl")) == 50 * len(read_jsonl(small / "samples.jsonl"))
+    # The same files, one pack among them, whatever the number of samples (200 here, 4 there).
+    assert files(large) == files(small)
+    assert len(files(large)) <= 20 and "raw/pack-000002.bin" not in files(large)
+
+
 def test_the_python_api_reads_a_sample_by_id(run):
     import promptprobe
 
