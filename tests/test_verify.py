@@ -1,6 +1,7 @@
 """`probe verify` on the damage an audit found it let through (samples missing from a complete run,
 a lost samples.jsonl, lost index lines, torn tails of the other JSON-lines files, a pack that is a
-link or no regular file)."""
+link or no regular file), and what `compare`, `show`, `export` and the viewer make of a run with a
+sample twice, one of no arm, or a torn tail."""
 
 import json
 import os
@@ -270,3 +271,80 @@ def test_a_pack_that_is_a_fifo_is_named_without_waiting_on_it(run):
         p["file"] == PACK and p["sample_id"] is None and "not a regular file" in p["problem"]
         for p in found["problems"]
     ), found
+
+
+# -- what the other commands make of a damaged run -----------------------------------------------
+
+
+def _duplicated(run: Path) -> str:
+    records = _samples(run)
+    _write_samples(run, records + [records[0]])
+    return records[0]["sample_id"]
+
+
+def _unplanned(run: Path) -> str:
+    records = _samples(run)
+    _write_samples(run, records + [dict(records[1], prompt="ghost")])
+    return records[1]["sample_id"]
+
+
+def _torn(run: Path) -> str:
+    with open(run / "samples.jsonl", "ab") as handle:
+        handle.write(b'{"sample_id": "c0.r')
+    return ""
+
+
+def _compared(run: Path) -> tuple[dict, str]:
+    result = CliRunner().invoke(main, ["compare", str(run), "--format", "json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    table = CliRunner().invoke(main, ["compare", str(run)])
+    assert table.exit_code == 0, table.output
+    return data, table.stdout
+
+
+@pytest.mark.parametrize(
+    ("damage", "said"), [(_duplicated, "more than once"), (_unplanned, "no arm"), (_torn, "is torn")]
+)
+def test_compare_counts_a_damaged_run_as_the_clean_one_and_says_why_in_one_sentence(run, damage, said):
+    clean, _ = _compared(run)
+    damage(run)
+    data, table = _compared(run)
+    for side in ("a", "b"):
+        assert (data[side]["k"], data[side]["n"], data[side]["errors"]) == (
+            clean[side]["k"],
+            clean[side]["n"],
+            clean[side]["errors"],
+        )
+    assert len(data["warnings"]) == 1 and said in data["warnings"][0], data["warnings"]
+    words = " ".join(table.split())  # the table wraps long lines
+    assert words.count("warning:") == 1 and said in words.split("warning:")[1], table
+
+
+def test_show_and_export_leave_out_a_sample_of_no_arm_and_say_so(run):
+    sid = _unplanned(run)
+    shown = CliRunner().invoke(main, ["show", str(run), "--format", "json"])
+    assert shown.exit_code == 0
+    assert "no arm" in shown.stderr and len(shown.stderr.strip().splitlines()) == 1
+    rows = CliRunner().invoke(main, ["export", str(run), "--format", "jsonl"])
+    assert rows.exit_code == 0 and "no arm" in rows.stderr
+    exported = [json.loads(line) for line in rows.stdout.splitlines()]
+    assert len(exported) == 16 and [r["sample_id"] for r in exported].count(sid) == 1
+    assert not any(r.get("prompt") == "ghost" for r in exported)
+    assert "ghost" not in shown.stdout
+
+
+@pytest.mark.parametrize(("damage", "said"), [(_duplicated, "more than once"), (_unplanned, "no arm")])
+def test_the_viewer_shows_the_damage_on_the_run_page(run, damage, said):
+    pytest.importorskip("starlette")
+    from starlette.testclient import TestClient
+
+    from promptprobe.viewer.app import create_app
+
+    damage(run)
+    with TestClient(create_app(run.parent, warm=False), base_url="http://127.0.0.1") as client:
+        page = client.get(f"/runs/{run.name}")
+        data = client.get(f"/runs/{run.name}.json").json()
+    assert page.status_code == 200 and said in page.text
+    assert any(said in problem for problem in data["problems"]), data["problems"]
+    assert data["report"]["recorded"] == 16 and sum(a["samples"] for a in data["report"]["arms"]) == 16
