@@ -1,9 +1,11 @@
 """`probe verify RUN`: is what is on disk what was recorded? Every sample's raw bytes against the
-sha256 and byte count its record holds, every index line against its pack, the records against
-the manifest's plan (a sample twice, an arm or case the plan does not have, an id that is not its
-case, repeat and arm), the ends of the files (a torn last line, a tail of NUL bytes), and the
-counts the run keeps (kept-counts.json) against a count of its samples. Each problem is one
-sentence naming the sample (or the file) it is about."""
+sha256 and byte count its record holds, and against the index line of each blob it points to (and
+of its request); every index line against its pack, opened as the readers open it (never through a
+link); the records against the manifest's plan (a sample twice, an arm or case the plan does not
+have, an id that is not its case, repeat and arm, and a complete run lacking planned samples); the
+samples against what the manifest counted when the run ended; the ends of the JSON-lines files (a
+torn last line, a tail of NUL bytes); and the counts the run keeps (kept-counts.json) against a
+count of its samples. Each problem is one sentence naming the sample (or the file) it is about."""
 
 import hashlib
 import os
