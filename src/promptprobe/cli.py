@@ -1606,9 +1606,10 @@ def export(
 @handle_errors
 def verify(run_ref: str, runs_dir: Path | None, fmt: str, output: Path | None) -> None:
     """Check that what is on disk is what was recorded: every sample's raw bytes against their
-    sha256 and byte count, the index against the packs, the records against the plan (a sample
-    twice, an arm or case not planned, an id out of place), torn or NUL-filled tails. Exit 0
-    when all holds, 1 when anything is wrong (each problem a line), 2 when RUN is not a run."""
+    sha256 and byte count and their index lines, the index against the packs, the records against
+    the plan (a sample twice, an arm or case not planned, an id out of place, a complete run
+    lacking planned samples), torn or NUL-filled tails. Exit 0 when all holds, 1 when anything is
+    wrong (each problem a line), 2 when RUN is not a run."""
     from .verify import as_json, describe, verify_run
 
     result = verify_run(resolve_run(run_ref, runs_dir))
