@@ -82,112 +82,20 @@ class IndexView:
     samples: set[str] = field(default_factory=set)  # every sample id a line names
 
 
-class Verifier:
-    """Checks one run; `problems` and `notes` fill as it goes."""
+class BlobCheck:
+    """A record's blobs against their recorded byte count and sha256, and against the index."""
 
-    def __init__(self, run_dir: Path) -> None:
+    def __init__(self, run_dir: Path, index: IndexView, problems: list[dict[str, Any]]) -> None:
         self.run_dir = run_dir
-        self.manifest = load_manifest(run_dir)
+        self.index = index
+        self.problems = problems
         self.reader = RawReader(run_dir)
-        self.problems: list[dict[str, Any]] = []
-        self.notes: list[str] = []
-        self.samples = 0
-        self.blobs = 0
-        self.seen: dict[str, int] = {}  # sample id -> its first line
-        self.present: Counter[str] = Counter()  # per arm: distinct samples of the plan's cases
-        self.superseded: set[str] = set()
         self.has_packs = bool(packs_of(run_dir))
-        arms = self.manifest["arms"]
-        self.arms = {(a.get("prompt"), a.get("model")): a.get("arm") for a in arms if isinstance(a, dict)}
-        self.cases = set(self.manifest["probeset"].get("cases") or [])
-        repeats = self.manifest.get("repeats")
-        self.repeats = repeats if type(repeats) is int else None
+        self.blobs = 0
 
-    def run(self) -> dict[str, Any]:
-        index_problems: list[dict[str, Any]] = []
-        self.index = check_index(self.run_dir, index_problems, self.notes)
-        self.check_samples()
-        for name in OTHER_LINES:
-            for _, line in _lines(self.run_dir / name, self.problems):
-                if name == SUPERSEDED:
-                    self.superseded.add(_sample_id(line))
-        self.problems += index_problems
-        check_kept(self.run_dir, self.problems, self.notes)
-        state = run_state(self.run_dir, self.manifest)
-        self.check_recorded(state)
-        self.check_planned(state)
-        self.note_unrecorded()
-        return {
-            "run": str(self.run_dir),
-            "ok": not self.problems,
-            "state": state,
-            "samples": self.samples,
-            "blobs": self.blobs,
-            "problems": self.problems,
-            "notes": self.notes,
-        }
-
-    def check_samples(self) -> None:
-        seen = self.seen
-        for number, line in _lines(self.run_dir / SAMPLES, self.problems):
-            if not line.strip():
-                continue
-            try:
-                record = loads(line)
-            except ValueError:
-                self.problems.append(_problem(None, SAMPLES, f"line {number} is not valid JSON"))
-                continue
-            problem = sample_problem(record)
-            if problem is not None:
-                self.problems.append(_problem(None, SAMPLES, f"line {number} {problem}"))
-                continue
-            sid = record["sample_id"]
-            self.samples += 1
-            arm = self.check_plan(record, number)
-            if sid in seen:
-                self.problems.append(
-                    _problem(
-                        sid, SAMPLES, f"line {number} records this sample again (first on line {seen[sid]})"
-                    )
-                )
-                continue
-            seen[sid] = number
-            if arm is not None and (not self.cases or record["case_id"] in self.cases):
-                self.present[arm] += 1
-            self.check_raw(record)
-            self.check_request(record)
-
-    def check_plan(self, record: dict[str, Any], number: int) -> Any:
-        """The record against the plan; its arm (None when it is of no arm)."""
-        sid = record["sample_id"]
-        arm = self.arms.get((record["prompt"], record["model"]))
-        if arm is None:
-            self.problems.append(
-                _problem(
-                    sid,
-                    SAMPLES,
-                    f"line {number}: prompt {record['prompt']!r} with model {record['model']!r} "
-                    "is no arm of the plan",
-                )
-            )
-        if self.cases and record["case_id"] not in self.cases:
-            self.problems.append(
-                _problem(sid, SAMPLES, f"line {number}: case {record['case_id']!r} is not in the plan")
-            )
-        if self.repeats is not None and not 1 <= record["repeat"] <= self.repeats:
-            self.problems.append(
-                _problem(
-                    sid,
-                    SAMPLES,
-                    (f"line {number}: repeat {record['repeat']} is outside the plan's 1..{self.repeats}"),
-                )
-            )
-        expected = f"{record['case_id']}.r{record['repeat']}.a{arm}"
-        if arm is not None and sid != expected:
-            self.problems.append(
-                _problem(sid, SAMPLES, f"line {number}: the id is out of place (its sample is {expected})")
-            )
-        return arm
+    def check(self, record: dict[str, Any]) -> None:
+        self.check_raw(record)
+        self.check_request(record)
 
     def check_raw(self, record: dict[str, Any]) -> None:
         sid = record["sample_id"]
@@ -262,6 +170,111 @@ class Verifier:
         self.problems.append(
             _problem(sid, INDEX, "its request has no line in the index (what was sent is lost to readers)")
         )
+
+
+class Verifier:
+    """Checks one run; `problems` and `notes` fill as it goes."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
+        self.manifest = load_manifest(run_dir)
+        self.problems: list[dict[str, Any]] = []
+        self.notes: list[str] = []
+        self.samples = 0
+        self.seen: dict[str, int] = {}  # sample id -> its first line
+        self.present: Counter[str] = Counter()  # per arm: distinct samples of the plan's cases
+        self.superseded: set[str] = set()
+        arms = self.manifest["arms"]
+        self.arms = {(a.get("prompt"), a.get("model")): a.get("arm") for a in arms if isinstance(a, dict)}
+        self.cases = set(self.manifest["probeset"].get("cases") or [])
+        repeats = self.manifest.get("repeats")
+        self.repeats = repeats if type(repeats) is int else None
+
+    def run(self) -> dict[str, Any]:
+        index_problems: list[dict[str, Any]] = []
+        self.index = check_index(self.run_dir, index_problems, self.notes)
+        self.blob_check = BlobCheck(self.run_dir, self.index, self.problems)
+        self.check_samples()
+        for name in OTHER_LINES:
+            for _, line in _lines(self.run_dir / name, self.problems):
+                if name == SUPERSEDED:
+                    self.superseded.add(_sample_id(line))
+        self.problems += index_problems
+        check_kept(self.run_dir, self.problems, self.notes)
+        state = run_state(self.run_dir, self.manifest)
+        self.check_recorded(state)
+        self.check_planned(state)
+        self.note_unrecorded()
+        return {
+            "run": str(self.run_dir),
+            "ok": not self.problems,
+            "state": state,
+            "samples": self.samples,
+            "blobs": self.blob_check.blobs,
+            "problems": self.problems,
+            "notes": self.notes,
+        }
+
+    def check_samples(self) -> None:
+        seen = self.seen
+        for number, line in _lines(self.run_dir / SAMPLES, self.problems):
+            if not line.strip():
+                continue
+            try:
+                record = loads(line)
+            except ValueError:
+                self.problems.append(_problem(None, SAMPLES, f"line {number} is not valid JSON"))
+                continue
+            problem = sample_problem(record)
+            if problem is not None:
+                self.problems.append(_problem(None, SAMPLES, f"line {number} {problem}"))
+                continue
+            sid = record["sample_id"]
+            self.samples += 1
+            arm = self.check_plan(record, number)
+            if sid in seen:
+                self.problems.append(
+                    _problem(
+                        sid, SAMPLES, f"line {number} records this sample again (first on line {seen[sid]})"
+                    )
+                )
+                continue
+            seen[sid] = number
+            if arm is not None and (not self.cases or record["case_id"] in self.cases):
+                self.present[arm] += 1
+            self.blob_check.check(record)
+
+    def check_plan(self, record: dict[str, Any], number: int) -> Any:
+        """The record against the plan; its arm (None when it is of no arm)."""
+        sid = record["sample_id"]
+        arm = self.arms.get((record["prompt"], record["model"]))
+        if arm is None:
+            self.problems.append(
+                _problem(
+                    sid,
+                    SAMPLES,
+                    f"line {number}: prompt {record['prompt']!r} with model {record['model']!r} "
+                    "is no arm of the plan",
+                )
+            )
+        if self.cases and record["case_id"] not in self.cases:
+            self.problems.append(
+                _problem(sid, SAMPLES, f"line {number}: case {record['case_id']!r} is not in the plan")
+            )
+        if self.repeats is not None and not 1 <= record["repeat"] <= self.repeats:
+            self.problems.append(
+                _problem(
+                    sid,
+                    SAMPLES,
+                    (f"line {number}: repeat {record['repeat']} is outside the plan's 1..{self.repeats}"),
+                )
+            )
+        expected = f"{record['case_id']}.r{record['repeat']}.a{arm}"
+        if arm is not None and sid != expected:
+            self.problems.append(
+                _problem(sid, SAMPLES, f"line {number}: the id is out of place (its sample is {expected})")
+            )
+        return arm
 
     def check_recorded(self, state: str) -> None:
         """Fewer samples than the manifest counted when the run ended (or at its last resume)."""
