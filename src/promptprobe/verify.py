@@ -18,6 +18,7 @@ from .engine.store import load_manifest, run_state, sample_problem
 from .errors import InputError
 from .jsonio import content_end, dumps_pretty, loads
 from .pack import BODY, INDEX, TEXT, RawReader, RawUnreadable, is_index_entry, iter_index, packs_of
+from .paths import RunFileRefused, open_run_file
 
 SAMPLES = "samples.jsonl"
 
@@ -25,7 +26,10 @@ SAMPLES = "samples.jsonl"
 def _lines(path: Path, problems: list[dict[str, Any]]) -> Iterator[tuple[int, bytes]]:
     """(line number, line) of a JSON-lines file up to its content; its tail's damage noted."""
     try:
-        handle = open(path, "rb")
+        handle = open_run_file(path.parent, path.name)
+    except RunFileRefused as exc:  # a link or a FIFO: damage, never read
+        problems.append(_problem(None, path.name, exc.reason))
+        return
     except OSError:
         return
     with handle:
@@ -68,11 +72,14 @@ class Verifier:
 
     def run(self) -> dict[str, Any]:
         # Where the index says each sample's text and body lie (the latest line wins, as for readers).
-        self.indexed = {
-            (e["sample_id"], e["kind"]): (e["pack"], e["offset"], e["bytes"])
-            for e in iter_index(self.run_dir)
-            if e["kind"] in (TEXT, BODY)
-        }
+        try:
+            self.indexed = {
+                (e["sample_id"], e["kind"]): (e["pack"], e["offset"], e["bytes"])
+                for e in iter_index(self.run_dir)
+                if e["kind"] in (TEXT, BODY)
+            }
+        except RunFileRefused:
+            self.indexed = {}  # the index a link or a FIFO: check_index names it
         self.check_samples()
         check_index(self.run_dir, self.problems, self.notes)
         check_kept(self.run_dir, self.problems, self.notes)
