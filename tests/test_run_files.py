@@ -16,7 +16,6 @@ from servers import LocalServer
 from test_packs import make_run, reply
 
 from promptprobe.cli import main
-from promptprobe.paths import RunFileRefused, open_in_run
 
 SECRET = "OUTSIDE-THE-RUN-7d1e"
 PROBE = str(Path(sys.executable).parent / "probe")
@@ -59,6 +58,8 @@ def _viewer(run: Path):
 
 
 def test_open_in_run_refuses_a_link_at_any_step_a_fifo_and_a_folder(tmp_path):
+    from promptprobe.paths import RunFileRefused, open_in_run
+
     run = tmp_path / "run"
     (run / "real").mkdir(parents=True)
     (run / "real" / "index.jsonl").write_text("{}\n")

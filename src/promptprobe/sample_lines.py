@@ -27,6 +27,7 @@ def lines_naming(path: Path, sample_id: str) -> list[dict[str, Any]] | None:
     needle = b'"sample_id":' + dumps_line(sample_id).rstrip(b"\n")
     found = []
     try:
+        path = Path(path)  # a caller may name it as text
         with open_run_file(path.parent, path.name) as handle:
             fd = handle.fileno()
             done = 0  # where the last line read ends: a second place in the same line is skipped
