@@ -22,6 +22,8 @@ def _arms(run: Path) -> list[tuple[str, str]]:
     info = _info(run)
     if info is None:
         raise InputError(f"{run}: not a readable run")
+    if info.problem:
+        raise InputError(info.problem)  # a file of it a link or not a regular file
     return list(info.pairs)
 
 

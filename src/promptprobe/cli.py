@@ -1829,6 +1829,9 @@ def runs(limit: int | None, runs_dir: Path | None, fmt: str, output: Path | None
         emit(f"no runs in {folder_of(runs_dir)}", output)
         return
     emit(render_runs(found, fmt), output)
+    for info in found:  # listed as damaged; what is wrong, one sentence each (JSON: `problem`)
+        if info.problem and fmt != "json":
+            say(f"warning: {info.problem}", err=True)
 
 
 # -- push / pull ----------------------------------------------------------------------------

@@ -43,6 +43,7 @@ from .jsonio import content_end, iter_jsonl, loads, nul_tail_warning
 from .judgments import JudgmentIndex
 from .kept_counts import Malformed, decode, encode
 from .models import model_of
+from .paths import open_run_file
 from .probeset import Case, ProbeSet, parse_probeset
 from .stamp import classifications, holds
 
@@ -247,11 +248,16 @@ def build_counts(
 
 def _data_size(path: Path) -> int:
     """The bytes of a JSON-lines file before any tail of NULs (0 when there is no file)."""
+    return _sizes(path)[0]
+
+
+def _sizes(path: Path) -> tuple[int, int]:
+    """A run's JSON-lines file: where its content ends (before a tail of NULs), and its size."""
     try:
-        with open(path, "rb") as handle:
-            return content_end(handle)
-    except OSError:
-        return 0
+        with open_run_file(path.parent, path.name) as handle:
+            return content_end(handle), os.fstat(handle.fileno()).st_size
+    except OSError:  # no file yet; a link or a FIFO is refused (RunFileRefused), never counted as empty
+        return 0, 0
 
 
 def finished_copy(table: CountsTable) -> CountsTable:
@@ -446,8 +452,7 @@ class LiveCounts:
         table, counter = self._table, self._counter
         assert table is not None and counter is not None
         path = self.run_dir / "samples.jsonl"
-        whole_size = path.stat().st_size if path.is_file() else 0
-        size = _data_size(path) if whole_size else 0  # a NUL tail is never read
+        size, whole_size = _sizes(path)  # a NUL tail is never read
         offset = self._lines.offset
         # Cut back (a resume repaired a torn tail), or a reclassified run that grew (its overlay is
         # read in step with the samples, from the start): count it over.
@@ -464,7 +469,7 @@ class LiveCounts:
         if size > lines.offset:
             changed = True
             whole = budget is None or table.classification is not None or size - lines.offset <= budget
-            with open(path, "rb") as handle:
+            with open_run_file(self.run_dir, "samples.jsonl") as handle:
                 handle.seek(lines.offset)
                 self._feed(handle, size - lines.offset if whole else budget, table.classification, True)
                 if whole:
@@ -833,7 +838,7 @@ def _add_partial(table: CountsTable, part: dict[str, Any]) -> None:
 def _line_ranges(path: Path, size: int, parts: int) -> list[tuple[int, int]]:
     """Byte ranges covering the file, each starting at a line start."""
     cuts = [0]
-    with open(path, "rb") as handle:
+    with open_run_file(path.parent, path.name) as handle:
         for i in range(1, parts):
             handle.seek(size * i // parts)
             handle.readline()  # to the end of the line this byte falls in
@@ -852,7 +857,7 @@ def _count_range(
     starts: only the last range's last line can lack its newline, or run on into a NUL tail)."""
     warnings: list[str] = []
     feed, warn = counter.feed_fields, warnings.append
-    with open(path, "rb", buffering=READ_BUFFER) as handle:
+    with open_run_file(path.parent, path.name, READ_BUFFER) as handle:
         handle.seek(start)
         position = start
         for line in handle:  # the file's own line iterator: the cheapest way through a million lines

@@ -2,7 +2,8 @@
 infinity become null instead of the bare `NaN` that other JSON readers refuse).
 
 Readers of JSON-lines files stream them, and ignore a torn last line (a crash mid-write)
-with a warning instead of refusing the whole run.
+with a warning instead of refusing the whole run. Each is a run's file: opened as
+paths.open_in_run opens one (never through a link, only a regular file, never waiting).
 """
 
 import errno
@@ -16,6 +17,7 @@ from typing import Any
 import orjson
 
 from .errors import InputError
+from .paths import open_run_file
 
 SURROGATE = re.compile("[\ud800-\udfff]")
 
@@ -123,7 +125,9 @@ def iter_jsonl(
 ) -> Iterator[dict[str, Any]]:
     """Records of a JSON-lines file in order; a torn last line is skipped with a warning.
     `check` says what is wrong with a record that is JSON but not what the file holds (None: fine)."""
-    if not path.is_file():
+    try:
+        handle = open_run_file(path.parent, path.name)
+    except (FileNotFoundError, NotADirectoryError):
         return
     parse = orjson.loads
 
@@ -134,7 +138,7 @@ def iter_jsonl(
             raise InputError(f"{path}: line {number} {problem}")
         return record
 
-    with open(path, "rb") as handle:
+    with handle:
         previous: bytes | None = None
         number = 0
         end, size = content_end(handle), os.fstat(handle.fileno()).st_size

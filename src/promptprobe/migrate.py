@@ -14,6 +14,7 @@ from .engine.store import RunStore, load_manifest
 from .errors import InputError
 from .jsonio import content_end, dumps_line, loads
 from .pack import BODY, LEGACY_SUFFIX, RAW_DIR, REQUEST, TEXT, RawReader, RawUnreadable, read_legacy
+from .paths import open_run_file
 
 RECORD_FILES = ("samples.jsonl", "superseded.jsonl")
 
@@ -36,9 +37,11 @@ def _legacy_files(run_dir: Path) -> dict[tuple[str, str], str]:
 
 def _read_lines(path: Path) -> list[bytes]:
     """The whole lines of a records file; a torn or NUL tail is refused (verify, resume first)."""
-    if not path.is_file():
+    try:
+        handle = open_run_file(path.parent, path.name)
+    except FileNotFoundError:
         return []
-    with open(path, "rb") as handle:
+    with handle:
         end, size = content_end(handle), os.fstat(handle.fileno()).st_size
         data = handle.read(end)
     if end < size or (data and not data.endswith(b"\n")):

@@ -12,13 +12,13 @@ never through a symbolic link). Reading never follows a path a record names out 
 import hashlib
 import os
 import re
-import stat
 import threading
 from pathlib import Path
 from typing import Any
 
 from .errors import InputError
 from .jsonio import dumps_line, loads
+from .paths import RunFileRefused, open_in_run, open_run_file
 
 RAW_DIR = "raw"
 INDEX = "raw/index.jsonl"
@@ -174,20 +174,11 @@ def _open_confined(root: Path, relative: str) -> int:
     if len(parts) != 2 or parts[0] != RAW_DIR or parts[1] in ("", ".", ".."):
         raise RawUnreadable(f"{relative}: not a file of the run's raw/ folder; not read")
     try:
-        folder = os.open(root / RAW_DIR, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        return open_in_run(root, relative)
+    except RunFileRefused as exc:
+        raise RawUnreadable(str(exc)) from None
     except OSError as exc:
-        raise RawUnreadable(f"{root / RAW_DIR}: cannot read the raw folder ({exc.strerror})") from None
-    try:
-        fd = os.open(parts[1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=folder)
-    except OSError as exc:
-        why = "it is a symbolic link" if exc.errno == 40 else exc.strerror  # ELOOP
-        raise RawUnreadable(f"{root / relative}: not read ({why})") from None
-    finally:
-        os.close(folder)
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise RawUnreadable(f"{root / relative}: not a regular file; not read")
-    return fd
+        raise RawUnreadable(f"{root / relative}: not read ({exc.strerror})") from None
 
 
 def _read_confined(root: Path, relative: str, offset: int, length: int | None) -> bytes:
@@ -333,10 +324,9 @@ def read_many(run_dir: Path, locations: list[dict[str, Any]], block: int = BLOCK
 
 def iter_index(run_dir: Path) -> Any:
     """The lines of raw/index.jsonl that are whole and well formed (a torn last line is skipped)."""
-    path = run_dir / INDEX
     try:
-        handle = open(path, "rb")
-    except OSError:
+        handle = open_run_file(run_dir, INDEX)
+    except OSError:  # no index (a run before packs); a link or a FIFO is refused, not passed over
         return
     with handle:
         for line in handle:

@@ -10,12 +10,12 @@ An unknown or ambiguous reference is an InputError (exit 2) that lists the candi
 
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .errors import InputError
-from .paths import is_dir, shown
+from .paths import RunFileRefused, is_dir, shown
 from .runstore.remote import Store, is_store
 
 if TYPE_CHECKING:
@@ -48,6 +48,7 @@ class RunInfo:
     verdict: dict[str, Any] | None = None  # a two-arm run's headline verdict (views/runs.py)
     incomplete: bool = False  # no manifest: stopped (or still) being created; `latest` skips it
     url: str = ""  # a run of a store: its URL (`path` is its copy in the cache)
+    problem: str = ""  # a damaged run (a file of it a link or not a regular file): the sentence saying so
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -61,6 +62,7 @@ class RunInfo:
             "errors": self.errors,
             "created": self.created,
             "verdict": self.verdict,
+            "problem": self.problem or None,
         }
 
 
@@ -73,6 +75,8 @@ def _tally(path: Path) -> dict[str, int] | None:
         for sample in iter_samples(path, lambda message: None):
             recorded += 1
             errors += bool(sample.get("error"))
+    except RunFileRefused:
+        raise  # damage: the run is listed with it
     except InputError:
         return None
     return {"recorded": recorded, "errors": errors}
@@ -84,12 +88,20 @@ def _info(path: Path, url: str = "") -> RunInfo | None:
 
     try:
         manifest = load_manifest(path)
+    except RunFileRefused as exc:
+        return damaged(_unstarted_info(path, "damaged"), exc)
     except InputError:
         return _unstarted(path)
     counts = manifest.get("counts") or {}
-    if manifest.get("status") == "running":
-        # Running or killed: the manifest's counts are those of its start, the file's are current.
-        counts = {**counts, **(_tally(path) or {})}
+    try:
+        status = run_state(path, manifest)
+        if manifest.get("status") == "running":
+            # Running or killed: the manifest's counts are those of its start, the file's are current.
+            counts = {**counts, **(_tally(path) or {})}
+    except RunFileRefused as exc:
+        status, problem = "damaged", str(exc)
+    else:
+        problem = ""
     pairs = tuple(
         (str(a.get("prompt")), str(a.get("model"))) for a in manifest.get("arms") or [] if isinstance(a, dict)
     )
@@ -99,7 +111,7 @@ def _info(path: Path, url: str = "") -> RunInfo | None:
         id=path.name,
         probeset=str(manifest["probeset"].get("name") or "?"),
         arms=arms,
-        status=run_state(path, manifest),
+        status=status,
         samples=int(counts.get("recorded") or 0),
         planned=counts.get("planned"),
         errors=int(counts.get("errors") or 0),
@@ -107,7 +119,14 @@ def _info(path: Path, url: str = "") -> RunInfo | None:
         pairs=pairs,
         sequential=bool(manifest.get("sequential")),
         url=url,
+        problem=problem,
     )
+
+
+def damaged(info: RunInfo, exc: RunFileRefused) -> RunInfo:
+    """The run listed as damaged, with the sentence naming the file (`latest` may name it: a
+    reader then refuses it in that sentence)."""
+    return replace(info, status="damaged", problem=str(exc), incomplete=False)
 
 
 def _unstarted(path: Path) -> RunInfo | None:
@@ -117,12 +136,17 @@ def _unstarted(path: Path) -> RunInfo | None:
 
     if not started_only(path):
         return None
+    return _unstarted_info(path, starting_state(path))
+
+
+def _unstarted_info(path: Path, status: str) -> RunInfo:
+    """What the directory's name tells of a run whose manifest cannot be read."""
     stamp = path.name.split("-", 1)[0]
     created = ""
     if len(stamp) == 15:
         created = f"{stamp[:4]}-{stamp[4:6]}-{stamp[6:8]}T{stamp[9:11]}:{stamp[11:13]}:{stamp[13:15]}Z"
     name = path.name.split("-", 1)[1].rsplit("-", 1)[0] if path.name.count("-") >= 2 else "?"
-    return RunInfo(path=path, id=path.name, probeset=name, arms=[], status=starting_state(path),
+    return RunInfo(path=path, id=path.name, probeset=name, arms=[], status=status,
                    samples=0, planned=None, errors=0, created=created, incomplete=True)
 
 

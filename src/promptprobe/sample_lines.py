@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from .jsonio import dumps_line, loads
+from .paths import open_run_file
 
 SEARCH_WINDOW = 16 << 20  # the bytes of the file mapped at a time
 LINE_STEP = 1 << 16  # read at a time looking for a line's ends
@@ -26,7 +27,8 @@ def lines_naming(path: Path, sample_id: str) -> list[dict[str, Any]] | None:
     needle = b'"sample_id":' + dumps_line(sample_id).rstrip(b"\n")
     found = []
     try:
-        with open(path, "rb") as handle:
+        path = Path(path)  # a caller may name it as text
+        with open_run_file(path.parent, path.name) as handle:
             fd = handle.fileno()
             done = 0  # where the last line read ends: a second place in the same line is skipped
             for at in _places(fd, os.fstat(fd).st_size, needle):

@@ -5,6 +5,7 @@ now."""
 
 import hashlib
 import os
+import stat
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
@@ -17,11 +18,14 @@ FORMAT = 2  # bumped whenever what is kept, or how it is counted, changes (2: th
 
 
 def _file(path: Path) -> list[int | None]:
-    """A file's size and modification time (0 and None when there is none)."""
+    """A file's size and modification time (0 and None when there is none; -1 and None when it is
+    a link or not a regular file: no stamp holds, so the reader opens it and refuses it)."""
     try:
-        info = os.stat(path)
+        info = os.lstat(path)
     except FileNotFoundError:
         return [0, None]
+    if not stat.S_ISREG(info.st_mode):
+        return [-1, None]
     return [info.st_size, info.st_mtime_ns]
 
 

@@ -35,6 +35,7 @@ from .pack import (
     is_index_entry,
     packs_of,
 )
+from .paths import RunFileRefused, open_run_file
 
 SAMPLES = "samples.jsonl"
 SUPERSEDED = "superseded.jsonl"
@@ -48,7 +49,10 @@ LISTED = 10  # the terminal lists this many samples with one same problem; JSON 
 def _lines(path: Path, problems: list[dict[str, Any]]) -> Iterator[tuple[int, bytes]]:
     """(line number, line) of a JSON-lines file up to its content; its tail's damage noted."""
     try:
-        handle = open(path, "rb")
+        handle = open_run_file(path.parent, path.name)
+    except RunFileRefused as exc:  # a link or a FIFO: damage, never read
+        problems.append(_problem(None, path.name, exc.reason))
+        return
     except OSError:
         return
     with handle:

@@ -21,7 +21,7 @@ from ..jsonio import iter_jsonl, loads
 from ..judgments import iter_judgments
 from ..models import ModelSpec, model_of
 from ..pack import INDEX
-from ..paths import typed
+from ..paths import open_run_file, typed
 from ..probeset import ProbeSet, parse_probeset
 from ..prompts import PromptVersion, check_prompts, prompt_from_bytes
 from ..providers import refuse_batch
@@ -387,7 +387,7 @@ class ResumedRun(ProbeRun):
             if line.get("check") in judge_models:
                 add_judge_cost(self.tally, self.prices, judge_models[line["check"]], line)
         if samples_path.is_file():
-            with open(samples_path, "rb") as handle:
+            with open_run_file(self.path, "samples.jsonl") as handle:
                 for line in handle:
                     if not line.strip():
                         continue

@@ -22,7 +22,7 @@ from typing import Any
 from ..errors import InputError, StartError
 from ..jsonio import content_end, dumps_line, dumps_pretty, iter_jsonl, loads, warn
 from ..pack import REQUEST, TEXT, PackWriter, RawReader
-from ..paths import is_file, shown
+from ..paths import is_file, open_in_run, open_run_file, shown
 from ..redaction import SCRUBBER
 
 SCHEMA_VERSION = 2
@@ -480,7 +480,7 @@ def run_state(path: Path, manifest: dict[str, Any]) -> str:
     if not lock_path.exists():
         return "killed"
     try:
-        with open(lock_path) as handle:
+        with open_run_file(path, LOCK_FILE) as handle:  # a FIFO there must not make a reader wait
             fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except BlockingIOError:
         return "running"
@@ -508,7 +508,7 @@ def starting_state(run_dir: Path) -> str:
 
 def lock_held(run_dir: Path) -> bool:
     try:
-        with open(run_dir / LOCK_FILE) as handle:
+        with open_run_file(run_dir, LOCK_FILE) as handle:
             fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except BlockingIOError:
         return True
@@ -524,7 +524,13 @@ PROBESET_NEEDS = ("source", "path", "sha256", "copy")
 
 def load_manifest(run_dir: Path) -> dict[str, Any]:
     manifest_path = run_dir / "manifest.json"
-    if not is_file(manifest_path):
+    data: bytes | None = None
+    try:
+        with open_run_file(run_dir, "manifest.json") as handle:
+            data = handle.read()
+    except (OSError, ValueError):  # none there (ValueError: a name with a NUL byte)
+        data = None  # a link or a FIFO is refused (RunFileRefused), not taken for no run
+    if data is None:
         left = started_only(run_dir)
         if left:
             raise InputError(
@@ -534,7 +540,7 @@ def load_manifest(run_dir: Path) -> dict[str, Any]:
             )
         raise InputError(f"{shown(run_dir)}: not a run directory (no manifest.json)")
     try:
-        manifest = loads(manifest_path.read_bytes())
+        manifest = loads(data)
     except ValueError as exc:
         raise InputError(f"{manifest_path}: not valid JSON ({exc})") from None
     if not isinstance(manifest, dict):
@@ -596,7 +602,9 @@ def load_run(run_dir: str | Path) -> tuple[dict[str, Any], list[dict[str, Any]]]
 
 def repair_tail(path: Path) -> bool:
     """Cut a torn last line off a JSON-lines file before appending to it; True if cut."""
-    if not path.is_file():
+    try:
+        os.close(open_in_run(path.parent, path.name))  # a link or a FIFO is refused, never written to
+    except FileNotFoundError:
         return False
     with open(path, "rb+") as handle:
         size = content_end(handle)

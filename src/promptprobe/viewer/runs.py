@@ -17,6 +17,7 @@ from typing import Any
 from ..counts import CountsTable, Follower, LiveCounts
 from ..engine.store import STATE_HINT, load_manifest, run_state
 from ..errors import InputError
+from ..paths import open_run_file
 
 RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,200}")
 MAX_LIVE = 12  # runs whose counts are kept in memory at once (latencies and offsets: 20 bytes a sample)
@@ -47,8 +48,9 @@ def _writer_alive(path: Path) -> bool:
     """Whether the process named in the run's lock file still exists: a run killed mid-write
     changes no file, yet its status changes (from running to killed)."""
     try:
-        pid = int((path / ".lock").read_text().strip() or 0)
-    except (OSError, ValueError):
+        with open_run_file(path, ".lock") as handle:  # a FIFO there must not hold the page
+            pid = int(handle.read(64).strip() or 0)
+    except (OSError, ValueError, InputError):  # a damaged lock is said by run_state
         return False
     if pid <= 0:
         return False

@@ -17,6 +17,7 @@ from typing import Any
 from ..counts import CountsTable, LiveCounts, merged_samples
 from ..jsonio import iter_jsonl, loads
 from ..pack import RawUnreadable, read_raw
+from ..paths import open_in_run
 from .show import cut_for_display, cut_mark, decoded, readable, visible_pieces
 
 LOG = logging.getLogger("promptprobe.viewer")
@@ -121,7 +122,7 @@ class Indexed:
     def records(self, prompt: str, model: str, case_id: str) -> list[dict[str, Any]]:
         found = []
         # Each line read exactly (pread): the cell's lines lie scattered over a large file.
-        fd = os.open(self.counts.run / "samples.jsonl", os.O_RDONLY)
+        fd = open_in_run(self.counts.run, "samples.jsonl")
         try:
             for offset, length in self.live.offsets(prompt, model, case_id):
                 found.append(slim(loads(os.pread(fd, length, offset))))

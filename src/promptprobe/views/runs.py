@@ -68,14 +68,18 @@ def with_verdicts(found: list[RunInfo]) -> list[RunInfo]:
 
     from ..counts import build_counts
     from ..errors import InputError
+    from ..paths import RunFileRefused
+    from ..runref import damaged
     from .overview import run_headline
 
     out = []
     for info in found:
         verdict = None
-        if len(info.pairs) == 2 and info.samples:
+        if len(info.pairs) == 2 and info.samples and not info.problem:
             try:
                 verdict = run_headline(build_counts(info.path, on_warning=lambda message: None))
+            except RunFileRefused as exc:
+                info = damaged(info, exc)  # a file of it a link or a FIFO: listed as damaged
             except InputError:
                 verdict = None  # its problems are `probe report`'s to say
         out.append(replace(info, verdict=verdict))

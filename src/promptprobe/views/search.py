@@ -22,6 +22,7 @@ import numpy as np
 from ..counts import CountsTable, merged_samples
 from ..jsonio import loads
 from ..pack import read_many
+from ..paths import open_in_run, open_run_file
 from .outcomes import failed, outcome
 from .outputs import LOG, SAMPLE_IDS_PER_GROUP, inline_segments, read_bytes, with_text
 from .show import HEADER_CLASSES
@@ -102,7 +103,7 @@ class DistinctOutputs:
         start = self.first_start[output]
         if start < 0:
             return self.kept[output]
-        fd = os.open(self.run / "samples.jsonl", os.O_RDONLY)
+        fd = open_in_run(self.run, "samples.jsonl")
         try:
             return loads(os.pread(fd, self.first_length[output], start))
         finally:
@@ -257,7 +258,7 @@ class SearchIndex:
                 self._start(counts)
             self.counts = self.columns.counts = counts
             if size > self.offset:
-                with open(path, "rb") as handle:
+                with open_run_file(self.run, "samples.jsonl") as handle:
                     handle.seek(self.offset)
                     self._feed(self._lines(handle, limit))
             self.outputs.read_unread()  # what this update read, and what the counting gave since the last

@@ -214,15 +214,23 @@ class Damage:
 
 
 def _raw(run_dir: Path, record: dict[str, Any]) -> bytes | None:
-    """The sample's output bytes; None (and a warning, saved in the record) when unreadable."""
+    """The sample's output bytes; None (why saved in the record) when unreadable."""
     if not record.get("raw"):
         return None
     try:
         return read_raw(run_dir, record)
     except RawUnreadable as exc:
-        warn(str(exc))
         record["_unreadable"] = str(exc)
         return None
+
+
+def _warn_unreadable(records: list[dict[str, Any]]) -> None:
+    """One warning for the outputs that cannot be shown: a damaged pack is one cause, not one per sample."""
+    unreadable = [r["_unreadable"] for r in records if r.get("_unreadable")]
+    if len(unreadable) == 1:
+        warn(unreadable[0])
+    elif unreadable:
+        warn(f"{unreadable[0]}; {len(unreadable)} samples' outputs cannot be shown (probe verify lists each)")
 
 
 def _shown(run_dir: Path, record: dict[str, Any], raw: bytes) -> str:
@@ -261,6 +269,7 @@ def show(
     for record in chosen:
         raw = _raw(run_dir, record)
         items.append((record, raw))
+    _warn_unreadable(chosen)
     source = shown_provenance(run_dir, chosen)
     if fmt == "json":
         return dumps_pretty(
