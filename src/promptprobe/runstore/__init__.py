@@ -25,6 +25,7 @@ from .remote import Store, StoreError, is_store
 ENV = "PROBE_RUNS_DIR"
 Location = Path | Store
 _CLAIMED: dict[Path, tuple[Store, Lease, dict[str, Any]]] = {}
+_ENDS_SENT: set[Path] = set()  # working copies whose end a claim sent up (their writer could not)
 
 
 def location(given: Any = None, configured: str | None = None, base: Path | None = None) -> Location:
@@ -104,7 +105,29 @@ def claim(store: Store, run_id: str) -> Path:
         lease.release()
         raise
     _CLAIMED[work.resolve()] = (store, lease, files)
+    if _end_not_sent(work, files):
+        send_up(work)  # its writer finished here and was stopped before the store had its end
+        _ENDS_SENT.add(work.resolve())
     return work
+
+
+def _end_not_sent(work: Path, files: dict[str, Any]) -> bool:
+    """Whether a working copy kept by a claim holds a finished run whose manifest the store's
+    index does not (its writer was killed, or lost the store, while sending its end)."""
+    from ..engine.store import load_manifest
+    from .index import file_sha256
+
+    try:
+        finished = load_manifest(work).get("status") != "running"
+    except InputError:
+        return False
+    entry = files.get("manifest.json")
+    return finished and (entry is None or entry["sha256"] != file_sha256(work / "manifest.json"))
+
+
+def end_sent(path: Path) -> bool:
+    """Whether claiming this run sent up the end its writer had not (see `claim`)."""
+    return path.resolve() in _ENDS_SENT
 
 
 def _release_unused(lease: Lease) -> None:
@@ -158,6 +181,7 @@ __all__ = [
     "Store",
     "StoreError",
     "claim",
+    "end_sent",
     "fetch",
     "fetch_for_listing",
     "is_store",
