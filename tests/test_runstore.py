@@ -360,6 +360,49 @@ def test_a_writer_killed_inside_a_checkpoint_leaves_the_last_one_and_a_resume_fi
     assert (json.loads(after.stdout)["status"], json.loads(after.stdout)["recorded"]) == ("complete", 20)
 
 
+def test_a_finished_run_written_again_keeps_the_objects_its_index_names_until_its_new_index(tmp_path, s3, monkeypatch):
+    """A run resumed after it finished rewrites files whose own keys its index names: they are
+    copied aside first, so a writer stopped between two own keys leaves an index that holds."""
+    from contextlib import nullcontext
+
+    from promptprobe.runstore import Store, StoreError
+    from promptprobe.runstore.download import materialize
+    from promptprobe.runstore.lease import Lease
+    from promptprobe.runstore.upload import Uploader
+
+    store, local = Store.parse(s3.url), tmp_path / "work" / "r1"
+    local.mkdir(parents=True)
+    (local / "manifest.json").write_text('{"status": "complete"}')
+    (local / "samples.jsonl").write_text('{"n": 1}\n')
+    lease = Lease(store, "r1")
+    lease.acquire()
+    Uploader(store, "r1", local, lease, "first").checkpoint(nullcontext, final=True)
+    with open(local / "samples.jsonl", "a") as handle:
+        handle.write('{"n": 2}\n')
+    (local / "manifest.json").write_text('{"status": "complete", "resumes": 1}')
+    again = Uploader(store, "r1", local, lease, "second")
+    again.adopt({k: {**v, "parts": [tuple(p) for p in v["parts"]]} for k, v in read_index(s3, "r1").items()})
+    write = Store.pipe_many
+
+    def stopped(self, objects):  # the writer is stopped after samples.jsonl, before the manifest
+        if any(key.endswith("/r1/manifest.json") for key in objects):
+            raise StoreError("stopped")
+        write(self, objects)
+
+    monkeypatch.setattr(Store, "pipe_many", stopped)
+    with pytest.raises(StoreError):
+        again.checkpoint(nullcontext, final=True)
+    monkeypatch.setattr(Store, "pipe_many", write)
+    assert objects(s3)[f"{s3.prefix}/r1/samples.jsonl"] == b'{"n": 1}\n{"n": 2}\n'  # rewritten
+    monkeypatch.setattr("promptprobe.runstore.download.RETRY_WAIT", 0.001)
+    materialize(store, "r1", tmp_path / "read")  # every file as the index names it, checked by sha256
+    assert (tmp_path / "read" / "samples.jsonl").read_text() == '{"n": 1}\n'
+    again.checkpoint(nullcontext, final=True)  # the next try ends it: every file whole at its own key
+    assert {k: v["parts"] for k, v in read_index(s3, "r1").items()} == {
+        "manifest.json": [["manifest.json", 36]], "samples.jsonl": [["samples.jsonl", 18]]}
+    assert not [key for key in keys(s3) if "/.store/parts/" in key]
+
+
 def test_a_run_on_disk_pushed_to_the_store_is_read_back_in_the_viewer(tmp_path, s3):
     from viewer_support import serving
 
