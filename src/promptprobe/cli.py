@@ -27,7 +27,7 @@ from .checks import metric_names
 from .errors import InputError, ProbeError, StartError
 from .jsonio import dumps_line, dumps_pretty
 from .limits import LIMITS
-from .paths import is_dir, is_file, typed
+from .paths import is_dir, is_file, renamed, typed
 from .redaction import SCRUBBER
 from .terminal import neutralised
 from .version import __version__
@@ -61,7 +61,7 @@ def say(
 
 
 def echo_error(message: str) -> None:
-    for line in SCRUBBER.text(str(message)).splitlines() or [""]:
+    for line in SCRUBBER.text(renamed(str(message))).splitlines() or [""]:
         say(f"error: {line}", err=True)
 
 

@@ -18,6 +18,7 @@ from .engine.store import load_manifest, run_state, sample_problem
 from .errors import InputError
 from .jsonio import content_end, dumps_pretty, loads
 from .pack import BODY, INDEX, TEXT, RawReader, RawUnreadable, is_index_entry, iter_index, packs_of
+from .paths import renamed
 
 SAMPLES = "samples.jsonl"
 
@@ -83,7 +84,7 @@ class Verifier:
                 f"{self.samples} of {planned} planned samples are recorded (the run is {state})"
             )
         return {
-            "run": str(self.run_dir),
+            "run": renamed(str(self.run_dir)),
             "ok": not self.problems,
             "state": state,
             "samples": self.samples,

@@ -16,6 +16,7 @@ import orjson
 
 from ..engine.store import STATE_HINT
 from ..errors import InputError
+from ..paths import name_copy
 from .cache import private_dir, state_dir
 from .index import INDEX, parse_index
 from .lease import Lease, holder_live, pid_alive
@@ -228,6 +229,8 @@ def fetch(store: Store, run_id: str, dest: Path | None = None, manifest_only: bo
     from .cache import read_dir
 
     path = dest or read_dir(store) / check_run_id(store, run_id)
+    if dest is None:
+        name_copy(path, store.run_url(run_id))
     materialize(store, run_id, path, {"manifest.json"} if manifest_only else None)
     write_state(store, run_id, path)
     return path
@@ -245,6 +248,7 @@ def fetch_for_listing(store: Store) -> list[Path]:
     indexes = store.cat_many([store.key(run_id, INDEX) for run_id in ids])  # at once
     for run_id in ids:
         path = folder / run_id
+        name_copy(path, store.run_url(run_id))
         index = indexes[store.key(run_id, INDEX)]
         if index is None:
             continue  # a run being created (its lease is there, its files not yet), or no run
