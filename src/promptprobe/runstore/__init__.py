@@ -105,24 +105,38 @@ def claim(store: Store, run_id: str) -> Path:
         lease.release()
         raise
     _CLAIMED[work.resolve()] = (store, lease, files)
-    if _end_not_sent(work, files):
+    if _end_not_sent(store, run_id, work, files):
         send_up(work)  # its writer finished here and was stopped before the store had its end
         _ENDS_SENT.add(work.resolve())
     return work
 
 
-def _end_not_sent(work: Path, files: dict[str, Any]) -> bool:
-    """Whether a working copy kept by a claim holds a finished run whose manifest the store's
-    index does not (its writer was killed, or lost the store, while sending its end)."""
+def _end_not_sent(store: Store, run_id: str, work: Path, files: dict[str, Any]) -> bool:
+    """Whether a working copy kept by a claim holds a finished run that the store's index has
+    still running (its writer was killed, or lost the store, while sending its end)."""
+    import hashlib
+
+    import orjson
+
     from ..engine.store import load_manifest
-    from .index import file_sha256
 
     try:
-        finished = load_manifest(work).get("status") != "running"
+        if load_manifest(work).get("status") == "running":
+            return False
     except InputError:
         return False
     entry = files.get("manifest.json")
-    return finished and (entry is None or entry["sha256"] != file_sha256(work / "manifest.json"))
+    if entry is None:
+        return False
+    got = store.cat_many([store.key(run_id, key) for key, _ in entry["parts"]])
+    data = b"".join(got.get(store.key(run_id, key)) or b"" for key, _ in entry["parts"])
+    if hashlib.sha256(data).hexdigest() != entry["sha256"]:
+        return False  # not read as the index says: the resume goes on as for any run
+    try:
+        theirs = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return False
+    return isinstance(theirs, dict) and theirs.get("status") == "running"
 
 
 def end_sent(path: Path) -> bool:
