@@ -117,8 +117,33 @@ def test_a_run_written_to_the_store_is_listed_reported_and_shown_from_it(tmp_pat
     assert lease["released"] is True and lease["pid"] == os.getpid()
     monkeypatch.setenv("PROBE_RUNS_DIR", s3.url)
     assert json.loads(invoke("runs", "--format", "json").stdout)["runs"][0]["id"] == run_id
-    missing = invoke("report", "latest~1")
-    assert missing.exit_code == 2 and f"there is no such run in {s3.url}" in missing.output
+    with LocalServer(lambda r: Reply("[[ANSWER]]\na newer answer")) as server:
+        assert run_in_store(tmp_path, s3, server).exit_code == 0
+    # Two runs in the store: latest~1 names the older; every reader reads them from the store,
+    # and names a run by its URL (not by the path of its copy on this machine).
+    url = f"{s3.url}/{run_id}"
+    older = invoke("report", "latest~1", "--format", "json")
+    assert older.exit_code == 0, older.output
+    assert json.loads(report.stdout)["run"] == url  # as the first report, before the newer run
+    assert (json.loads(older.stdout)["run"], json.loads(older.stdout)["recorded"]) == (url, 6)
+    assert url in invoke("report", "latest~1").stdout
+    compared = invoke("compare", "latest~1", "latest")
+    assert compared.exit_code == 0, compared.output
+    assert f"A = latest~1 ({url})" in compared.stdout and "/cache/" not in compared.stdout
+    as_json = json.loads(invoke("compare", "latest~1", "latest", "--format", "json").stdout)
+    assert [(row["a"]["k"], row["b"]["k"]) for row in as_json["results"]][:1] == [(3, 3)]
+    exported = invoke("export", "latest~1", "--format", "json")
+    assert exported.exit_code == 0 and json.loads(exported.stdout)["run"] == url, exported.output
+    assert "the answer, byte for byte" in exported.stdout
+    why = invoke("why", "latest~1", "--format", "json")
+    assert why.exit_code == 0, why.output
+    assert json.loads(invoke("show", "latest~1", "--case", "c1", "--format", "json").stdout)["run"] == url
+    nothing_such = invoke("show", "latest~1", "--case", "c9")
+    assert nothing_such.exit_code == 2 and nothing_such.output.startswith(f"error: {url}: no case"), nothing_such.output
+    loaded = api.load(url)  # the Python API, by URL
+    assert loaded.report().to_dict()["run"] == url and loaded.report().to_dict()["recorded"] == 6
+    missing = invoke("report", "latest~2")
+    assert missing.exit_code == 2 and f"there is no such run in {s3.url} (it has 2)" in missing.output
 
 
 def read_index(s3, run_id: str) -> dict:
