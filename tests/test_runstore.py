@@ -7,6 +7,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -116,8 +117,33 @@ def test_a_run_written_to_the_store_is_listed_reported_and_shown_from_it(tmp_pat
     assert lease["released"] is True and lease["pid"] == os.getpid()
     monkeypatch.setenv("PROBE_RUNS_DIR", s3.url)
     assert json.loads(invoke("runs", "--format", "json").stdout)["runs"][0]["id"] == run_id
-    missing = invoke("report", "latest~1")
-    assert missing.exit_code == 2 and f"there is no such run in {s3.url}" in missing.output
+    with LocalServer(lambda r: Reply("[[ANSWER]]\na newer answer")) as server:
+        assert run_in_store(tmp_path, s3, server).exit_code == 0
+    # Two runs in the store: latest~1 names the older; every reader reads them from the store,
+    # and names a run by its URL (not by the path of its copy on this machine).
+    url = f"{s3.url}/{run_id}"
+    older = invoke("report", "latest~1", "--format", "json")
+    assert older.exit_code == 0, older.output
+    assert json.loads(report.stdout)["run"] == url  # as the first report, before the newer run
+    assert (json.loads(older.stdout)["run"], json.loads(older.stdout)["recorded"]) == (url, 6)
+    assert url in invoke("report", "latest~1").stdout
+    compared = invoke("compare", "latest~1", "latest")
+    assert compared.exit_code == 0, compared.output
+    assert f"A = latest~1 ({url})" in compared.stdout and "/cache/" not in compared.stdout
+    as_json = json.loads(invoke("compare", "latest~1", "latest", "--format", "json").stdout)
+    assert [(row["a"]["k"], row["b"]["k"]) for row in as_json["results"]][:1] == [(3, 3)]
+    exported = invoke("export", "latest~1", "--format", "json")
+    assert exported.exit_code == 0 and json.loads(exported.stdout)["run"] == url, exported.output
+    assert "the answer, byte for byte" in exported.stdout
+    why = invoke("why", "latest~1", "--format", "json")
+    assert why.exit_code == 0, why.output
+    assert json.loads(invoke("show", "latest~1", "--case", "c1", "--format", "json").stdout)["run"] == url
+    nothing_such = invoke("show", "latest~1", "--case", "c9")
+    assert nothing_such.exit_code == 2 and nothing_such.output.startswith(f"error: {url}: no case"), nothing_such.output
+    loaded = api.load(url)  # the Python API, by URL
+    assert loaded.report().to_dict()["run"] == url and loaded.report().to_dict()["recorded"] == 6
+    missing = invoke("report", "latest~2")
+    assert missing.exit_code == 2 and f"there is no such run in {s3.url} (it has 2)" in missing.output
 
 
 def read_index(s3, run_id: str) -> dict:
@@ -226,6 +252,182 @@ def test_a_writer_killed_mid_run_is_resumed_from_the_store_losing_nothing_and_a_
     assert not [key for key in keys(s3) if "/.store/parts/" in key]
 
 
+# Put on the PYTHONPATH of a probe process, this stops it (os._exit, as a kill would) when it is
+# about to write an object whose key matches $KILL_BEFORE, once the file $KILL_ARMED exists (if
+# set) and an object whose key matches $KILL_AFTER (and whose bytes match $KILL_AFTER_BYTES) has
+# been written since: a chosen point of a checkpoint or a push, whatever the timing.
+KILL_HOOK = """
+import os, re
+from promptprobe.runstore import remote
+
+_armed, _after = os.environ.get("KILL_ARMED"), re.compile(os.environ["KILL_AFTER"])
+_body, _before = re.compile(os.environ.get("KILL_AFTER_BYTES", "").encode()), re.compile(os.environ["KILL_BEFORE"])
+_seen, _write = [], remote.Store.pipe_many
+
+def _pipe_many(self, objects):
+    if _seen and any(_before.search(key) for key in objects):
+        os._exit(9)
+    _write(self, objects)
+    if (not _armed or os.path.exists(_armed)) and any(
+        _after.search(key) and _body.search(data) for key, data in objects.items()
+    ):
+        _seen.append(True)
+
+remote.Store.pipe_many = _pipe_many
+"""
+
+
+def killing(tmp_path: Path, **points: str) -> dict[str, str]:
+    """The environment of a probe process stopped at a chosen point (KILL_HOOK)."""
+    folder = tmp_path / "kill-hook"
+    folder.mkdir(exist_ok=True)
+    (folder / "sitecustomize.py").write_text(KILL_HOOK)
+    path = os.pathsep.join(p for p in (str(folder), os.environ.get("PYTHONPATH", "")) if p)
+    return {**os.environ, "PYTHONPATH": path, **{f"KILL_{name.upper()}": value for name, value in points.items()}}
+
+
+def consistent_copy(copy: Path, replaced: str) -> None:
+    """What a reader of a copy in the cache finds between two of its files being replaced: every
+    line that points into a pack finds its bytes there, and a finished manifest its samples."""
+    for line in (copy / "raw" / "index.jsonl").read_bytes().splitlines() if (copy / "raw" / "index.jsonl").exists() else []:
+        blob = json.loads(line)
+        assert (copy / blob["pack"]).stat().st_size >= blob["offset"] + blob["bytes"], f"after {replaced}"
+    samples = (copy / "samples.jsonl").read_bytes().splitlines() if (copy / "samples.jsonl").exists() else []
+    for line in samples:
+        raw = json.loads(line)["raw"]
+        assert (copy / raw["pack"]).stat().st_size >= raw["offset"] + raw["bytes"], f"after {replaced}"
+    manifest = json.loads((copy / "manifest.json").read_bytes())
+    if manifest["status"] != "running":
+        assert len(samples) == manifest["counts"]["recorded"], f"after {replaced}"
+
+
+@pytest.mark.parametrize("killed_in", ["a checkpoint", "its final upload"])
+def test_a_writer_killed_inside_a_checkpoint_leaves_the_last_one_and_a_resume_finishes_the_run(
+    tmp_path, s3, monkeypatch, killed_in
+):
+    """Killed after a checkpoint's files went up and before its index (or after the end's files
+    and manifest went up, before its index): readers see the run as the last checkpoint left it,
+    killed, never complete; `--resume` on the same machine finishes it, each sample once; a
+    reader's copy in the cache is never inconsistent while it is brought up to date."""
+    requests = []
+    more, killed = threading.Event(), threading.Event()
+
+    def reply(request):  # 4 answered; the rest once told (in a checkpoint: 4 more, then none till the kill)
+        requests.append(request)
+        if len(requests) > 4:
+            more.wait(30)
+        if len(requests) > 8 and killed_in == "a checkpoint":
+            killed.wait(30)
+        return Reply("[[ANSWER]]\nok")
+
+    armed = tmp_path / "armed"
+    if killed_in == "a checkpoint":  # stopped before the index of a checkpoint that sent new parts
+        points = {"armed": str(armed), "after": r"/samples\.jsonl", "before": r"/\.store/index\.json$"}
+    else:  # stopped before the index of the end, its files and manifest (complete) sent
+        points = {"after": r"/manifest\.json$", "after_bytes": r'"status": *"complete"', "before": r"/\.store/index\.json$"}
+    env = {**killing(tmp_path, **points), "PROBE_STORE_SYNC_SECONDS": "0.1"}  # small files: sent whole
+    with LocalServer(reply) as server:
+        process = subprocess.Popen(
+            [PROBE, "run", "--retrieval", "none", probeset(tmp_path, 5, repeats=2), "--prompt", PROMPT,
+             "--prompt", f"other={PROMPT}", "--model", f"openai:m@{server.url}/v1", "--concurrency", "2",
+             "--runs-dir", s3.url],
+            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        )
+        try:
+            wait_for(lambda: run_ids(s3))
+            (run_id,) = run_ids(s3)
+            wait_for(lambda: store_lines(s3, run_id) == 4)
+            armed.touch()
+            more.set()
+            _, stderr = process.communicate(timeout=60)
+            assert process.returncode == 9, stderr  # stopped by the hook, where it was told
+        finally:
+            process.kill()
+            more.set()
+            killed.set()
+        (copy,) = (tmp_path / "cache" / "promptprobe" / "work").glob(f"*/{run_id}")
+        recorded = (copy / "samples.jsonl").read_bytes().splitlines()
+        in_store = store_lines(s3, run_id)  # as the last whole checkpoint left it
+        assert in_store < len(recorded) or killed_in == "its final upload"
+        if killed_in == "a checkpoint":
+            named = {f"{s3.prefix}/{run_id}/{key}" for entry in read_index(s3, run_id).values() for key, _ in entry["parts"]}
+            assert in_store == 4 and [key for key in keys(s3) if "/samples.jsonl" in key and key not in named]
+        listed = invoke("runs", "--runs-dir", s3.url, "--format", "json")
+        assert listed.exit_code == 0 and listed.stderr == "", listed.output
+        assert [(r["id"], r["status"], r["samples"]) for r in json.loads(listed.stdout)["runs"]] == [
+            (run_id, "killed", in_store)]
+        report = invoke("report", run_id, "--runs-dir", s3.url, "--format", "json")
+        assert report.exit_code == 0, report.output
+        assert (json.loads(report.stdout)["status"], json.loads(report.stdout)["recorded"]) == ("killed", in_store)
+        asked = len(requests)
+        resumed = invoke("run", "--resume", run_id, "--runs-dir", s3.url, "--format", "json")
+    assert resumed.exit_code == 0, resumed.output
+    final = objects_of_file(s3, run_id, "samples.jsonl").splitlines()
+    assert set(recorded) <= set(final)  # nothing the killed writer recorded is lost
+    planned = {f"c{i}.r{r}.a{a}" for i in range(5) for r in (1, 2) for a in (1, 2)}
+    assert sorted(json.loads(line)["sample_id"] for line in final) == sorted(planned)  # each once
+    assert len(requests) - asked == 20 - len(recorded)
+    assert not [key for key in keys(s3) if "/.store/parts/" in key]
+    # The reader's copy (killed, as listed) brought up to date: consistent between any two files.
+    from promptprobe.runstore import download
+
+    write = download._write
+    read_copy = next((tmp_path / "cache" / "promptprobe" / "read").glob(f"*/{run_id}"))
+
+    def checked_write(path, data):
+        write(path, data)
+        if path.parent == read_copy or read_copy in path.parents:
+            consistent_copy(read_copy, path.name)
+
+    monkeypatch.setattr(download, "_write", checked_write)
+    after = invoke("report", run_id, "--runs-dir", s3.url, "--format", "json")
+    assert after.exit_code == 0, after.output
+    assert (json.loads(after.stdout)["status"], json.loads(after.stdout)["recorded"]) == ("complete", 20)
+
+
+def test_a_finished_run_written_again_keeps_the_objects_its_index_names_until_its_new_index(tmp_path, s3, monkeypatch):
+    """A run resumed after it finished rewrites files whose own keys its index names: they are
+    copied aside first, so a writer stopped between two own keys leaves an index that holds."""
+    from contextlib import nullcontext
+
+    from promptprobe.runstore import Store, StoreError
+    from promptprobe.runstore.download import materialize
+    from promptprobe.runstore.lease import Lease
+    from promptprobe.runstore.upload import Uploader
+
+    store, local = Store.parse(s3.url), tmp_path / "work" / "r1"
+    local.mkdir(parents=True)
+    (local / "manifest.json").write_text('{"status": "complete"}')
+    (local / "samples.jsonl").write_text('{"n": 1}\n')
+    lease = Lease(store, "r1")
+    lease.acquire()
+    Uploader(store, "r1", local, lease, "first").checkpoint(nullcontext, final=True)
+    with open(local / "samples.jsonl", "a") as handle:
+        handle.write('{"n": 2}\n')
+    (local / "manifest.json").write_text('{"status": "complete", "resumes": 1}')
+    again = Uploader(store, "r1", local, lease, "second")
+    again.adopt({k: {**v, "parts": [tuple(p) for p in v["parts"]]} for k, v in read_index(s3, "r1").items()})
+    write = Store.pipe_many
+
+    def stopped(self, objects):  # the writer is stopped after samples.jsonl, before the manifest
+        if any(key.endswith("/r1/manifest.json") for key in objects):
+            raise StoreError("stopped")
+        write(self, objects)
+
+    monkeypatch.setattr(Store, "pipe_many", stopped)
+    with pytest.raises(StoreError):
+        again.checkpoint(nullcontext, final=True)
+    monkeypatch.setattr(Store, "pipe_many", write)
+    assert objects(s3)[f"{s3.prefix}/r1/samples.jsonl"] == b'{"n": 1}\n{"n": 2}\n'  # rewritten
+    monkeypatch.setattr("promptprobe.runstore.download.RETRY_WAIT", 0.001)
+    materialize(store, "r1", tmp_path / "read")  # every file as the index names it, checked by sha256
+    assert (tmp_path / "read" / "samples.jsonl").read_text() == '{"n": 1}\n'
+    again.checkpoint(nullcontext, final=True)  # the next try ends it: every file whole at its own key
+    assert {k: v["parts"] for k, v in read_index(s3, "r1").items()} == {
+        "manifest.json": [["manifest.json", 36]], "samples.jsonl": [["samples.jsonl", 18]]}
+    assert not [key for key in keys(s3) if "/.store/parts/" in key]
+
+
 def test_a_run_on_disk_pushed_to_the_store_is_read_back_in_the_viewer(tmp_path, s3):
     from viewer_support import serving
 
@@ -279,8 +481,18 @@ def test_push_refuses_an_unfinished_run_and_pull_checks_every_file_by_sha256(tmp
         s3.client.put_object(Bucket=s3.bucket, Key=f"{s3.prefix}/{run.name}/.store/index.json", Body=json.dumps(index).encode())
 
     store_copy({"status": "running", "finished": None})
+    # A push killed after it wrote the manifest and before the index leaves that copy as it was
+    # (readable, unfinished); a second push then takes its place.
+    killed = subprocess.run([PROBE, "push", str(run), s3.url], capture_output=True, text=True, env=killing(
+        tmp_path, after=r"/manifest\.json$", before=r"/\.store/index\.json$"))
+    assert killed.returncode == 9, killed.stderr
+    assert objects(s3)[f"{s3.prefix}/{run.name}/manifest.json"] == (run / "manifest.json").read_bytes()
+    meanwhile = invoke("report", run.name, "--runs-dir", s3.url, "--format", "json")
+    assert meanwhile.exit_code == 0 and json.loads(meanwhile.stdout)["status"] == "killed", meanwhile.output
+    shutil.rmtree(tmp_path / "cache" / "promptprobe" / "read")  # the damaged object below is read afresh
     replaced = invoke("push", str(run), s3.url)
-    assert replaced.exit_code == 0 and "copied, every file checked by sha256" in replaced.stdout
+    assert replaced.exit_code == 0 and "copied, every file checked by sha256" in replaced.stdout, replaced.output
+    assert not [key for key in keys(s3) if "/.store/parts/" in key]
     assert objects_of_file(s3, run.name, "manifest.json") == (run / "manifest.json").read_bytes()
     store_copy({"status": "running", "created": "2026-01-01T00:00:00.000Z"})
     other = invoke("push", str(run), s3.url)

@@ -27,7 +27,7 @@ from .checks import metric_names
 from .errors import InputError, ProbeError, StartError
 from .jsonio import dumps_line, dumps_pretty
 from .limits import LIMITS
-from .paths import is_dir, is_file, typed
+from .paths import is_dir, is_file, renamed, typed
 from .redaction import SCRUBBER
 from .terminal import neutralised
 from .version import __version__
@@ -61,7 +61,7 @@ def say(
 
 
 def echo_error(message: str) -> None:
-    for line in SCRUBBER.text(str(message)).splitlines() or [""]:
+    for line in SCRUBBER.text(renamed(str(message))).splitlines() or [""]:
         say(f"error: {line}", err=True)
 
 
@@ -793,10 +793,15 @@ def run(
     if cancel_batches and resume_path is None:
         raise InputError("--cancel cancels the outstanding batches of a run: give it with --resume RUN")
     if resume_path is not None:
-        from .runstore import release_claims
+        from .runstore import end_sent, release_claims
 
         try:
-            _resume(ctx, resolve_run(resume_path, runs_dir, writing=True), fmt, output)
+            path = resolve_run(resume_path, runs_dir, writing=True)
+            if end_sent(path) and _nothing_failed(path):
+                say(f"{resume_path}: the run had finished on this machine; its end is sent to the store now, "
+                    "and it is complete", err=True)
+                return
+            _resume(ctx, path, fmt, output)
         finally:
             release_claims()  # a run of a store claimed, then refused: given back at once
         return
@@ -937,6 +942,13 @@ RESUME_FLAGS = {
     "max_cost": "--max-cost",
 }
 OUTPUT_PARAMS = {"fmt", "as_json", "output", "resume_path", "runs_dir", "cancel_batches", "poll_interval"}
+
+
+def _nothing_failed(path: Path) -> bool:
+    from .engine.store import load_manifest
+
+    manifest = load_manifest(path)
+    return manifest.get("status") == "complete" and not (manifest.get("counts") or {}).get("errors")
 
 
 def _resume(ctx: click.Context, resume_path: Path, fmt: str, output: Path | None) -> None:

@@ -57,11 +57,12 @@ loads: Callable[[bytes | bytearray | memoryview | str], Any] = orjson.loads
 
 
 def warn(message: str) -> None:
+    from .paths import renamed
     from .redaction import SCRUBBER
     from .terminal import neutralised
 
     # Printed like every line probe prints (cli.say): scrubbed, control characters spelled out.
-    print(neutralised(SCRUBBER.text(f"warning: {message}")), file=sys.stderr)
+    print(neutralised(SCRUBBER.text(f"warning: {renamed(message)}")), file=sys.stderr)
 
 
 CHUNK = 1 << 20

@@ -5,11 +5,17 @@ through open_in_run: never through a symbolic link, only a regular file, and nev
 
 import errno
 import os
+import re
 import stat
 from pathlib import Path
 from typing import BinaryIO
 
 from .errors import InputError
+
+# A run of a store is read from its copy on this machine: what probe prints names the run by its
+# URL, as the user named it, not by that copy's path (runstore.download.fetch names each copy).
+_COPIES: dict[str, str] = {}
+_AFTER_NAME = r"(?![A-Za-z0-9._-])"
 
 
 def is_dir(path: Path) -> bool:
@@ -26,9 +32,23 @@ def is_file(path: Path) -> bool:
         return False
 
 
+def name_copy(copy: Path, name: str) -> None:
+    """Print `name` (a run's URL) wherever the path of its local copy would be printed."""
+    _COPIES[str(copy)] = name
+
+
+def renamed(text: str) -> str:
+    """`text` with the path of each named copy (and of the files in it) given by its name."""
+    for copy, name in _COPIES.items():
+        if copy in text:
+            text = re.sub(re.escape(copy) + _AFTER_NAME, lambda _, name=name: name, text)
+    return text
+
+
 def shown(path: object, longest: int = 80) -> str:
-    """A path as a message shows it: a very long one cut, with its length said."""
-    text = str(path)
+    """A path as a message shows it (a run's copy by its name): a very long one cut, with its
+    length said."""
+    text = renamed(str(path))
     return text if len(text) <= longest else f"{text[: longest - 30]}... ({len(text)} characters)"
 
 

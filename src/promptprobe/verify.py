@@ -35,7 +35,7 @@ from .pack import (
     is_index_entry,
     packs_of,
 )
-from .paths import RunFileRefused, open_run_file
+from .paths import RunFileRefused, open_run_file, renamed
 
 SAMPLES = "samples.jsonl"
 SUPERSEDED = "superseded.jsonl"
@@ -210,7 +210,7 @@ class Verifier:
         self.check_planned(state)
         self.note_unrecorded()
         return {
-            "run": str(self.run_dir),
+            "run": renamed(str(self.run_dir)),
             "ok": not self.problems,
             "state": state,
             "samples": self.samples,

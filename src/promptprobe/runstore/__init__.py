@@ -25,6 +25,7 @@ from .remote import Store, StoreError, is_store
 ENV = "PROBE_RUNS_DIR"
 Location = Path | Store
 _CLAIMED: dict[Path, tuple[Store, Lease, dict[str, Any]]] = {}
+_ENDS_SENT: set[Path] = set()  # working copies whose end a claim sent up (their writer could not)
 
 
 def location(given: Any = None, configured: str | None = None, base: Path | None = None) -> Location:
@@ -104,7 +105,43 @@ def claim(store: Store, run_id: str) -> Path:
         lease.release()
         raise
     _CLAIMED[work.resolve()] = (store, lease, files)
+    if _end_not_sent(store, run_id, work, files):
+        send_up(work)  # its writer finished here and was stopped before the store had its end
+        _ENDS_SENT.add(work.resolve())
     return work
+
+
+def _end_not_sent(store: Store, run_id: str, work: Path, files: dict[str, Any]) -> bool:
+    """Whether a working copy kept by a claim holds a finished run that the store's index has
+    still running (its writer was killed, or lost the store, while sending its end)."""
+    import hashlib
+
+    import orjson
+
+    from ..engine.store import load_manifest
+
+    try:
+        if load_manifest(work).get("status") == "running":
+            return False
+    except InputError:
+        return False
+    entry = files.get("manifest.json")
+    if entry is None:
+        return False
+    got = store.cat_many([store.key(run_id, key) for key, _ in entry["parts"]])
+    data = b"".join(got.get(store.key(run_id, key)) or b"" for key, _ in entry["parts"])
+    if hashlib.sha256(data).hexdigest() != entry["sha256"]:
+        return False  # not read as the index says: the resume goes on as for any run
+    try:
+        theirs = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return False
+    return isinstance(theirs, dict) and theirs.get("status") == "running"
+
+
+def end_sent(path: Path) -> bool:
+    """Whether claiming this run sent up the end its writer had not (see `claim`)."""
+    return path.resolve() in _ENDS_SENT
 
 
 def _release_unused(lease: Lease) -> None:
@@ -158,6 +195,7 @@ __all__ = [
     "Store",
     "StoreError",
     "claim",
+    "end_sent",
     "fetch",
     "fetch_for_listing",
     "is_store",

@@ -6,6 +6,7 @@ refused when it still does not match."""
 
 import hashlib
 import os
+import secrets
 import shutil
 import time
 from pathlib import Path
@@ -15,9 +16,10 @@ import orjson
 
 from ..engine.store import STATE_HINT
 from ..errors import InputError
+from ..paths import name_copy
 from .cache import private_dir, state_dir
 from .index import INDEX, parse_index
-from .lease import Lease, holder_live
+from .lease import Lease, holder_live, pid_alive
 from .remote import RUN_ID, Store, StoreError
 
 ATTEMPTS = 4  # fresh indexes tried before a file that does not match is called damaged
@@ -47,9 +49,10 @@ def read_index(store: Store, run_id: str) -> tuple[bytes, dict[str, dict[str, An
 
 
 def _write(path: Path, data: bytes) -> None:
-    """A file replaced whole (0600), so a reader beside never sees half of it."""
+    """A file replaced whole (0600), so a reader beside never sees half of it (its temporary name
+    is this process's own: two processes updating one copy never write into one file)."""
     private_dir(path.parent)
-    temp = path.with_name(path.name + ".tmp")
+    temp = path.with_name(f"{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
         view = memoryview(data)
@@ -60,12 +63,27 @@ def _write(path: Path, data: bytes) -> None:
     os.replace(temp, path)
 
 
+def replacing_order(relative: str) -> tuple[int, str]:
+    """The order a copy's files are replaced in, so that a reader of the copy meanwhile never
+    finds a line pointing to bytes not there yet, nor a manifest ahead of its samples: the packs
+    and every other file, then the lines that point into the packs (raw/index.jsonl,
+    samples.jsonl, retrievals.jsonl), then those that name samples (classifications, judgments),
+    the manifest last."""
+    if relative == "manifest.json":
+        return 3, relative
+    if relative.endswith(".jsonl"):
+        return (1 if "/" not in relative or relative.startswith("raw/") else 2), relative
+    return 0, relative
+
+
 def _plan(
     dest: Path, files: dict[str, dict[str, Any]], known: dict[str, dict[str, Any]]
 ) -> list[tuple[str, int, list[tuple[str, int]]]]:
-    """What to fetch: (file, bytes kept from the copy, parts to fetch) for each file that changed."""
+    """What to fetch: (file, bytes kept from the copy, parts to fetch) for each file that changed,
+    in the order the copy's files are replaced in (`replacing_order`)."""
     todo = []
-    for relative, entry in files.items():
+    for relative in sorted(files, key=replacing_order):
+        entry = files[relative]
         old = known.get(relative)
         try:
             have = os.lstat(dest / relative).st_size if not os.path.islink(dest / relative) else -1
@@ -175,8 +193,17 @@ def _prune(dest: Path, files: dict[str, Any]) -> None:
         for name in names:
             path = Path(directory) / name
             relative = path.relative_to(dest).as_posix()
-            if relative not in files and name != STATE_HINT:
+            if relative not in files and name != STATE_HINT and not _being_written(name):
                 path.unlink(missing_ok=True)
+
+
+def _being_written(name: str) -> bool:
+    """Whether a file is the temporary file of another live process replacing a file (`_write`)."""
+    parts = name.split(".")
+    if len(parts) < 4 or parts[-1] != "tmp" or not parts[-3].isdigit():
+        return False
+    pid = int(parts[-3])
+    return pid != os.getpid() and pid_alive(pid)
 
 
 def write_state(store: Store, run_id: str, dest: Path) -> str | None:
@@ -202,6 +229,8 @@ def fetch(store: Store, run_id: str, dest: Path | None = None, manifest_only: bo
     from .cache import read_dir
 
     path = dest or read_dir(store) / check_run_id(store, run_id)
+    if dest is None:
+        name_copy(path, store.run_url(run_id))
     materialize(store, run_id, path, {"manifest.json"} if manifest_only else None)
     write_state(store, run_id, path)
     return path
@@ -219,6 +248,7 @@ def fetch_for_listing(store: Store) -> list[Path]:
     indexes = store.cat_many([store.key(run_id, INDEX) for run_id in ids])  # at once
     for run_id in ids:
         path = folder / run_id
+        name_copy(path, store.run_url(run_id))
         index = indexes[store.key(run_id, INDEX)]
         if index is None:
             continue  # a run being created (its lease is there, its files not yet), or no run

@@ -41,7 +41,7 @@ def _seconds(stamp: str) -> float:
         return 0.0
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -59,7 +59,7 @@ def holder_live(holder: dict[str, Any], now: float | None = None) -> bool:
         return False
     pid = holder.get("pid")
     if holder.get("host") == socket.gethostname() and isinstance(pid, int) and pid != os.getpid():
-        return _pid_alive(pid)
+        return pid_alive(pid)
     return True
 
 

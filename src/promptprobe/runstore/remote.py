@@ -148,6 +148,13 @@ class Store:
         except FileNotFoundError:
             raise StoreError(f"{self.shown(key)}: cannot write it (no such bucket)") from None
 
+    def copy(self, source: str, key: str) -> None:
+        """Copy an object within the store (the bytes do not come down)."""
+        try:
+            self._call("copy it", source, self.fs.copy, source, key)
+        except FileNotFoundError:
+            raise StoreError(f"{self.shown(source)}: cannot copy it (no such object)") from None
+
     def create(self, key: str, data: bytes) -> bool:
         """Write an object only if none is there (If-None-Match: *); False when one was."""
         try:

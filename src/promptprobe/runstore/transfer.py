@@ -13,7 +13,7 @@ from ..engine.store import load_manifest, run_state
 from ..errors import InputError
 from ..paths import typed
 from .download import check_run_id, materialize, read_index
-from .index import INDEX, dump_index, file_sha256, local_files
+from .index import INDEX, dump_index, file_sha256, index_session, local_files
 from .lease import Lease, holder_live, new_session
 from .remote import Store
 
@@ -45,13 +45,16 @@ def push(run_dir: Path, store: Store) -> tuple[str, bool]:
         found = read_index(store, run_id)
         if found is not None:
             same = {k: (v["size"], v["sha256"]) for k, v in found[1].items()} == files
-            if same:
+            if same and all(v["parts"] == [(k, v["size"])] for k, v in found[1].items()):
                 return store.run_url(run_id), False
-            if not _unfinished_copy_of(store, run_id, manifest):
+            # The same run not yet whole at its own keys (its writer stopped while it wrote them)
+            # is made so; a different one is replaced only if it is this run, unfinished.
+            if not same and not _unfinished_copy_of(store, run_id, manifest):
                 raise InputError(
                     f"{store.run_url(run_id)}: the store holds a different run of that id already; "
                     "nothing was changed"
                 )
+            _set_aside(store, run_id, found, files)
         order = sorted(rel for rel in files if rel != "manifest.json") + ["manifest.json"]
         _upload(store, run_id, run_dir, order, files)
         store.pipe_many({store.key(run_id, INDEX): dump_index(entries, new_session())})
@@ -61,10 +64,41 @@ def push(run_dir: Path, store: Store) -> tuple[str, bool]:
     return store.run_url(run_id), True
 
 
+def _set_aside(
+    store: Store, run_id: str, found: tuple[bytes, dict[str, Any]], files: dict[str, tuple[int, str]]
+) -> None:
+    """Before a push writes over the store's unfinished copy: each object at a file's own key that
+    its index names and the push rewrites is copied to a part first, and an index naming the
+    copies put in its place, so that a push stopped halfway leaves that copy readable (and a
+    second push finds it as it was)."""
+    session = new_session()
+    entries = {k: {**v, "parts": [list(p) for p in v["parts"]]} for k, v in found[1].items()}
+    moved = False
+    for relative, entry in entries.items():
+        if relative not in files or files[relative] == (entry["size"], entry["sha256"]):
+            continue
+        for number, (key, size) in enumerate(entry["parts"]):
+            if key == relative:
+                aside = f".store/parts/{session}/{relative}.{number:06d}.whole"
+                store.copy(store.key(run_id, key), store.key(run_id, aside))
+                entry["parts"][number] = [aside, size]
+                moved = True
+    if moved:
+        store.pipe_many({store.key(run_id, INDEX): dump_index(entries, index_session(found[0]) or session)})
+
+
 def _unfinished_copy_of(store: Store, run_id: str, manifest: dict[str, Any]) -> bool:
     """Whether the store holds this same run unfinished (its writer could not send its end): the
-    finished run pushed from disk then takes its place."""
-    data = store.cat(store.key(run_id, "manifest.json"))
+    finished run pushed from disk then takes its place. The manifest is the one the store's index
+    names, checked by sha256 (an earlier push stopped halfway may have written another)."""
+    found = read_index(store, run_id)
+    entry = found[1].get("manifest.json") if found else None
+    if entry is None:
+        return False
+    got = store.cat_many([store.key(run_id, key) for key, _ in entry["parts"]])
+    data = b"".join(got.get(store.key(run_id, key)) or b"" for key, _ in entry["parts"])
+    if hashlib.sha256(data).hexdigest() != entry["sha256"]:
+        return False
     try:
         theirs = orjson.loads(data) if data else {}
     except orjson.JSONDecodeError:

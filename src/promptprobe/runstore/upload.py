@@ -2,10 +2,16 @@
 
 File-agnostic: a file that grew in place (same inode, larger, its last uploaded bytes unchanged)
 and is large goes up as a new part holding only what it gained (samples.jsonl, retrievals.jsonl,
-packs); any other change (a small file, a file replaced whole) goes up whole. The manifest goes
-up after every other file, and the index after the manifest, so a reader going by the index
-never sees a run whose files are not all there. At the last checkpoint every file is one whole
-object at its own key (the store then mirrors the run directory) and the parts are removed.
+packs); any other change (a small file, a file replaced whole) goes up whole, as a part of its
+own. The manifest goes up after every other file, and the index after the manifest, so a reader
+going by the index never sees a run whose files are not all there.
+
+No checkpoint overwrites an object the store's index names: until the index is replaced, that
+index and every object it names stay as they were, so a writer killed at any point leaves the
+run as its last checkpoint left it. At the last checkpoint every file is written whole at its
+own key (the store then mirrors the run directory), then the index naming them, and the parts
+are removed; an object at a file's own key that the index names and that is to be rewritten is
+first copied (in the store) to a part, and an index naming the copy put in its place.
 """
 
 import hashlib
@@ -64,6 +70,7 @@ class Uploader:
         self.known: dict[str, Uploaded] = {}
         self.mutex = threading.Lock()  # one checkpoint at a time
         self.parts_made = False
+        self.serial = 0  # numbers the parts that hold a whole file, so that none is written twice
 
     def adopt(self, files: dict[str, dict[str, Any]]) -> None:
         """Start from what the store already holds (a resumed run), for files the working copy
@@ -116,33 +123,62 @@ class Uploader:
             self.lease.renew()
             with between_writes():  # appends are whole lines: sizes taken between them
                 files = local_files(self.local)
+            if final:
+                self._set_own_keys_aside(files)
             objects: dict[str, bytes] = {}
             from_disk: list[str] = []
             for relative, info in sorted(files.items()):
                 if relative == "manifest.json":
                     continue
-                if self._changed(relative, info) or (
-                    final and self.known[relative].parts != [(relative, info.st_size)]
-                ):
+                if self._changed(relative, info) or (final and not self._whole_at_own_key(relative, info)):
                     self._stage(relative, info, final, objects, from_disk)
             self.store.pipe_many(objects)
             for relative in from_disk:
                 self.store.put_file(str(self.local / relative), self.store.key(self.run_id, relative))
             manifest = files.get("manifest.json")
             single: dict[str, bytes] = {}
-            if manifest is not None and self._changed("manifest.json", manifest):
-                self._stage("manifest.json", manifest, True, single, [])
+            if manifest is not None and (
+                self._changed("manifest.json", manifest)
+                or (final and not self._whole_at_own_key("manifest.json", manifest))
+            ):
+                self._stage("manifest.json", manifest, final, single, [], append=False)
                 self.store.pipe_many(single)
             gone = set(self.known) - set(files)
             for relative in gone:
                 del self.known[relative]
             if not (objects or from_disk or single or gone or final):
                 return  # nothing new: the lease is renewed, the index stays as it is
-            index = dump_index({k: v.entry() for k, v in self.known.items()}, self.session)
-            self.store.pipe_many({self.store.key(self.run_id, INDEX): index})
-            mark_session(self.local, self.session)
+            self._put_index()
             if final:
                 self._drop_parts()
+
+    def _put_index(self) -> None:
+        index = dump_index({k: v.entry() for k, v in self.known.items()}, self.session)
+        self.store.pipe_many({self.store.key(self.run_id, INDEX): index})
+        mark_session(self.local, self.session)
+
+    def _whole_at_own_key(self, relative: str, info: os.stat_result) -> bool:
+        return self.known[relative].parts == [(relative, info.st_size)]
+
+    def _set_own_keys_aside(self, files: dict[str, os.stat_result]) -> None:
+        """Before the last checkpoint rewrites files at their own keys: each such key the index
+        names is copied to a part first, and an index naming the copies put, so that a writer
+        killed while the own keys are written leaves a run whose index holds."""
+        moved = False
+        for relative, info in files.items():
+            old = self.known.get(relative)
+            rewritten = self._changed(relative, info) or not self._whole_at_own_key(relative, info)
+            if old is None or not rewritten:
+                continue  # new, or whole at its own key and unchanged: not rewritten
+            for number, (key, size) in enumerate(old.parts):
+                if key == relative:
+                    self.serial += 1
+                    aside = f".store/parts/{self.session}/{relative}.{self.serial:06d}.whole"
+                    self.store.copy(self.store.key(self.run_id, key), self.store.key(self.run_id, aside))
+                    old.parts[number] = (aside, size)
+                    moved = True
+        if moved:
+            self._put_index()
 
     def _stage(
         self,
@@ -151,11 +187,13 @@ class Uploader:
         final: bool,
         objects: dict[str, bytes],
         from_disk: list[str],
+        append: bool = True,
     ) -> None:
-        """Stage one changed file: its new part, or the whole of it."""
+        """Stage one changed file: its new part, or the whole of it (a part of its own, or at the
+        last checkpoint the file's own key)."""
         path = self.local / relative
         size = info.st_size
-        if not final and self._appended(relative, info):
+        if not final and append and self._appended(relative, info):
             old = self.known[relative]
             data = _read(path, old.size, size)
             key = f".store/parts/{self.session}/{relative}.{old.size:016d}"
@@ -173,13 +211,19 @@ class Uploader:
                     digest.update(chunk)
             from_disk.append(relative)
             tail = _read(path, max(0, size - TAIL), size)
+            key = relative
         else:
             data = _read(path, 0, size)
             size = len(data)
             digest.update(data)
-            objects[self.store.key(self.run_id, relative)] = data
+            key = relative
+            if not final:  # never over an object an index names
+                self.serial += 1
+                key = f".store/parts/{self.session}/{relative}.{self.serial:06d}.whole"
+                self.parts_made = True
+            objects[self.store.key(self.run_id, key)] = data
             tail = data[-TAIL:]
-        self.known[relative] = Uploaded(info.st_ino, size, info.st_mtime_ns, digest, [(relative, size)], tail)
+        self.known[relative] = Uploaded(info.st_ino, size, info.st_mtime_ns, digest, [(key, size)], tail)
 
     def _drop_parts(self) -> None:
         """Once every file is whole at its own key, the parts any writer left are not needed."""

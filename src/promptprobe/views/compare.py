@@ -9,6 +9,7 @@ from typing import Any
 from ..comparison.selectors import parse_selector
 from ..comparison.words import interval_heading, is_adjusted, p_text, percent, points
 from ..jsonio import dumps_pretty
+from ..paths import renamed
 from .tables import table, wrap
 
 GREEN, RED, RESET = "\x1b[32m", "\x1b[31m", "\x1b[0m"
@@ -60,13 +61,14 @@ def _arms_lines(results: list[dict[str, Any]]) -> list[str]:
     first = results[0]
     if "pair" not in first:
         return [
-            f"A = {first['a']['name']} ({first['a']['label']}){_classified(first['a'])}",
-            f"B = {first['b']['name']} ({first['b']['label']}){_classified(first['b'])}",
+            f"A = {first['a']['name']} ({renamed(str(first['a']['label']))}){_classified(first['a'])}",
+            f"B = {first['b']['name']} ({renamed(str(first['b']['label']))}){_classified(first['b'])}",
             "",
         ]
+    run_a, run_b = (renamed(str(parse_selector(first[side]["label"])[0])) for side in ("a", "b"))
     return [
-        f"A = {first['a']['name']} ({parse_selector(first['a']['label'])[0]}){_classified(first['a'])}",
-        f"B = {first['b']['name']} ({parse_selector(first['b']['label'])[0]}){_classified(first['b'])}",
+        f"A = {first['a']['name']} ({run_a}){_classified(first['a'])}",
+        f"B = {first['b']['name']} ({run_b}){_classified(first['b'])}",
         f"arm by arm: {', '.join(dict.fromkeys(r['pair'] for r in results))} (each arm of A against the "
         "arm of the same name in B)",
         "",

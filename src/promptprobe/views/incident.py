@@ -18,6 +18,7 @@ from ..comparison.selectors import select_arm
 from ..counts import CountsTable, build_counts
 from ..errors import InputError
 from ..jsonio import dumps_pretty, iter_jsonl
+from ..paths import renamed
 from .outcomes import failed, outcome
 from .outputs import read_bytes
 from .overview import arms_of
@@ -176,7 +177,7 @@ def incident(
             )
     names = {a["index"]: a["name"] for a in entries}
     return {
-        "run": str(run_dir),
+        "run": renamed(str(run_dir)),
         "probeset": counts.probeset.name,
         "tool_version": counts.manifest.get("tool_version"),
         "classification": latest_classification(run_dir),

@@ -11,6 +11,7 @@ from ..comparison.rates import metric_object
 from ..counts import ArmCounts, CountsTable, build_counts, pricing
 from ..engine.cost import PriceMatch, price_sentence
 from ..jsonio import dumps_pretty
+from ..paths import renamed
 from ..totals import usage
 from .tables import fit_table, table, wrap
 
@@ -182,7 +183,7 @@ def build_report(counts: CountsTable | str | Path, by_tag: bool = False) -> dict
         counts = build_counts(counts)
     judged = judged_arms(counts)
     return {
-        "run": str(counts.run),
+        "run": renamed(str(counts.run)),
         "probeset": counts.probeset.name,
         "probeset_sha256": counts.probeset.sha256,
         "status": counts.state,

@@ -11,6 +11,7 @@ from ..engine.store import load_manifest
 from ..errors import InputError
 from ..jsonio import dumps_pretty, warn
 from ..pack import RawUnreadable, read_raw
+from ..paths import renamed
 from ..sample_lines import lines_naming
 from .provenance import render_provenance
 
@@ -274,7 +275,7 @@ def show(
     if fmt == "json":
         return dumps_pretty(
             {
-                "run": str(run_dir),
+                "run": renamed(str(run_dir)),
                 "provenance": source,
                 "classification": latest_classification(run_dir),
                 "samples": [
