@@ -528,6 +528,52 @@ def test_push_refuses_an_unfinished_run_and_pull_checks_every_file_by_sha256(tmp
     assert report.exit_code == 2 and "does not match the sha256" in report.output
 
 
+def test_a_large_file_is_pushed_checked_and_pulled_a_chunk_at_a_time(tmp_path, s3, monkeypatch):
+    from promptprobe.runstore import download, transfer
+    from promptprobe.runstore.remote import Store
+
+    with LocalServer() as server:
+        made = invoke("run", "--retrieval", "none", probeset(tmp_path, 3), "--prompt", PROMPT, "--model",
+                      f"openai:m@{server.url}/v1", "--runs-dir", str(tmp_path / "runs"))
+    assert made.exit_code == 0, made.output
+    (run,) = (tmp_path / "runs").iterdir()
+    # Every file counts as large here: sent whole, read back and fetched 7 bytes at a time.
+    monkeypatch.setattr(transfer, "BATCH_BYTES", 1)
+    monkeypatch.setattr(download, "STREAM_BYTES", 1)
+    for module in (download, transfer):
+        monkeypatch.setattr(module, "CHUNK_BYTES", 7)
+    read: list[int] = []
+    chunks, put_file = Store.chunks, Store.put_file
+
+    def counted(self, key, size):
+        for chunk in chunks(self, key, size):
+            read.append(len(chunk))
+            yield chunk
+
+    def damaged(self, local, key):  # the object is not what was sent
+        put_file(self, local, key)
+        if key.endswith("/samples.jsonl"):
+            s3.client.put_object(Bucket=s3.bucket, Key=key.split("/", 1)[1], Body=b"not the file")
+
+    monkeypatch.setattr(Store, "chunks", counted)
+    monkeypatch.setattr(Store, "put_file", damaged)
+    refused = invoke("push", str(run), s3.url)
+    assert refused.exit_code == 2
+    assert refused.output.strip() == (
+        f"error: {s3.url}/{run.name}/samples.jsonl: the object read back does not match the file's sha256; "
+        "the run is not complete in the store (push it again)"
+    )
+    monkeypatch.setattr(Store, "put_file", put_file)
+    pushed = invoke("push", str(run), s3.url)
+    assert pushed.exit_code == 0, pushed.output
+    pulled = invoke("pull", f"{s3.url}/{run.name}", str(tmp_path / "elsewhere"))
+    assert pulled.exit_code == 0, pulled.output
+    copy = Path(pulled.stdout.strip())
+    mine = {p.relative_to(run): p.read_bytes() for p in run.rglob("*") if p.is_file() and p.name != ".lock"}
+    assert {p.relative_to(copy): p.read_bytes() for p in copy.rglob("*") if p.is_file()} == mine
+    assert max(read) == 7 and sum(read) > 2 * sum(len(data) for data in mine.values())  # checked, then fetched
+
+
 def test_no_credential_reaches_any_file_and_the_cache_is_private(tmp_path, s3, monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-openai-test-not-a-real-key-0000000000")
     with LocalServer() as server:

@@ -9,6 +9,7 @@ import os
 import secrets
 import shutil
 import time
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,8 @@ from .remote import RUN_ID, Store, StoreError
 ATTEMPTS = 4  # fresh indexes tried before a file that does not match is called damaged
 RETRY_WAIT = 0.5  # seconds before the second try, doubled after (a writer between two uploads)
 BATCH_BYTES = 64 * 1024 * 1024  # objects fetched at once
+STREAM_BYTES = 16 * 1024 * 1024  # a part this large is streamed to disk, never held whole
+CHUNK_BYTES = 8 * 1024 * 1024  # what a streamed part or a kept prefix is read by
 
 
 class Mismatch(Exception):
@@ -49,17 +52,33 @@ def read_index(store: Store, run_id: str) -> tuple[bytes, dict[str, dict[str, An
 
 
 def _write(path: Path, data: bytes) -> None:
-    """A file replaced whole (0600), so a reader beside never sees half of it (its temporary name
-    is this process's own: two processes updating one copy never write into one file)."""
+    """A file replaced whole (0600), so a reader beside never sees half of it."""
+    _replace_with(path, [data])
+
+
+def _replace_with(path: Path, pieces: Iterable[bytes], expect: dict[str, Any] | None = None) -> None:
+    """Write `pieces` to a temporary file beside `path` (its name is this process's own: two
+    processes updating one copy never write into one file) and put it in place, or, when it does
+    not hold the size and sha256 `expect` names, remove it and raise Mismatch."""
     private_dir(path.parent)
     temp = path.with_name(f"{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    digest, size = hashlib.sha256(), 0
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-    finally:
+        for piece in pieces:
+            digest.update(piece)
+            size += len(piece)
+            view = memoryview(piece)
+            while view:
+                view = view[os.write(fd, view) :]
+    except BaseException:
         os.close(fd)
+        temp.unlink(missing_ok=True)
+        raise
+    os.close(fd)
+    if expect is not None and (size != expect["size"] or digest.hexdigest() != expect["sha256"]):
+        temp.unlink(missing_ok=True)
+        raise Mismatch(path.name)
     os.replace(temp, path)
 
 
@@ -102,35 +121,52 @@ def _plan(
 def _fetch_files(
     store: Store, run_id: str, dest: Path, files: dict[str, dict[str, Any]], todo: list[Any]
 ) -> None:
-    """Fetch the parts in batches, assemble each file, check its sha256, then put it in place."""
+    """Fetch the parts in batches (a large part streamed, never held whole), assemble each file
+    on disk, check its sha256, then put it in place."""
     batch: list[Any] = []
     size = 0
     for item in todo + [None]:
         if item is not None:
             batch.append(item)
-            size += sum(part_size for _, part_size in item[2])
+            size += sum(part_size for _, part_size in item[2] if part_size < STREAM_BYTES)
             if size < BATCH_BYTES:
                 continue
-        keys = [store.key(run_id, key) for _, _, parts in batch for key, _ in parts]
-        got = store.cat_many(keys)
+        small = [key for _, _, parts in batch for key, part_size in parts if part_size < STREAM_BYTES]
+        got = store.cat_many([store.key(run_id, key) for key in small])
         for relative, kept, parts in batch:
-            digest = hashlib.sha256()
-            chunks = []
-            if kept:
-                with open(dest / relative, "rb") as handle:
-                    chunks.append(handle.read(kept))
-            for key, _ in parts:
-                data = got.get(store.key(run_id, key))
-                if data is None:
-                    raise Mismatch(relative)
-                chunks.append(data)
-            whole = b"".join(chunks)
-            digest.update(whole)
-            entry = files[relative]
-            if len(whole) != entry["size"] or digest.hexdigest() != entry["sha256"]:
-                raise Mismatch(relative)
-            _write(dest / relative, whole)
+            try:
+                pieces = _pieces(store, run_id, dest / relative, kept, parts, got)
+                _replace_with(dest / relative, pieces, files[relative])
+            except Mismatch:
+                raise Mismatch(relative) from None
         batch, size = [], 0
+
+
+def _pieces(
+    store: Store, run_id: str, path: Path, kept: int, parts: list[Any], got: dict[str, bytes | None]
+) -> Iterator[bytes]:
+    """A file's bytes in order: the first `kept` bytes of the copy's own, then each part (fetched
+    already, or streamed from the store); Mismatch when a part is not there."""
+    if kept:
+        with open(path, "rb") as handle:
+            while kept > 0:
+                chunk = handle.read(min(kept, CHUNK_BYTES))
+                if not chunk:
+                    return  # shorter than the copy said: the size check refuses it
+                kept -= len(chunk)
+                yield chunk
+    for key, part_size in parts:
+        full = store.key(run_id, key)
+        if part_size < STREAM_BYTES:
+            data = got.get(full)
+            if data is None:
+                raise Mismatch(key)
+            yield data
+            continue
+        try:
+            yield from store.chunks(full, CHUNK_BYTES)
+        except FileNotFoundError:
+            raise Mismatch(key) from None
 
 
 def _known(dest: Path) -> dict[str, dict[str, Any]]:

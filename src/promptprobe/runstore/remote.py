@@ -6,6 +6,7 @@ nothing here sees, keeps or writes them. Every failure is a StoreError naming th
 
 import re
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -116,6 +117,17 @@ class Store:
             return self._call("read it", key, self.fs.cat_file, key)  # type: ignore[no-any-return]
         except FileNotFoundError:
             return None
+
+    def chunks(self, key: str, size: int) -> Iterator[bytes]:
+        """An object's bytes, `size` at a time: a large object is never held whole.
+        FileNotFoundError when there is none."""
+        handle = self._call("read it", key, self.fs.open, key, "rb", block_size=size)
+        with handle:
+            while True:
+                data = self._call("read it", key, handle.read, size)
+                if not data:
+                    return
+                yield data
 
     def cat_many(self, keys: list[str]) -> dict[str, bytes | None]:
         """Several objects at once (concurrently); a missing one is None."""

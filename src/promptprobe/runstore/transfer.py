@@ -12,7 +12,7 @@ import orjson
 from ..engine.store import load_manifest, run_state
 from ..errors import InputError
 from ..paths import typed
-from .download import check_run_id, materialize, read_index
+from .download import CHUNK_BYTES, check_run_id, materialize, read_index
 from .index import INDEX, dump_index, file_sha256, index_session, local_files
 from .lease import Lease, holder_live, new_session
 from .remote import Store
@@ -122,7 +122,7 @@ def _upload(
             path = run_dir / relative
             if files[relative][0] >= BATCH_BYTES:
                 store.put_file(str(path), store.key(run_id, relative))
-                _check(store, run_id, [relative], files)
+                _check_streamed(store, run_id, relative, files[relative][1])
                 continue
             data = path.read_bytes()
             if hashlib.sha256(data).hexdigest() != files[relative][1]:
@@ -143,10 +143,26 @@ def _check(store: Store, run_id: str, relatives: list[str], files: dict[str, tup
     for relative in relatives:
         data = got.get(store.key(run_id, relative))
         if data is None or hashlib.sha256(data).hexdigest() != files[relative][1]:
-            raise InputError(
-                f"{store.run_url(run_id)}/{relative}: the object read back does not match the file's "
-                "sha256; the run is not complete in the store (push it again)"
-            )
+            raise _not_as_sent(store, run_id, relative)
+
+
+def _check_streamed(store: Store, run_id: str, relative: str, sha256: str) -> None:
+    """A large object read back a chunk at a time (never held whole) and checked."""
+    digest = hashlib.sha256()
+    try:
+        for chunk in store.chunks(store.key(run_id, relative), CHUNK_BYTES):
+            digest.update(chunk)
+    except FileNotFoundError:
+        raise _not_as_sent(store, run_id, relative) from None
+    if digest.hexdigest() != sha256:
+        raise _not_as_sent(store, run_id, relative)
+
+
+def _not_as_sent(store: Store, run_id: str, relative: str) -> InputError:
+    return InputError(
+        f"{store.run_url(run_id)}/{relative}: the object read back does not match the file's "
+        "sha256; the run is not complete in the store (push it again)"
+    )
 
 
 def pull(store: Store, run_id: str, runs_dir: Path) -> Path:
