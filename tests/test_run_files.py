@@ -185,3 +185,13 @@ def test_probe_runs_lists_a_run_with_a_linked_file_as_damaged_beside_the_others(
     found = {r["id"]: r for r in json.loads(result.stdout)["runs"]}
     assert found[run.name]["status"] == "damaged" and LINKED in found[run.name]["problem"]
     assert found[other.name]["status"] == "complete" and found[other.name]["problem"] is None
+
+
+def test_resume_reads_the_runs_prompt_copy_only_from_inside_it(run, tmp_path):
+    manifest = json.loads((run / "manifest.json").read_text())
+    (run / "manifest.json").write_text(json.dumps({**manifest, "status": "interrupted"}))
+    copy = manifest["prompts"][0]["copy"]
+    _outside(tmp_path, run, copy)  # the same bytes, through a link
+    result = _cli("run", "--resume", str(run))
+    assert result.exit_code == 2, result.output
+    assert result.output.strip() == f"error: {run / copy}: {LINKED}"

@@ -452,7 +452,8 @@ class ResumedRun(ProbeRun):
 
 def _verified(path: Path, relative: str, sha256: str, what: str) -> bytes:
     try:
-        data = (path / relative).read_bytes()
+        with open_run_file(path, relative) as handle:  # a link or a FIFO is refused, never read
+            data = handle.read()
     except OSError as exc:
         raise InputError(f"{path / relative}: cannot read the {what} copy ({exc.strerror})") from None
     if hashlib.sha256(data).hexdigest() != sha256:
