@@ -27,7 +27,7 @@ ATTEMPTS = 4  # fresh indexes tried before a file that does not match is called 
 RETRY_WAIT = 0.5  # seconds before the second try, doubled after (a writer between two uploads)
 BATCH_BYTES = 64 * 1024 * 1024  # objects fetched at once
 STREAM_BYTES = 16 * 1024 * 1024  # a part this large is streamed to disk, never held whole
-CHUNK_BYTES = 8 * 1024 * 1024  # what a streamed part or a kept prefix is read by
+CHUNK_BYTES = 32 * 1024 * 1024  # what a streamed part or a kept prefix is read by
 
 
 class Mismatch(Exception):

@@ -16,6 +16,8 @@ SCHEMES = ("s3://",)
 RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,200}")
 COMPONENT = re.compile(r"[A-Za-z0-9._=+@,-][A-Za-z0-9._=+@,~-]*")
 _FILESYSTEMS: dict[str, Any] = {}
+# A large file goes up in 50 MB parts, this many at once: s3fs holds each in memory meanwhile.
+PUT_CONCURRENCY = 4
 _FS_LOCK = threading.Lock()
 
 
@@ -156,7 +158,7 @@ class Store:
 
     def put_file(self, local: str, key: str) -> None:
         try:
-            self._call("write it", key, self.fs.put_file, local, key)
+            self._call("write it", key, self.fs.put_file, local, key, max_concurrency=PUT_CONCURRENCY)
         except FileNotFoundError:
             raise StoreError(f"{self.shown(key)}: cannot write it (no such bucket)") from None
 
