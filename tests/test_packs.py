@@ -360,6 +360,57 @@ def test_migrate_refuses_a_damaged_old_run_and_changes_nothing(run):
     assert (run / "samples.jsonl").read_bytes() == before and (run / name).read_bytes() == b"edited"
 
 
+MIGRATE_KILLER = """
+import os
+if os.environ.get("KILL_AT") == "replace":  # as the records are put in place
+    real_replace = os.replace
+
+    def replace(src, dst, *args, **kwargs):
+        if str(dst).endswith("samples.jsonl"):
+            os._exit(9)
+        return real_replace(src, dst, *args, **kwargs)
+
+    os.replace = replace
+elif os.environ.get("KILL_AT") == "unlink":  # some old files removed, the rest not
+    real_unlink, removed = os.unlink, []
+
+    def unlink(path, *args, **kwargs):
+        if "/raw/" in str(path) and str(path).endswith((".txt", ".body", ".request.json")):
+            removed.append(path)
+            if len(removed) == 3:
+                os._exit(9)
+        return real_unlink(path, *args, **kwargs)
+
+    os.unlink = unlink
+"""
+
+
+@pytest.mark.parametrize("kill_at", ["replace", "unlink"])
+def test_a_migration_killed_midway_finishes_when_run_again_losing_nothing(run, tmp_path, kill_at):
+    files = _to_legacy(run)
+    before = CliRunner().invoke(main, ["show", str(run), "--format", "json"]).stdout
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(MIGRATE_KILLER)
+    path = os.pathsep.join(p for p in [str(site), os.environ.get("PYTHONPATH", "")] if p)
+    killed = subprocess.run([PROBE, "migrate", str(run)], capture_output=True,
+                            env={**os.environ, "PYTHONPATH": path, "KILL_AT": kill_at})
+    assert killed.returncode == 9, killed.stderr
+    assert CliRunner().invoke(main, ["show", str(run), "--format", "json"]).stdout == before  # readable meanwhile
+    again = CliRunner().invoke(main, ["migrate", str(run)])
+    assert again.exit_code == 0, again.output
+    assert sorted(p.name for p in (run / "raw").iterdir()) == ["index.jsonl", "pack-000001.bin"]
+    assert CliRunner().invoke(main, ["show", str(run), "--format", "json"]).stdout == before
+    for sample in read_jsonl(run / "samples.jsonl"):
+        assert read_raw(run, sample, "body") == files[f"raw/{sample['sample_id']}.body"]
+    # Each blob once in the pack, where its record and the index's one line for it both say.
+    index = read_jsonl(run / INDEX)
+    assert len(index) == len(files) and sum(e["bytes"] for e in index) == (run / "raw/pack-000001.bin").stat().st_size
+    code, found = verify(run)
+    assert code == 0 and found["problems"] == [], found
+    assert [n for n in found["notes"] if not n.startswith("kept-counts.json no longer")] == []  # rewritten
+
+
 # -- the viewer serves a sample's output and nothing else -------------------------------------
 
 

@@ -3,7 +3,7 @@
 as it is (no scrub, no change), read back and checked by sha256 against the file it came from
 (and against its record's sha256 for an output); only then are the records rewritten (atomically)
 to point into the pack, and only then are the old files removed. A kill at any point leaves a run
-every command reads; migrating again finishes the work."""
+every command reads; migrating again finishes the work, packing no blob twice."""
 
 import hashlib
 import os
@@ -13,7 +13,17 @@ from typing import Any
 from .engine.store import RunStore, load_manifest
 from .errors import InputError
 from .jsonio import content_end, dumps_line, loads
-from .pack import BODY, LEGACY_SUFFIX, RAW_DIR, REQUEST, TEXT, RawReader, RawUnreadable, read_legacy
+from .pack import (
+    BODY,
+    LEGACY_SUFFIX,
+    RAW_DIR,
+    REQUEST,
+    TEXT,
+    RawReader,
+    RawUnreadable,
+    iter_index,
+    read_legacy,
+)
 from .paths import open_run_file
 
 RECORD_FILES = ("samples.jsonl", "superseded.jsonl")
@@ -61,6 +71,8 @@ class Migration:
         self.reader = RawReader(run_dir)
         self.legacy = _legacy_files(run_dir)
         self.moved: dict[tuple[str, str], dict[str, Any]] = {}
+        # A migration killed midway packed some blobs already: those are used, not packed twice.
+        self.packed = {(e["sample_id"], e["kind"]): e for e in iter_index(run_dir)}
 
     def pack(self, sample_id: str, kind: str, recorded_sha: str | None = None) -> dict[str, Any]:
         """The blob's location in the pack (appended once, checked against its file)."""
@@ -78,7 +90,11 @@ class Migration:
                 f"{relative}: does not match the sha256 its record holds; nothing was migrated "
                 "(probe verify lists the damage)"
             )
-        location = self.store.packs.append(sample_id, kind, data)  # as it is: it was scrubbed when written
+        earlier = self.packed.get(key)
+        if earlier is not None and earlier["sha256"] == digest:
+            location = {name: earlier[name] for name in ("pack", "offset", "bytes", "sha256")}
+        else:
+            location = self.store.packs.append(sample_id, kind, data)  # as it is: scrubbed when written
         self.moved[key] = location
         return location
 
