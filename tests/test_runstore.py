@@ -323,8 +323,9 @@ def test_a_writer_killed_inside_a_checkpoint_leaves_the_last_one_and_a_resume_fi
     armed = tmp_path / "armed"
     if killed_in == "a checkpoint":  # stopped before the index of a checkpoint that sent new parts
         points = {"armed": str(armed), "after": r"/samples\.jsonl", "before": r"/\.store/index\.json$"}
-    else:  # stopped before the index of the end, its files and manifest (complete) sent
-        points = {"after": r"/manifest\.json$", "after_bytes": r'"status": *"complete"', "before": r"/\.store/index\.json$"}
+    else:  # stopped before the index of the first upload that sends the manifest saying complete:
+        # the end's, or a checkpoint's between the run's end on disk and its final upload (a part)
+        points = {"after": r"/manifest\.json", "after_bytes": r'"status": *"complete"', "before": r"/\.store/index\.json$"}
     env = {**killing(tmp_path, **points), "PROBE_STORE_SYNC_SECONDS": "0.1"}  # small files: sent whole
     with LocalServer(reply) as server:
         process = subprocess.Popen(
