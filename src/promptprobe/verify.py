@@ -176,79 +176,30 @@ class BlobCheck:
         )
 
 
-class Verifier:
-    """Checks one run; `problems` and `notes` fill as it goes."""
+class PlanCheck:
+    """The records against the manifest's plan: each record's arm, case, repeat and id, and, once
+    all are read, whether the run holds what it planned and what it counted."""
 
-    def __init__(self, run_dir: Path) -> None:
+    def __init__(
+        self, run_dir: Path, manifest: dict[str, Any], problems: list[dict[str, Any]], notes: list[str]
+    ) -> None:
         self.run_dir = run_dir
-        self.manifest = load_manifest(run_dir)
-        self.problems: list[dict[str, Any]] = []
-        self.notes: list[str] = []
-        self.samples = 0
-        self.seen: dict[str, int] = {}  # sample id -> its first line
+        self.manifest = manifest
+        self.problems = problems
+        self.notes = notes
         self.present: Counter[str] = Counter()  # per arm: distinct samples of the plan's cases
-        self.superseded: set[str] = set()
-        arms = self.manifest["arms"]
+        arms = manifest["arms"]
         self.arms = {(a.get("prompt"), a.get("model")): a.get("arm") for a in arms if isinstance(a, dict)}
-        self.cases = set(self.manifest["probeset"].get("cases") or [])
-        repeats = self.manifest.get("repeats")
+        self.cases = set(manifest["probeset"].get("cases") or [])
+        repeats = manifest.get("repeats")
         self.repeats = repeats if type(repeats) is int else None
 
-    def run(self) -> dict[str, Any]:
-        index_problems: list[dict[str, Any]] = []
-        self.index = check_index(self.run_dir, index_problems, self.notes)
-        self.blob_check = BlobCheck(self.run_dir, self.index, self.problems)
-        self.check_samples()
-        for name in OTHER_LINES:
-            for _, line in _lines(self.run_dir / name, self.problems):
-                if name == SUPERSEDED:
-                    self.superseded.add(_sample_id(line))
-        self.problems += index_problems
-        check_kept(self.run_dir, self.problems, self.notes)
-        state = run_state(self.run_dir, self.manifest)
-        self.check_recorded(state)
-        self.check_planned(state)
-        self.note_unrecorded()
-        return {
-            "run": renamed(str(self.run_dir)),
-            "ok": not self.problems,
-            "state": state,
-            "samples": self.samples,
-            "blobs": self.blob_check.blobs,
-            "problems": self.problems,
-            "notes": self.notes,
-        }
+    def count(self, record: dict[str, Any], arm: Any) -> None:
+        """A sample's first record, of the plan's arm `arm` (None: of no arm)."""
+        if arm is not None and (not self.cases or record["case_id"] in self.cases):
+            self.present[arm] += 1
 
-    def check_samples(self) -> None:
-        seen = self.seen
-        for number, line in _lines(self.run_dir / SAMPLES, self.problems):
-            if not line.strip():
-                continue
-            try:
-                record = loads(line)
-            except ValueError:
-                self.problems.append(_problem(None, SAMPLES, f"line {number} is not valid JSON"))
-                continue
-            problem = sample_problem(record)
-            if problem is not None:
-                self.problems.append(_problem(None, SAMPLES, f"line {number} {problem}"))
-                continue
-            sid = record["sample_id"]
-            self.samples += 1
-            arm = self.check_plan(record, number)
-            if sid in seen:
-                self.problems.append(
-                    _problem(
-                        sid, SAMPLES, f"line {number} records this sample again (first on line {seen[sid]})"
-                    )
-                )
-                continue
-            seen[sid] = number
-            if arm is not None and (not self.cases or record["case_id"] in self.cases):
-                self.present[arm] += 1
-            self.blob_check.check(record)
-
-    def check_plan(self, record: dict[str, Any], number: int) -> Any:
+    def check(self, record: dict[str, Any], number: int) -> Any:
         """The record against the plan; its arm (None when it is of no arm)."""
         sid = record["sample_id"]
         arm = self.arms.get((record["prompt"], record["model"]))
@@ -280,11 +231,11 @@ class Verifier:
             )
         return arm
 
-    def check_recorded(self, state: str) -> None:
+    def check_recorded(self, seen: dict[str, int], state: str) -> None:
         """Fewer samples than the manifest counted when the run ended (or at its last resume)."""
         counts = self.manifest.get("counts") or {}
         recorded = counts.get("recorded")
-        present = len(self.seen)
+        present = len(seen)
         if type(recorded) is int and recorded > present and (present == 0 or state != "failed"):
             how = "is missing" if not (self.run_dir / SAMPLES).exists() else f"holds {present} samples"
             self.problems.append(
@@ -308,7 +259,7 @@ class Verifier:
                     )
                 )
 
-    def check_planned(self, state: str) -> None:
+    def check_planned(self, seen: dict[str, int], state: str) -> None:
         """A complete run holds every planned sample (a sequential one, every round its rule ran);
         a run that ended otherwise may lack some: a note."""
         planned = (self.manifest.get("counts") or {}).get("planned")
@@ -316,9 +267,9 @@ class Verifier:
         if "sequential" in self.manifest and rounds is not None:
             rounds, why = _sequential_rounds(self.run_dir, rounds)
         if state != "complete" or rounds is None or not self.cases:
-            if isinstance(planned, int) and len(self.seen) < planned:
+            if isinstance(planned, int) and len(seen) < planned:
                 self.notes.append(
-                    f"{len(self.seen)} of {planned} planned samples are recorded (the run is {state})"
+                    f"{len(seen)} of {planned} planned samples are recorded (the run is {state})"
                 )
             return
         if why:
@@ -329,10 +280,77 @@ class Verifier:
             for repeat in range(1, rounds + 1):
                 for arm in arms:
                     sid = f"{case}.r{repeat}.a{arm}"
-                    if sid not in self.seen:
+                    if sid not in seen:
                         self.problems.append(
                             _problem(sid, SAMPLES, "planned but not recorded, and the run is complete")
                         )
+
+
+class Verifier:
+    """Checks one run; `problems` and `notes` fill as it goes."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
+        self.manifest = load_manifest(run_dir)
+        self.problems: list[dict[str, Any]] = []
+        self.notes: list[str] = []
+        self.samples = 0
+        self.seen: dict[str, int] = {}  # sample id -> its first line
+        self.superseded: set[str] = set()
+        self.plan = PlanCheck(run_dir, self.manifest, self.problems, self.notes)
+
+    def run(self) -> dict[str, Any]:
+        index_problems: list[dict[str, Any]] = []
+        self.index = check_index(self.run_dir, index_problems, self.notes)
+        self.blob_check = BlobCheck(self.run_dir, self.index, self.problems)
+        self.check_samples()
+        for name in OTHER_LINES:
+            for _, line in _lines(self.run_dir / name, self.problems):
+                if name == SUPERSEDED:
+                    self.superseded.add(_sample_id(line))
+        self.problems += index_problems
+        check_kept(self.run_dir, self.problems, self.notes)
+        state = run_state(self.run_dir, self.manifest)
+        self.plan.check_recorded(self.seen, state)
+        self.plan.check_planned(self.seen, state)
+        self.note_unrecorded()
+        return {
+            "run": renamed(str(self.run_dir)),
+            "ok": not self.problems,
+            "state": state,
+            "samples": self.samples,
+            "blobs": self.blob_check.blobs,
+            "problems": self.problems,
+            "notes": self.notes,
+        }
+
+    def check_samples(self) -> None:
+        seen = self.seen
+        for number, line in _lines(self.run_dir / SAMPLES, self.problems):
+            if not line.strip():
+                continue
+            try:
+                record = loads(line)
+            except ValueError:
+                self.problems.append(_problem(None, SAMPLES, f"line {number} is not valid JSON"))
+                continue
+            problem = sample_problem(record)
+            if problem is not None:
+                self.problems.append(_problem(None, SAMPLES, f"line {number} {problem}"))
+                continue
+            sid = record["sample_id"]
+            self.samples += 1
+            arm = self.plan.check(record, number)
+            if sid in seen:
+                self.problems.append(
+                    _problem(
+                        sid, SAMPLES, f"line {number} records this sample again (first on line {seen[sid]})"
+                    )
+                )
+                continue
+            seen[sid] = number
+            self.plan.count(record, arm)
+            self.blob_check.check(record)
 
     def note_unrecorded(self) -> None:
         """Index lines of samples no record holds: in flight when a run stopped (a resume ran
