@@ -797,7 +797,7 @@ def run(
 
         try:
             path = resolve_run(resume_path, runs_dir, writing=True)
-            if end_sent(path) and _nothing_failed(path):
+            if end_sent(path):
                 say(f"{resume_path}: the run had finished on this machine; its end is sent to the store now, "
                     "and it is complete", err=True)
                 return
@@ -942,13 +942,6 @@ RESUME_FLAGS = {
     "max_cost": "--max-cost",
 }
 OUTPUT_PARAMS = {"fmt", "as_json", "output", "resume_path", "runs_dir", "cancel_batches", "poll_interval"}
-
-
-def _nothing_failed(path: Path) -> bool:
-    from .engine.store import load_manifest
-
-    manifest = load_manifest(path)
-    return manifest.get("status") == "complete" and not (manifest.get("counts") or {}).get("errors")
 
 
 def _resume(ctx: click.Context, resume_path: Path, fmt: str, output: Path | None) -> None:
@@ -1799,11 +1792,12 @@ def view(runs_folder: Path | None, port: int, host: str, allow_hosts: tuple[str,
         import uvicorn  # noqa: F401
     except ImportError:
         raise StartError("probe view needs uvicorn and starlette: pip install 'promptprobe'") from None
+    from .runstore.remote import run_ids
     from .viewer import serve
 
     folder = runs_dir_of(runs_folder)
     if not isinstance(folder, Path):
-        folder.run_ids()  # a store out of reach, or no credentials: said now (exit 3), not per page
+        run_ids(folder)  # a store out of reach, or no credentials: said now (exit 3), not per page
     elif not folder.is_dir():
         raise InputError(f"{folder}: no such runs directory (probe demo or probe run write one)")
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from .errors import InputError
 from .paths import RunFileRefused, is_dir, shown
-from .runstore.remote import Store, is_store
+from .runstore.remote import Store, is_store, run_ids
 
 if TYPE_CHECKING:
     from .runstore import Location
@@ -226,7 +226,7 @@ def store_run_id(store: "Store", text: str) -> str:
     run, selector = split_selector(text)
     if selector:
         raise InputError(f"{shown(text)}: names one arm (#{selector}); this command takes a whole run")
-    ids = store.run_ids()
+    ids = run_ids(store)
     if text in ids:
         return text
     candidates = [run_id for run_id in ids if run_id.startswith(text)]

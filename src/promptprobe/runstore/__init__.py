@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ..engine.store import PRIVATE_UMASK, RunStore, new_run_directory
+from ..engine.store import PRIVATE_UMASK, RunStore, load_manifest, new_run_directory
 from ..errors import InputError
 from .cache import mark_origin, origin_of, session_of, work_dir
 from .download import fetch, fetch_for_listing, materialize, read_index, remove_copy
@@ -118,8 +118,6 @@ def _end_not_sent(store: Store, run_id: str, work: Path, files: dict[str, Any]) 
 
     import orjson
 
-    from ..engine.store import load_manifest
-
     try:
         if load_manifest(work).get("status") == "running":
             return False
@@ -140,8 +138,12 @@ def _end_not_sent(store: Store, run_id: str, work: Path, files: dict[str, Any]) 
 
 
 def end_sent(path: Path) -> bool:
-    """Whether claiming this run sent up the end its writer had not (see `claim`)."""
-    return path.resolve() in _ENDS_SENT
+    """Whether claiming this run sent up the end its writer had not (see `claim`), which left it
+    complete with no failed sample: nothing is left to resume."""
+    if path.resolve() not in _ENDS_SENT:
+        return False
+    manifest = load_manifest(path)
+    return manifest.get("status") == "complete" and not (manifest.get("counts") or {}).get("errors")
 
 
 def _release_unused(lease: Lease) -> None:

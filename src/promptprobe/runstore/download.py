@@ -21,7 +21,7 @@ from ..paths import name_copy
 from .cache import private_dir, state_dir
 from .index import INDEX, parse_index
 from .lease import Lease, holder_live, pid_alive
-from .remote import RUN_ID, Store, StoreError
+from .remote import RUN_ID, Store, StoreError, run_ids
 
 ATTEMPTS = 4  # fresh indexes tried before a file that does not match is called damaged
 RETRY_WAIT = 0.5  # seconds before the second try, doubled after (a writer between two uploads)
@@ -280,7 +280,7 @@ def fetch_for_listing(store: Store) -> list[Path]:
 
     folder = read_dir(store)
     paths = []
-    ids = store.run_ids()
+    ids = run_ids(store)
     indexes = store.cat_many([store.key(run_id, INDEX) for run_id in ids])  # at once
     for run_id in ids:
         path = folder / run_id

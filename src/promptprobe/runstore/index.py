@@ -97,8 +97,9 @@ def local_files(folder: Path) -> dict[str, os.stat_result]:
     return found
 
 
-def file_sha256(path: Path, size: int | None = None) -> str:
-    """The sha256 of a file's first `size` bytes (all of it when None)."""
+def file_digest(path: Path, size: int | None = None) -> Any:
+    """The running sha256 (a hashlib object, to go on with) of a file's first `size` bytes (all of
+    it when None), read a megabyte at a time."""
     digest = hashlib.sha256()
     left = size
     with open(path, "rb") as handle:
@@ -109,4 +110,9 @@ def file_sha256(path: Path, size: int | None = None) -> str:
             digest.update(chunk)
             if left is not None:
                 left -= len(chunk)
-    return digest.hexdigest()
+    return digest
+
+
+def file_sha256(path: Path, size: int | None = None) -> str:
+    """The sha256 of a file's first `size` bytes (all of it when None)."""
+    return str(file_digest(path, size).hexdigest())

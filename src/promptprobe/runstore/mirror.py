@@ -12,7 +12,7 @@ from ..errors import InputError
 from ..jsonio import warn
 from .cache import read_dir
 from .download import fetch
-from .remote import Store, StoreError
+from .remote import Store, StoreError, run_ids
 
 LIST_EVERY = 5.0
 RUNNING_EVERY = 2.0
@@ -34,7 +34,7 @@ class Mirror:
             return
         self.listed = now
         try:
-            ids = self.store.run_ids()
+            ids = run_ids(self.store)
         except StoreError as exc:
             warn(f"probe view: {exc}; showing the copies made before")
             return

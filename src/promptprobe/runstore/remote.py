@@ -200,7 +200,7 @@ class Store:
             except FileNotFoundError:
                 return
 
-    def _bucket_exists(self) -> bool:
+    def bucket_exists(self) -> bool:
         try:
             return bool(self._call("look at the bucket", self.bucket, self.fs.exists, self.bucket))
         except FileNotFoundError:
@@ -208,14 +208,15 @@ class Store:
         except StoreError:
             return True  # cannot tell (no right to look): the listing's emptiness stands
 
-    def run_ids(self) -> list[str]:
-        """The run ids the store holds (folders under the prefix), newest name first."""
-        ids = []
-        listed = self.listing(self.root)
-        if not listed and not self._bucket_exists():
-            raise StoreError(f"{self.url}: no such bucket ({self.bucket}), or no access to it")
-        for entry in listed:
-            name = entry["name"].rstrip("/").rpartition("/")[2]
-            if entry.get("type") == "directory" and RUN_ID.fullmatch(name) and name not in (".", ".."):
-                ids.append(name)
-        return sorted(ids, reverse=True)
+
+def run_ids(store: Store) -> list[str]:
+    """The run ids the store holds (folders under its prefix), newest name first."""
+    ids = []
+    listed = store.listing(store.root)
+    if not listed and not store.bucket_exists():
+        raise StoreError(f"{store.url}: no such bucket ({store.bucket}), or no access to it")
+    for entry in listed:
+        name = entry["name"].rstrip("/").rpartition("/")[2]
+        if entry.get("type") == "directory" and RUN_ID.fullmatch(name) and name not in (".", ".."):
+            ids.append(name)
+    return sorted(ids, reverse=True)

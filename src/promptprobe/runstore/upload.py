@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from .cache import mark_session
-from .index import INDEX, dump_index, local_files
+from .index import INDEX, dump_index, file_digest, local_files
 from .lease import Lease
 from .remote import Store
 
@@ -58,6 +58,27 @@ def _read(path: Path, start: int, end: int) -> bytes:
         return handle.read(end - start)
 
 
+def adopted(local: Path, files: dict[str, dict[str, Any]]) -> dict[str, Uploaded]:
+    """What the store holds of each file (its index's `files`) that the working copy `local` holds
+    as a prefix of itself: a resumed run goes on from there."""
+    found = {}
+    for relative, entry in files.items():
+        path = local / relative
+        try:
+            info = os.stat(path)
+        except OSError:
+            continue
+        if info.st_size < entry["size"]:
+            continue
+        digest = file_digest(path, entry["size"])
+        if digest.hexdigest() != entry["sha256"]:
+            continue
+        tail = _read(path, max(0, entry["size"] - TAIL), entry["size"])
+        mtime = info.st_mtime_ns if info.st_size == entry["size"] else -1
+        found[relative] = Uploaded(info.st_ino, entry["size"], mtime, digest, list(entry["parts"]), tail)
+    return found
+
+
 class Uploader:
     """The store's copy of one run, kept up to date by `checkpoint`."""
 
@@ -73,35 +94,8 @@ class Uploader:
         self.serial = 0  # numbers the parts that hold a whole file, so that none is written twice
 
     def adopt(self, files: dict[str, dict[str, Any]]) -> None:
-        """Start from what the store already holds (a resumed run), for files the working copy
-        holds as a prefix of itself."""
-        for relative, entry in files.items():
-            path = self.local / relative
-            try:
-                info = os.stat(path)
-            except OSError:
-                continue
-            digest = hashlib.sha256()
-            with open(path, "rb") as handle:
-                left = entry["size"]
-                while left > 0:
-                    chunk = handle.read(min(1 << 20, left))
-                    if not chunk:
-                        break
-                    digest.update(chunk)
-                    left -= len(chunk)
-            if digest.hexdigest() != entry["sha256"] or info.st_size < entry["size"]:
-                continue
-            tail = _read(path, max(0, entry["size"] - TAIL), entry["size"])
-            same_size = info.st_size == entry["size"]
-            self.known[relative] = Uploaded(
-                info.st_ino,
-                entry["size"],
-                info.st_mtime_ns if same_size else -1,
-                digest,
-                list(entry["parts"]),
-                tail,
-            )
+        """Start from what the store already holds (a resumed run)."""
+        self.known.update(adopted(self.local, files))
 
     def _changed(self, relative: str, info: os.stat_result) -> bool:
         old = self.known.get(relative)
@@ -204,18 +198,15 @@ class Uploader:
             old.size, old.mtime_ns = size, info.st_mtime_ns
             self.parts_made = True
             return
-        digest = hashlib.sha256()
         if size >= PUT_FILE_MIN and final:
-            with open(path, "rb") as handle:
-                for chunk in iter(lambda: handle.read(1 << 20), b""):
-                    digest.update(chunk)
+            digest = file_digest(path)
             from_disk.append(relative)
             tail = _read(path, max(0, size - TAIL), size)
             key = relative
         else:
             data = _read(path, 0, size)
             size = len(data)
-            digest.update(data)
+            digest = hashlib.sha256(data)
             key = relative
             if not final:  # never over an object an index names
                 self.serial += 1
