@@ -64,6 +64,16 @@ def invoke(*args: str):
     return CliRunner().invoke(main, list(args))
 
 
+def run_on_disk(tmp_path: Path, cases: int, reply=None) -> Path:
+    """A finished run of `cases` questions and one prompt in `tmp_path/runs`, made on disk."""
+    with LocalServer(reply) as server:
+        made = invoke("run", "--retrieval", "none", probeset(tmp_path, cases), "--prompt", PROMPT, "--model",
+                      f"openai:m@{server.url}/v1", "--runs-dir", str(tmp_path / "runs"))
+    assert made.exit_code == 0, made.output
+    (run,) = (tmp_path / "runs").iterdir()
+    return run
+
+
 def run_in_store(tmp_path, s3, server, cases=3, *extra):
     return invoke("run", "--retrieval", "none", probeset(tmp_path, cases), "--prompt", PROMPT,
                   "--prompt", f"other={PROMPT}", "--model", f"openai:m@{server.url}/v1",
@@ -432,11 +442,7 @@ def test_a_finished_run_written_again_keeps_the_objects_its_index_names_until_it
 def test_a_run_on_disk_pushed_to_the_store_is_read_back_in_the_viewer(tmp_path, s3):
     from viewer_support import serving
 
-    with LocalServer(lambda r: Reply("[[ANSWER]]\npushed <b>bytes</b>")) as server:
-        made = invoke("run", "--retrieval", "none", probeset(tmp_path, 2), "--prompt", PROMPT, "--model",
-                      f"openai:m@{server.url}/v1", "--runs-dir", str(tmp_path / "runs"), "--format", "json")
-    assert made.exit_code == 0, made.output
-    (run,) = (tmp_path / "runs").iterdir()
+    run = run_on_disk(tmp_path, 2, lambda r: Reply("[[ANSWER]]\npushed <b>bytes</b>"))
     pushed = invoke("push", str(run), s3.url)
     assert pushed.exit_code == 0, pushed.output
     assert pushed.stdout.strip() == f"{s3.url}/{run.name}: copied, every file checked by sha256"
@@ -455,11 +461,7 @@ def test_a_run_on_disk_pushed_to_the_store_is_read_back_in_the_viewer(tmp_path, 
 
 
 def test_push_refuses_an_unfinished_run_and_pull_checks_every_file_by_sha256(tmp_path, s3, monkeypatch):
-    with LocalServer() as server:
-        made = invoke("run", "--retrieval", "none", probeset(tmp_path, 2), "--prompt", PROMPT, "--model",
-                      f"openai:m@{server.url}/v1", "--runs-dir", str(tmp_path / "runs"))
-    assert made.exit_code == 0, made.output
-    (run,) = (tmp_path / "runs").iterdir()
+    run = run_on_disk(tmp_path, 2)
     manifest = json.loads((run / "manifest.json").read_text())
     (run / "manifest.json").write_text(json.dumps({**manifest, "status": "running", "pid": 2**22 + 7}))
     refused = invoke("push", str(run), s3.url)
@@ -533,11 +535,7 @@ def test_a_large_file_is_pushed_checked_and_pulled_a_chunk_at_a_time(tmp_path, s
     from promptprobe.runstore import download, transfer
     from promptprobe.runstore.remote import Store
 
-    with LocalServer() as server:
-        made = invoke("run", "--retrieval", "none", probeset(tmp_path, 3), "--prompt", PROMPT, "--model",
-                      f"openai:m@{server.url}/v1", "--runs-dir", str(tmp_path / "runs"))
-    assert made.exit_code == 0, made.output
-    (run,) = (tmp_path / "runs").iterdir()
+    run = run_on_disk(tmp_path, 3)
     # Every file counts as large here: sent whole, read back and fetched 1,000 bytes at a time.
     monkeypatch.setattr(transfer, "BATCH_BYTES", 1)
     monkeypatch.setattr(download, "STREAM_BYTES", 1)

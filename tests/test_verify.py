@@ -54,6 +54,11 @@ def _said(found: dict) -> list[str]:
     return [f"{p['sample_id']}: {p['file']}: {p['problem']}" for p in found["problems"]]
 
 
+def _names_the_pack(found: dict, words: str = "") -> bool:
+    """A problem of the pack itself (no sample's) saying `words`."""
+    return any(p["file"] == PACK and p["sample_id"] is None and words in p["problem"] for p in found["problems"])
+
+
 # -- a complete run holds every planned sample ---------------------------------------------------
 
 
@@ -251,15 +256,12 @@ def test_a_pack_that_is_a_link_is_named_and_not_followed(run, tmp_path):
     os.symlink(outside, run / PACK)
     code, found = verify(run)
     assert code == 1
-    assert any(
-        p["file"] == PACK and p["sample_id"] is None and "symbolic link" in p["problem"]
-        for p in found["problems"]
-    ), found
+    assert _names_the_pack(found, "symbolic link"), found
     assert not any("index's sha256" in p for p in _said(found))  # its bytes were not read
     (run / PACK).unlink()
     os.symlink(tmp_path / "nowhere.bin", run / PACK)  # a dangling link: a sentence, no traceback
     code, found = verify(run)
-    assert code == 1 and any(p["file"] == PACK and p["sample_id"] is None for p in found["problems"]), found
+    assert code == 1 and _names_the_pack(found), found
 
 
 def test_a_pack_that_is_a_fifo_is_named_without_waiting_on_it(run):
@@ -267,10 +269,7 @@ def test_a_pack_that_is_a_fifo_is_named_without_waiting_on_it(run):
     os.mkfifo(run / PACK)  # opened O_NONBLOCK: no writer is waited for
     code, found = verify(run)
     assert code == 1
-    assert any(
-        p["file"] == PACK and p["sample_id"] is None and "not a regular file" in p["problem"]
-        for p in found["problems"]
-    ), found
+    assert _names_the_pack(found, "not a regular file"), found
 
 
 # -- what the other commands make of a damaged run -----------------------------------------------
