@@ -2,6 +2,7 @@
 checked by sha256 (push reads each object back; pull checks each file against the index)."""
 
 import hashlib
+import itertools
 import os
 import shutil
 from pathlib import Path
@@ -16,6 +17,7 @@ from .download import CHUNK_BYTES, check_run_id, materialize, read_index
 from .index import INDEX, dump_index, file_sha256, index_session, local_files
 from .lease import Lease, holder_live, new_session
 from .remote import Store
+from .upload import copy_aside
 
 FINISHED = ("complete", "interrupted", "failed")
 BATCH_BYTES = 64 * 1024 * 1024
@@ -73,17 +75,8 @@ def _set_aside(
     second push finds it as it was)."""
     session = new_session()
     entries = {k: {**v, "parts": [list(p) for p in v["parts"]]} for k, v in found[1].items()}
-    moved = False
-    for relative, entry in entries.items():
-        if relative not in files or files[relative] == (entry["size"], entry["sha256"]):
-            continue
-        for number, (key, size) in enumerate(entry["parts"]):
-            if key == relative:
-                aside = f".store/parts/{session}/{relative}.{number:06d}.whole"
-                store.copy(store.key(run_id, key), store.key(run_id, aside))
-                entry["parts"][number] = [aside, size]
-                moved = True
-    if moved:
+    rewritten = [k for k, v in entries.items() if k in files and files[k] != (v["size"], v["sha256"])]
+    if copy_aside(store, run_id, session, itertools.count(1), {k: entries[k]["parts"] for k in rewritten}):
         store.pipe_many({store.key(run_id, INDEX): dump_index(entries, index_session(found[0]) or session)})
 
 

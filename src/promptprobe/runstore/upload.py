@@ -15,9 +15,10 @@ first copied (in the store) to a part, and an index naming the copy put in its p
 """
 
 import hashlib
+import itertools
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -79,6 +80,24 @@ def adopted(local: Path, files: dict[str, dict[str, Any]]) -> dict[str, Uploaded
     return found
 
 
+def copy_aside(
+    store: Store, run_id: str, session: str, serials: Iterator[int], parts_of: dict[str, list[Any]]
+) -> bool:
+    """Before files are written over at their own keys: each own-key object that the store's index
+    names among their parts (`parts_of`, file -> its parts, changed in place) is copied to a part
+    of `session` first, so that a writer or push killed while the own keys are written leaves an
+    index that holds once it names the copies (the caller puts it). Whether any was copied."""
+    moved = False
+    for relative, parts in parts_of.items():
+        for number, (key, size) in enumerate(parts):
+            if key == relative:
+                aside = f".store/parts/{session}/{relative}.{next(serials):06d}.whole"
+                store.copy(store.key(run_id, key), store.key(run_id, aside))
+                parts[number] = (aside, size)
+                moved = True
+    return moved
+
+
 class Uploader:
     """The store's copy of one run, kept up to date by `checkpoint`."""
 
@@ -91,7 +110,7 @@ class Uploader:
         self.known: dict[str, Uploaded] = {}
         self.mutex = threading.Lock()  # one checkpoint at a time
         self.parts_made = False
-        self.serial = 0  # numbers the parts that hold a whole file, so that none is written twice
+        self.serials = itertools.count(1)  # number the parts that hold a whole file: none written twice
 
     def adopt(self, files: dict[str, dict[str, Any]]) -> None:
         """Start from what the store already holds (a resumed run)."""
@@ -155,23 +174,15 @@ class Uploader:
         return self.known[relative].parts == [(relative, info.st_size)]
 
     def _set_own_keys_aside(self, files: dict[str, os.stat_result]) -> None:
-        """Before the last checkpoint rewrites files at their own keys: each such key the index
-        names is copied to a part first, and an index naming the copies put, so that a writer
-        killed while the own keys are written leaves a run whose index holds."""
-        moved = False
-        for relative, info in files.items():
-            old = self.known.get(relative)
-            rewritten = self._changed(relative, info) or not self._whole_at_own_key(relative, info)
-            if old is None or not rewritten:
-                continue  # new, or whole at its own key and unchanged: not rewritten
-            for number, (key, size) in enumerate(old.parts):
-                if key == relative:
-                    self.serial += 1
-                    aside = f".store/parts/{self.session}/{relative}.{self.serial:06d}.whole"
-                    self.store.copy(self.store.key(self.run_id, key), self.store.key(self.run_id, aside))
-                    old.parts[number] = (aside, size)
-                    moved = True
-        if moved:
+        """Before the last checkpoint rewrites files at their own keys: see copy_aside."""
+        rewritten = [
+            relative
+            for relative, info in files.items()
+            if relative in self.known
+            and (self._changed(relative, info) or not self._whole_at_own_key(relative, info))
+        ]
+        parts_of = {relative: self.known[relative].parts for relative in rewritten}
+        if copy_aside(self.store, self.run_id, self.session, self.serials, parts_of):
             self._put_index()
 
     def _stage(
@@ -209,8 +220,7 @@ class Uploader:
             digest = hashlib.sha256(data)
             key = relative
             if not final:  # never over an object an index names
-                self.serial += 1
-                key = f".store/parts/{self.session}/{relative}.{self.serial:06d}.whole"
+                key = f".store/parts/{self.session}/{relative}.{next(self.serials):06d}.whole"
                 self.parts_made = True
             objects[self.store.key(self.run_id, key)] = data
             tail = data[-TAIL:]
